@@ -1,0 +1,2 @@
+"""queue-reaper: a declarative reaper and broker-policy reconciler for job queues kept in
+PostgreSQL and dispatched through RabbitMQ."""

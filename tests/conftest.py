@@ -1,0 +1,181 @@
+"""Fixtures for real services: a PostgreSQL database per test, a vhost per test on each
+supported RabbitMQ version.
+
+A service that cannot be reached fails the test that needs it; it never skips. The services
+are brought up by ``scripts/services`` (``.ci/run`` calls it first).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import asyncpg
+import httpx
+import pytest
+
+PG_ADMIN_DSN = os.environ.get("REAPER_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+#: Every supported broker version and where its management API listens. Both are required.
+BROKERS = {
+    "3.10": os.environ.get("REAPER_TEST_RABBITMQ_310", "http://127.0.0.1:15672"),
+    "4.0": os.environ.get("REAPER_TEST_RABBITMQ_40", "http://127.0.0.1:15673"),
+}
+BROKER_USER = "guest"
+BROKER_PASSWORD = "guest"
+
+
+def _dsn_for(database: str) -> str:
+    base, _, _ = PG_ADMIN_DSN.rpartition("/")
+    return f"{base}/{database}"
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+@pytest.fixture(scope="session")
+async def pg_template() -> AsyncIterator[str]:
+    """A database with every migration applied, built once per session and cloned per test."""
+    from reaper.store import PostgresStore
+
+    name = f"qr_template_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = await asyncpg.connect(PG_ADMIN_DSN)
+    except (OSError, asyncpg.PostgresError) as exc:
+        pytest.fail(f"PostgreSQL is not reachable at {PG_ADMIN_DSN}: {exc} (run scripts/services)")
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        store = await PostgresStore.connect(_dsn_for(name))
+        try:
+            await store.migrate()
+        finally:
+            await store.close()
+        yield name
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture
+async def pg_dsn(pg_template: str) -> AsyncIterator[str]:
+    """The DSN of a fresh, migrated database of this test's own."""
+    name = f"qr_test_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(PG_ADMIN_DSN)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+        yield _dsn_for(name)
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture
+async def pg_empty_dsn() -> AsyncIterator[str]:
+    """The DSN of a fresh database with no migration applied."""
+    name = f"qr_empty_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(PG_ADMIN_DSN)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        yield _dsn_for(name)
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+# --------------------------------------------------------------------------- RabbitMQ
+
+
+@dataclass(frozen=True)
+class BrokerUnderTest:
+    """One real broker, with a vhost of this test's own."""
+
+    version: str  # "3.10" or "4.0"
+    management_url: str
+    vhost: str
+    username: str = BROKER_USER
+    password: str = BROKER_PASSWORD
+
+    @property
+    def vhost_path(self) -> str:
+        return quote(self.vhost, safe="")
+
+    def admin(self) -> httpx.Client:
+        """A plain management client for arranging scenarios and inspecting the broker."""
+        return httpx.Client(
+            base_url=self.management_url, auth=(self.username, self.password), timeout=30
+        )
+
+    def declare_queue(
+        self, name: str, *, queue_type: str = "classic", arguments: dict[str, object] | None = None
+    ) -> None:
+        args = {"x-queue-type": queue_type, **(arguments or {})}
+        with self.admin() as client:
+            r = client.put(
+                f"/api/queues/{self.vhost_path}/{quote(name, safe='')}",
+                json={"durable": True, "auto_delete": False, "arguments": args},
+            )
+            r.raise_for_status()
+
+    def publish(
+        self, queue: str, body: str, *, properties: dict[str, object] | None = None
+    ) -> None:
+        with self.admin() as client:
+            r = client.post(
+                f"/api/exchanges/{self.vhost_path}/amq.default/publish",
+                json={
+                    "properties": properties or {},
+                    "routing_key": queue,
+                    "payload": body,
+                    "payload_encoding": "string",
+                },
+            )
+            r.raise_for_status()
+            assert r.json()["routed"], f"message to {queue} was not routed"
+
+    def queue(self, name: str) -> dict[str, object]:
+        with self.admin() as client:
+            r = client.get(f"/api/queues/{self.vhost_path}/{quote(name, safe='')}")
+            r.raise_for_status()
+            result: dict[str, object] = r.json()
+            return result
+
+
+def _broker_version(url: str) -> str:
+    try:
+        r = httpx.get(f"{url}/api/overview", auth=(BROKER_USER, BROKER_PASSWORD), timeout=10)
+        r.raise_for_status()
+    except httpx.HTTPError as exc:
+        pytest.fail(f"RabbitMQ management API is not reachable at {url}: {exc} (run scripts/services)")
+    return str(r.json()["rabbitmq_version"])
+
+
+@pytest.fixture(scope="session", params=sorted(BROKERS), ids=lambda v: f"rabbitmq-{v}")
+def broker_server(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """Each supported broker version in turn; a version that is not reachable fails."""
+    version: str = request.param
+    url = BROKERS[version]
+    actual = _broker_version(url)
+    assert actual.startswith(version), f"expected RabbitMQ {version} at {url}, found {actual}"
+    return version, url
+
+
+@pytest.fixture
+def broker(broker_server: tuple[str, str]) -> Iterator[BrokerUnderTest]:
+    """A fresh vhost on each supported broker version, deleted afterwards."""
+    version, url = broker_server
+    vhost = f"qr-test-{uuid.uuid4().hex[:10]}"
+    under_test = BrokerUnderTest(version=version, management_url=url, vhost=vhost)
+    with under_test.admin() as client:
+        client.put(f"/api/vhosts/{quote(vhost, safe='')}").raise_for_status()
+        client.put(
+            f"/api/permissions/{quote(vhost, safe='')}/{BROKER_USER}",
+            json={"configure": ".*", "write": ".*", "read": ".*"},
+        ).raise_for_status()
+    try:
+        yield under_test
+    finally:
+        with under_test.admin() as client:
+            client.delete(f"/api/vhosts/{quote(vhost, safe='')}")
