@@ -148,7 +148,7 @@ def _broker_version(url: str) -> str:
         r = httpx.get(f"{url}/api/overview", auth=(BROKER_USER, BROKER_PASSWORD), timeout=10)
         r.raise_for_status()
     except httpx.HTTPError as exc:
-        pytest.fail(f"RabbitMQ management API is not reachable at {url}: {exc} (run scripts/services)")
+        pytest.fail(f"RabbitMQ management API unreachable at {url}: {exc} (run scripts/services)")
     return str(r.json()["rabbitmq_version"])
 
 
