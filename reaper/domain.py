@@ -125,6 +125,19 @@ class QueueStats:
     policy: str | None = None
     effective_policy: Mapping[str, Any] = field(default_factory=dict)
     arguments: Mapping[str, Any] = field(default_factory=dict)
+    #: False when the broker listed the queue before its statistics arrived (a queue a few
+    #: seconds old): it then shows no message or consumer counts, and the zeros above are not
+    #: a measurement.
+    counts_known: bool = True
+    #: False when the broker did not list ``policy``/``effective_policy_definition`` for the
+    #: queue: on RabbitMQ these arrive with the statistics too, so a fresh queue's ``policy``
+    #: of None means "not yet known", not "no policy".
+    policy_known: bool = True
+    #: The delivery limit in force as the broker itself reports it on the queue (RabbitMQ 4.x
+    #: lists ``delivery_limit``: the resolved value of policy, argument and the default 20;
+    #: ``"unlimited"`` is given here as -1). None where the broker does not report it (3.x,
+    #: classic queues, LavinMQ).
+    reported_delivery_limit: int | None = None
 
     @property
     def messages(self) -> int:
@@ -160,6 +173,34 @@ class BrokerFacts:
             "consumer_timeout_ms": self.consumer_timeout_ms,
             "consumer_timeout_evidence": self.consumer_timeout_evidence,
         }
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One message read (and requeued) from a dead-letter queue, decoded by
+    ``reaper.deadletters.decode``.
+
+    ``queue`` is ours: the dead-letter queue the pass read. ``message_id``, ``origin_queue``
+    and ``reason`` come from properties and headers the message's publisher could write
+    (``x-first-death-*``, ``x-death``): untrusted, shown only quoted and cut. ``body`` is the
+    payload as the management API gave it (``body_encoding`` "string" or "base64");
+    ``body_truncated`` is True whenever the body held is not provably the whole message.
+    ``identity`` is stable across re-reads; ``delivery_count`` and ``redelivered`` are not,
+    and are never part of it.
+    """
+
+    queue: str
+    identity: str
+    message_id: str | None
+    origin_queue: str | None
+    reason: str | None
+    body: str
+    body_encoding: str
+    body_bytes: int
+    body_truncated: bool
+    is_json_object: bool
+    delivery_count: int | None
+    redelivered: bool
 
 
 @dataclass(frozen=True)
@@ -236,3 +277,41 @@ class SightingKey:
 class Judgement:
     verdicts: tuple[Verdict, ...]
     notes: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A ``human_gate`` row: a question a person answers (a parked job waits on it)."""
+
+    id: UUID
+    project_id: UUID
+    job_id: UUID | None
+    kind: str
+    prompt: str
+    choices: tuple[str, ...]
+    answer: str | None
+    answered_at: datetime | None
+    identity: str | None
+    created_at: datetime
+    answered_by: str | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.answered_at is None
+
+
+@dataclass(frozen=True)
+class LedgerEvent:
+    """One ledger ``event`` row: ``seq`` is gapless per ``project_id`` (its stream), and
+    ``digest`` is the sha256 of the payload's canonical JSON as written."""
+
+    project_id: UUID
+    seq: int
+    kind: str
+    payload: Mapping[str, Any]
+    digest: str
+    trusted: bool
+    created_at: datetime
