@@ -1,0 +1,52 @@
+# queue-reaper: the two commands are `make demo` and `make test`.
+#
+# Every target runs against the real services (SPEC.md §7), which `make services` brings up
+# idempotently (scripts/services; needs root). Any failing step fails the target: in
+# particular pytest's exit code 5 (no tests collected) fails `make test`.
+
+PYTHON ?= python3
+PYTEST_ARGS ?=
+
+# The steps of `test` depend on each other's side effects (services up, package installed), so
+# they must not run concurrently even under `make -j`.
+.NOTPARALLEL:
+
+.PHONY: all install services demo test lint typecheck pytest metrics-check
+
+all: test
+
+# `install` always installs; `test` and `demo` reinstall only when pyproject.toml is newer than
+# the last install (a pip resolve costs most of a minute). build/ is ignored by git.
+INSTALLED := build/.installed
+
+install:
+	$(PYTHON) -m pip install --quiet --root-user-action=ignore -e '.[test]'
+	@mkdir -p $(dir $(INSTALLED)) && touch $(INSTALLED)
+
+$(INSTALLED): pyproject.toml
+	$(MAKE) --no-print-directory install
+
+services:
+	scripts/services
+
+demo: services $(INSTALLED)
+	reaper demo
+
+# Listed in the order they run; metrics-check comes last so the Python checks report first.
+test: services $(INSTALLED) lint typecheck pytest metrics-check
+
+lint:
+	$(PYTHON) -m ruff check .
+
+typecheck:
+	$(PYTHON) -m mypy
+
+pytest:
+	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+metrics-check:
+	@for f in metrics/alerts.yml metrics/alerts_test.yml; do \
+		test -f "$$f" || { echo "metrics-check: $$f is missing (SPEC.md §6)" >&2; exit 1; }; \
+	done
+	promtool check rules metrics/alerts.yml
+	promtool test rules metrics/alerts_test.yml
