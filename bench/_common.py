@@ -1,0 +1,37 @@
+"""Shared by the benchmarks: a scratch database of their own (created, cloned, dropped) and
+the timing helpers. Benchmarks are scripts that print their figures, not tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+
+ADMIN_DSN = os.environ.get("REAPER_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def dsn_for(database: str) -> str:
+    base, _, _ = ADMIN_DSN.rpartition("/")
+    return f"{base}/{database}"
+
+
+@contextlib.asynccontextmanager
+async def scratch_database(prefix: str, template: str | None = None) -> AsyncIterator[str]:
+    """A database of this run's own (a copy of ``template`` when given), dropped after."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(ADMIN_DSN)
+    try:
+        clause = f' TEMPLATE "{template}"' if template else ""
+        await admin.execute(f'CREATE DATABASE "{name}"{clause}')
+        yield name
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)

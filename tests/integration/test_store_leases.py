@@ -1,0 +1,348 @@
+"""Expired leases: read, requeue, park; the re-check in the UPDATE (the late-finish race);
+one bad row never blocks the rest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import timedelta
+
+import asyncpg
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_store_support import (
+    NOW,
+    Job,
+    fetch_job,
+    insert_jobs,
+    lease_verdict,
+    leased,
+    query,
+)
+
+from reaper.domain import (
+    EVENT_KIND,
+    GATE_DELIVERY_EXHAUSTED,
+    Action,
+    Condition,
+    Source,
+    Unit,
+    Verdict,
+)
+from reaper.store import LeaseReapOutcome, PostgresStore, canonical_json, canonical_payload
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+async def store(pg_dsn: str):  # type: ignore[no-untyped-def]
+    s = await PostgresStore.connect(pg_dsn)
+    yield s
+    await s.close()
+
+
+async def test_expired_leases_are_bounded_oldest_first_past_the_grace(
+    pg_dsn: str, store: PostgresStore
+) -> None:
+    project, other = uuid.uuid4(), uuid.uuid4()
+    jobs = [leased(project, expired_seconds_ago=s) for s in (100, 300, 200, 5)]
+    jobs += [leased(other, expired_seconds_ago=400)]
+    jobs += [Job(project, state="leased", lease_owner="w", lease_expires_at=NOW + timedelta(60))]
+    jobs += [Job(project)]  # ready
+    await insert_jobs(pg_dsn, jobs)
+
+    got = await store.expired_leases(NOW, 10, limit=3)
+    assert [lease.job_id for lease in got] == [jobs[4].id, jobs[1].id, jobs[2].id]
+    assert await store.count_expired_leases(NOW, 10) == 4
+    assert await store.count_expired_leases(NOW, 10, project) == 3
+    mine = await store.expired_leases(NOW, 0, limit=10, project_id=project)
+    assert [lease.job_id for lease in mine] == [jobs[1].id, jobs[2].id, jobs[0].id, jobs[3].id]
+    first = got[0]
+    assert (first.project_id, first.kind, first.lease_owner, first.attempts) == (
+        other,
+        "build",
+        "worker-1",
+        1,
+    )
+    assert first.lease_expires_at == NOW - timedelta(seconds=400)
+
+
+async def test_requeue_moves_the_lease_back_to_ready_with_its_event(
+    pg_dsn: str, store: PostgresStore
+) -> None:
+    project = uuid.uuid4()
+    job = leased(project, attempts=3)
+    await insert_jobs(pg_dsn, [job])
+    [lease] = await store.expired_leases(NOW, 0, 10)
+    verdict = lease_verdict(lease)
+
+    outcome = await store.apply_lease_verdicts([verdict], NOW)
+
+    assert outcome == LeaseReapOutcome(requeued=(job.id,))
+    row = await fetch_job(pg_dsn, job.id)
+    assert (row["state"], row["lease_owner"], row["lease_expires_at"]) == ("ready", None, None)
+    assert row["run_after"] == NOW and row["updated_at"] == NOW
+    assert row["attempts"] == 3  # the claim counted the attempt; a requeue does not refund
+    [event] = await store.events(project)
+    assert (event.seq, event.kind, event.trusted, event.created_at) == (1, EVENT_KIND, True, NOW)
+    assert event.payload == verdict.payload()
+    canonical = json.dumps(verdict.payload(), sort_keys=True, separators=(",", ":"))
+    assert event.digest == hashlib.sha256(canonical.encode()).hexdigest()
+
+
+async def test_poison_is_parked_with_one_gate_per_episode(
+    pg_dsn: str, store: PostgresStore
+) -> None:
+    project = uuid.uuid4()
+    job = leased(project, attempts=7, max_attempts=7, owner="worker-9")
+    await insert_jobs(pg_dsn, [job])
+    [lease] = await store.expired_leases(NOW, 0, 10)
+    verdict = lease_verdict(lease)
+    assert verdict.action is Action.PARK
+
+    assert await store.apply_lease_verdicts([verdict], NOW) == LeaseReapOutcome(parked=(job.id,))
+    # a second pass over the same episode (a replay of the same verdict) moves nothing
+    assert await store.apply_lease_verdicts([verdict], NOW) == LeaseReapOutcome(skipped=(job.id,))
+
+    row = await fetch_job(pg_dsn, job.id)
+    assert (row["state"], row["attempts"], row["lease_owner"]) == ("awaiting_human", 6, None)
+    [gate] = await store.list_gates()
+    assert (gate.kind, gate.job_id, gate.project_id, gate.choices) == (
+        GATE_DELIVERY_EXHAUSTED,
+        job.id,
+        project,
+        ("retry",),
+    )
+    assert gate.identity is not None and str(job.id) in gate.identity
+    assert "retry" in gate.prompt and "worker-9" in gate.prompt and str(job.id) in gate.prompt
+    assert len(await store.events(project)) == 1
+
+    # the answer buys exactly one more delivery; when that lease runs out too, it is a new
+    # episode and gets a gate of its own
+    answered = await store.answer_gate(gate.id, "retry", NOW)
+    assert answered.answer == "retry"
+    later = NOW + timedelta(hours=1)
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute(
+            "UPDATE job SET state = 'leased', attempts = attempts + 1, lease_owner = 'w2',"
+            " lease_expires_at = $2 WHERE id = $1",
+            job.id,
+            later - timedelta(minutes=1),
+        )
+    finally:
+        await conn.close()
+    [lease2] = await store.expired_leases(later, 0, 10)
+    assert lease2.attempts == 7
+    assert await store.apply_lease_verdicts([lease_verdict(lease2, later)], later) == (
+        LeaseReapOutcome(parked=(job.id,))
+    )
+    gates = await store.list_gates(open_only=False)
+    assert len(gates) == 2 and len({g.identity for g in gates}) == 2
+    assert [e.seq for e in await store.events(project)] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(
+            "UPDATE job SET state = 'succeeded', finished_at = $2, lease_owner = NULL,"
+            " lease_expires_at = NULL WHERE id = $1",
+            id="finished",
+        ),
+        pytest.param(
+            "UPDATE job SET lease_owner = 'worker-2', attempts = attempts + 1,"
+            " lease_expires_at = $2::timestamptz + interval '5 minutes' WHERE id = $1",
+            id="re-leased-by-another-owner",
+        ),
+        pytest.param(
+            "UPDATE job SET lease_expires_at = $2::timestamptz + interval '5 minutes'"
+            " WHERE id = $1",
+            id="lease-extended-by-heartbeat",
+        ),
+        pytest.param(
+            "UPDATE job SET lease_expires_at = lease_expires_at + interval '1 second',"
+            " lease_owner = lease_owner WHERE id = $1 AND $2::timestamptz IS NOT NULL",
+            id="still-expired-but-another-lease",
+        ),
+        pytest.param(
+            "UPDATE job SET state = 'ready', lease_owner = NULL, lease_expires_at = NULL,"
+            " run_after = $2 WHERE id = $1",
+            id="requeued-by-someone-else",
+        ),
+    ],
+)
+async def test_a_row_that_changed_after_the_read_is_left_alone(
+    pg_dsn: str, store: PostgresStore, change: str
+) -> None:
+    """River #1302: read the lease, change the row in another connection, then apply."""
+    project = uuid.uuid4()
+    job, bystander = leased(project), leased(project, attempts=7, max_attempts=7)
+    await insert_jobs(pg_dsn, [job, bystander])
+    leases = await store.expired_leases(NOW, 0, 10)  # the pass reads ...
+    before = await fetch_job(pg_dsn, job.id)
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute(change, job.id, NOW)  # ... the job changes meanwhile ...
+    finally:
+        await conn.close()
+    changed = await fetch_job(pg_dsn, job.id)
+    assert changed != before
+
+    outcome = await store.apply_lease_verdicts([lease_verdict(x) for x in leases], NOW)
+
+    assert outcome.skipped == (job.id,)
+    assert outcome.parked == (bystander.id,) and not outcome.failed
+    assert await fetch_job(pg_dsn, job.id) == changed  # untouched
+    events = await store.events(project)
+    assert [e.payload["object"] for e in events] == [str(bystander.id)]
+
+
+async def test_a_row_finishing_while_the_reap_runs_is_skipped_not_waited_for(
+    pg_dsn: str, store: PostgresStore
+) -> None:
+    """The worker's settle holds the row when the reaper arrives: SKIP LOCKED passes it by,
+    and the settle commits unharmed."""
+    project = uuid.uuid4()
+    job, other = leased(project), leased(project)
+    await insert_jobs(pg_dsn, [job, other])
+    leases = await store.expired_leases(NOW, 0, 10)
+    worker = await asyncpg.connect(pg_dsn)
+    try:
+        tx = worker.transaction()
+        await tx.start()
+        await worker.execute(
+            "UPDATE job SET state = 'succeeded', finished_at = $2, lease_owner = NULL,"
+            " lease_expires_at = NULL WHERE id = $1 AND lease_owner = 'worker-1'",
+            job.id,
+            NOW,
+        )
+        outcome = await store.apply_lease_verdicts([lease_verdict(x) for x in leases], NOW)
+        await tx.commit()
+    finally:
+        await worker.close()
+    assert outcome == LeaseReapOutcome(requeued=(other.id,), skipped=(job.id,))
+    row = await fetch_job(pg_dsn, job.id)
+    assert (row["state"], row["finished_at"]) == ("succeeded", NOW)
+    assert len(await store.events(project)) == 1
+
+
+async def test_one_bad_row_does_not_block_the_others(pg_dsn: str, store: PostgresStore) -> None:
+    project = uuid.uuid4()
+    jobs = [leased(project) for _ in range(5)] + [leased(project, attempts=7, max_attempts=7)]
+    bad = jobs[2]
+    await insert_jobs(pg_dsn, jobs)
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute(
+            f"""
+            CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.id = '{bad.id}' THEN RAISE EXCEPTION 'row % is cursed', NEW.id; END IF;
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER refuse_one BEFORE UPDATE ON job
+                FOR EACH ROW EXECUTE FUNCTION refuse_one();
+            """
+        )
+    finally:
+        await conn.close()
+    leases = await store.expired_leases(NOW, 0, 10)
+
+    outcome = await store.apply_lease_verdicts([lease_verdict(x) for x in leases], NOW)
+
+    assert set(outcome.requeued) == {j.id for j in jobs[:5]} - {bad.id}
+    assert outcome.parked == (jobs[5].id,)
+    assert [job_id for job_id, _ in outcome.failed] == [bad.id]
+    assert "cursed" in outcome.failed[0][1] and "P0001" in outcome.failed[0][1]
+    assert (await fetch_job(pg_dsn, bad.id))["state"] == "leased"
+    events = await store.events(project)
+    assert [e.seq for e in events] == [1, 2, 3, 4, 5]
+    assert str(bad.id) not in {e.payload["object"] for e in events}
+    assert len(await store.list_gates()) == 1
+
+
+async def test_moves_span_batches_and_projects_with_gapless_streams(
+    pg_dsn: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import reaper.store
+
+    monkeypatch.setattr(reaper.store, "LEASE_BATCH_SIZE", 7)
+    projects = [uuid.uuid4() for _ in range(3)]
+    jobs = [leased(projects[i % 3], expired_seconds_ago=i + 1) for i in range(40)]
+    await insert_jobs(pg_dsn, jobs)
+    leases = await store.expired_leases(NOW, 0, 100)
+    outcome = await store.apply_lease_verdicts([lease_verdict(x) for x in leases], NOW)
+    assert sorted(outcome.requeued) == sorted(j.id for j in jobs)
+    for project in projects:
+        events = await store.events(project)
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    rows = await query(pg_dsn, "SELECT count(*) AS n FROM event")
+    assert rows[0]["n"] == 40
+
+
+async def test_a_verdict_that_is_not_a_lease_move_is_refused(store: PostgresStore) -> None:
+    from dataclasses import replace
+
+    from test_store_support import leased as make
+
+    job = make(uuid.uuid4())
+    from reaper.domain import HeldLease
+
+    lease = HeldLease(job.id, job.project_id, "build", "w", NOW, 1, 7)
+    verdict = lease_verdict(lease)
+    with pytest.raises(ValueError, match="not a lease move"):
+        await store.apply_lease_verdicts([replace(verdict, action=Action.SURFACE)], NOW)
+    with pytest.raises(ValueError, match="no lease"):
+        await store.apply_lease_verdicts([replace(verdict, lease=None)], NOW)
+    assert await store.apply_lease_verdicts([], NOW) == LeaseReapOutcome()
+
+
+_text = st.text(max_size=30)
+_number = st.one_of(
+    st.none(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+)
+
+
+@given(
+    obj=_text,
+    queue=st.one_of(st.none(), _text),
+    detail=_text,
+    measured=_number,
+    threshold=_number,
+    source=st.sampled_from(Source),
+    condition=st.sampled_from(Condition),
+    unit=st.sampled_from(Unit),
+    action=st.sampled_from(Action),
+)
+def test_the_fast_canonical_payload_is_the_canonical_json(
+    obj: str,
+    queue: str | None,
+    detail: str,
+    measured: float | None,
+    threshold: float | None,
+    source: Source,
+    condition: Condition,
+    unit: Unit,
+    action: Action,
+) -> None:
+    verdict = Verdict(
+        source=source,
+        object=obj,
+        condition=condition,
+        measured=measured,
+        threshold=threshold,
+        unit=unit,
+        action=action,
+        queue=queue,
+        detail=detail,
+    )
+    expected = json.dumps(
+        verdict.payload(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    assert canonical_payload(verdict) == canonical_json(verdict.payload()) == expected

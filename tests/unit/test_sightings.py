@@ -1,0 +1,154 @@
+"""The sighting rule, pure: first seen, still open, cleared; an unread source clears nothing."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reaper.domain import FLEET_PROJECT_ID, Action, Condition, SightingKey, Source, Unit, Verdict
+from reaper.sightings import (
+    CLEARED_DETAIL,
+    SightingRef,
+    cleared,
+    is_read,
+    observed_sightings,
+    records_to_write,
+    ref_of,
+    verdict_from_record,
+)
+
+P1, P2 = uuid.UUID(int=1), uuid.UUID(int=2)
+BOTH = frozenset({Source.JOB_QUEUE, Source.BROKER})
+
+
+def stale(project: uuid.UUID, job: str = "job-1", age: int = 1000) -> Verdict:
+    return Verdict(
+        source=Source.JOB_QUEUE,
+        object=job,
+        condition=Condition.STALE_READY,
+        measured=age,
+        threshold=900,
+        unit=Unit.SECONDS,
+        action=Action.SURFACE,
+        project_id=project,
+        detail="oldest claimable job unclaimed",
+    )
+
+
+def gone(queue: str, unacked: int = 3) -> Verdict:
+    return Verdict(
+        source=Source.BROKER,
+        object=queue,
+        condition=Condition.HOLDER_GONE,
+        measured=unacked,
+        threshold=0,
+        unit=Unit.MESSAGES,
+        action=Action.SURFACE,
+        queue=queue,
+        trusted=False,
+    )
+
+
+def test_refs_live_on_the_verdicts_stream() -> None:
+    assert ref_of(stale(P1)) == SightingRef(
+        P1, SightingKey(Source.JOB_QUEUE, Condition.STALE_READY, str(P1))
+    )
+    broker = gone("vibey.jobs.a")
+    assert ref_of(broker) == SightingRef(
+        FLEET_PROJECT_ID, SightingKey(Source.BROKER, Condition.HOLDER_GONE, "vibey.jobs.a")
+    )
+    # a project's stale head is one sighting, whichever job is at the head
+    assert ref_of(stale(P1, "job-1")) == ref_of(stale(P1, "job-2"))
+
+
+def test_only_surfaced_verdicts_are_sightings_and_the_first_of_a_ref_wins() -> None:
+    first, second = stale(P1, "job-1", 1000), stale(P1, "job-2", 5000)
+    requeue = replace(stale(P2), action=Action.REQUEUE, condition=Condition.LEASE_EXPIRED)
+    observed = observed_sightings([first, requeue, second, gone("q")])
+    assert list(observed.values()) == [first, gone("q")]
+    assert observed[ref_of(first)] is first
+
+
+def test_first_seen_is_recorded_then_nothing_while_it_persists() -> None:
+    v = stale(P1)
+    observed = observed_sightings([v])
+    assert records_to_write(observed, {}, BOTH) == [v]
+    assert records_to_write(observed, {ref_of(v): v}, BOTH) == []  # still open
+    # cleared since: a new episode is recorded
+    assert records_to_write(observed, {ref_of(v): cleared(v)}, BOTH) == [v]
+
+
+def test_an_open_sighting_not_observed_is_cleared_once() -> None:
+    v = gone("vibey.jobs.a")
+    records = records_to_write({}, {ref_of(v): v}, BOTH)
+    assert records == [cleared(v)]
+    [c] = records
+    assert (c.action, c.measured, c.object, c.queue, c.source, c.condition) == (
+        Action.CLEARED,
+        None,
+        v.object,
+        v.queue,
+        v.source,
+        v.condition,
+    )
+    assert c.detail == CLEARED_DETAIL and c.threshold == v.threshold and c.trusted is False
+    assert records_to_write({}, {ref_of(v): c}, BOTH) == []  # already closed
+
+
+def test_a_source_that_was_not_read_clears_nothing() -> None:
+    broker, job = gone("q"), stale(P1)
+    latest = {ref_of(broker): broker, ref_of(job): job}
+    assert records_to_write({}, latest, frozenset({Source.JOB_QUEUE})) == [cleared(job)]
+    assert records_to_write({}, latest, frozenset({Source.BROKER})) == [cleared(broker)]
+    assert records_to_write({}, latest, frozenset()) == []
+
+
+def test_a_pass_scoped_to_one_project_clears_only_that_projects_sightings() -> None:
+    mine, theirs, broker = stale(P1), stale(P2), gone("q")
+    latest = {ref_of(v): v for v in (mine, theirs, broker)}
+    records = records_to_write({}, latest, BOTH, project_id=P1)
+    assert sorted(r.object for r in records) == sorted([mine.object, broker.object])
+    assert not is_read(ref_of(theirs), BOTH, P1)
+    assert is_read(ref_of(theirs), BOTH, None)
+    assert is_read(ref_of(broker), BOTH, P1)
+
+
+def test_observed_records_come_first_in_order_then_clears() -> None:
+    a, b, old = gone("a"), gone("b"), gone("old")
+    records = records_to_write(observed_sightings([b, a]), {ref_of(old): old}, BOTH)
+    assert records == [b, a, cleared(old)]
+
+
+@given(
+    source=st.sampled_from(Source),
+    condition=st.sampled_from(Condition),
+    obj=st.text(min_size=1, max_size=20),
+    queue=st.one_of(st.none(), st.text(max_size=20)),
+    project=st.one_of(st.none(), st.uuids()),
+    measured=st.one_of(st.none(), st.integers(), st.floats(allow_nan=False)),
+)
+def test_a_stored_record_rebuilds_to_the_same_ref(
+    source: Source,
+    condition: Condition,
+    obj: str,
+    queue: str | None,
+    project: uuid.UUID | None,
+    measured: float | None,
+) -> None:
+    v = Verdict(
+        source=source,
+        object=obj,
+        condition=condition,
+        measured=measured,
+        threshold=1,
+        unit=Unit.SECONDS,
+        action=Action.SURFACE,
+        queue=queue,
+        project_id=project,
+    )
+    rebuilt = verdict_from_record(v.stream, v.payload(), v.trusted)
+    assert ref_of(rebuilt) == ref_of(v)
+    assert rebuilt.payload() == v.payload()
