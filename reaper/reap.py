@@ -452,8 +452,12 @@ async def _park_queue(
             )
             or []
         )
-    unread = deadletters.unread_count(depth, letters, parked, new)
-    return DeadLetterOutcome(name, depth, len(parks), already, unread, None), parks
+    failed = getattr(parks, "failed", ())
+    raced = len(getattr(parks, "already_parked", ()))  # parked by another reaper just now
+    ledger.failed_rows.extend((f"dead letter {identity}", reason) for identity, reason in failed)
+    # A letter that could not be parked is unread, never assumed parked.
+    unread = deadletters.unread_count(depth, letters, parked, new) + len(failed)
+    return DeadLetterOutcome(name, depth, len(parks), already + raced, unread, None), list(parks)
 
 
 async def _record_sightings(

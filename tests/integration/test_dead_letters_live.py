@@ -1,0 +1,425 @@
+"""Dead letters end to end, on every supported RabbitMQ version and a real PostgreSQL: real
+passes (``reaper.reap.reap_once``) park what an owned dead-letter queue holds and never cost
+the broker a message; a foreign dead-letter queue is never read; replay publishes the body
+back to its owned origin queue and leaves the dead letter where it is (SPEC §1, §4)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from reaper.broker import ManagementClient
+from reaper.config import Settings, load_config
+from reaper.domain import FLEET_PROJECT_ID, GATE_BUS_DEAD_LETTERED, Gate
+from reaper.errors import GateError
+from reaper.gates import answer_gate
+from reaper.reap import PassResult, open_sources, reap_once
+from reaper.store import PostgresStore
+from tests.conftest import BrokerUnderTest
+
+pytestmark = [pytest.mark.broker, pytest.mark.postgres]
+
+ORIGIN = "vibey.jobs"
+DLQ = "vibey.jobs.dead"
+STATS_WAIT_SECONDS = 30
+PASSES = 50
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def settings_for(broker: BrokerUnderTest, pg_dsn: str, config_dir: Path) -> Settings:
+    """Environment only (an empty config dir), pointed at this test's vhost and database."""
+    environ = {
+        "REAPER_CONFIG_DIR": str(config_dir),
+        "REAPER_BUS__MANAGEMENT_URL": broker.management_url,
+        "REAPER_BUS__VHOST": broker.vhost,
+        "REAPER_BUS__USERNAME": broker.username,
+        "REAPER_BUS__PASSWORD": broker.password,
+        "REAPER_DATABASE__DSN": pg_dsn,
+        "REAPER_QUEUE__REAP__POLICY_VERIFY_WAIT_SECONDS": "1",
+    }
+    return load_config(None, environ=environ).settings
+
+
+@pytest.fixture
+def settings(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path) -> Settings:
+    return settings_for(broker, pg_dsn, tmp_path)
+
+
+@pytest.fixture
+async def store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
+    s = await PostgresStore.connect(pg_dsn)
+    yield s
+    await s.close()
+
+
+def queue_path(broker: BrokerUnderTest, name: str) -> str:
+    return f"/api/queues/{broker.vhost_path}/{quote(name, safe='')}"
+
+
+def dead_letter_through(
+    broker: BrokerUnderTest, dlq: str, bodies: list[str], *, origin: str = ORIGIN
+) -> None:
+    """Make real dead letters: publish to ``origin`` (which dead-letters to ``dlq``) and
+    reject them without requeueing, so the broker writes ``x-death`` and ``x-first-death-*``."""
+    broker.declare_queue(
+        origin,
+        arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq},
+    )
+    for i, body in enumerate(bodies):
+        broker.publish(origin, body, properties={"message_id": f"{origin}-{i}"})
+    with broker.admin() as admin:
+        got = admin.post(
+            f"{queue_path(broker, origin)}/get",
+            json={"count": len(bodies), "ackmode": "reject_requeue_false", "encoding": "auto"},
+        )
+        got.raise_for_status()
+        assert len(got.json()) == len(bodies)
+
+
+def publish_raw(
+    broker: BrokerUnderTest,
+    queue: str,
+    payload: bytes,
+    *,
+    properties: dict[str, Any] | None = None,
+) -> None:
+    """Publish any bytes (base64 on the wire) with any properties."""
+    with broker.admin() as admin:
+        r = admin.post(
+            f"/api/exchanges/{broker.vhost_path}/amq.default/publish",
+            json={
+                "properties": properties or {},
+                "routing_key": queue,
+                "payload": base64.b64encode(payload).decode("ascii"),
+                "payload_encoding": "base64",
+            },
+        )
+        r.raise_for_status()
+        assert r.json()["routed"], f"not routed to {queue}"
+
+
+def read_all(broker: BrokerUnderTest, queue: str, count: int = 100) -> list[dict[str, Any]]:
+    """Every message, put back (``reject_requeue_true``)."""
+    with broker.admin() as admin:
+        r = admin.post(
+            f"{queue_path(broker, queue)}/get",
+            json={"count": count, "ackmode": "reject_requeue_true", "encoding": "auto"},
+        )
+        r.raise_for_status()
+        messages: list[dict[str, Any]] = r.json()
+        return messages
+
+
+def depth(broker: BrokerUnderTest, queue: str) -> int | None:
+    """The queue's depth as the management statistics show it (None: not known yet)."""
+    stats = broker.queue(queue)
+    messages = stats.get("messages")
+    return messages if isinstance(messages, int) else None
+
+
+async def wait_for(probe: Callable[[], Any], what: str, seconds: float = STATS_WAIT_SECONDS) -> Any:
+    deadline = time.monotonic() + seconds
+    while True:
+        value = probe()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {seconds} s for {what}")
+        await asyncio.sleep(0.5)
+
+
+async def wait_for_depth(broker: BrokerUnderTest, queue: str, expected: int) -> None:
+    """Until the queue shows ``expected`` messages where the pass looks: in the paginated,
+    column-projected listing, with its statistics and policy (a new queue is listed without
+    them for a few seconds, and the pass then rightly measures nothing)."""
+
+    async def listed() -> bool:
+        async with ManagementClient(
+            broker.management_url, broker.username, broker.password, vhost=broker.vhost
+        ) as client:
+            found = [q for q in await client.list_queues() if q.name == queue]
+        return (
+            bool(found)
+            and found[0].counts_known
+            and found[0].policy_known
+            and (found[0].messages == expected)
+        )
+
+    await wait_for(listed, f"{queue} to be listed with {expected} message(s)")
+
+
+async def dead_letter_gates(store: PostgresStore) -> list[Gate]:
+    return await store.list_gates(open_only=False, kind=GATE_BUS_DEAD_LETTERED)
+
+
+def outcome_of(result: PassResult, queue: str) -> Any:
+    found = [d for d in result.dead_letters if d.queue == queue]
+    return found[0] if found else None
+
+
+async def parked_after_passes(settings: Settings, queue: str, want: int, passes: int = 20) -> None:
+    """Run passes until ``want`` letters of ``queue`` are parked (the dead-letter policy may
+    need a pass or a statistics interval before reads are proven safe)."""
+    parked = 0
+    for _ in range(passes):
+        result = await reap_once(settings)
+        outcome = outcome_of(result, queue)
+        parked += outcome.parked_new if outcome else 0
+        if parked >= want:
+            return
+        await asyncio.sleep(1)
+    pytest.fail(f"{queue}: {parked} of {want} parked after {passes} passes")
+
+
+# --------------------------------------------------------------------------- never deleted
+
+
+async def test_an_owned_quorum_dead_letter_queue_survives_fifty_passes(
+    broker: BrokerUnderTest, settings: Settings, store: PostgresStore
+) -> None:
+    """An owned quorum dead-letter queue holding 5 dead letters survives 50 consecutive real
+    passes with every message still on the broker, and exactly 5 gates exist."""
+    broker.declare_queue(DLQ, queue_type="quorum")
+    bodies = [json.dumps({"task": i, "version": broker.version}) for i in range(5)]
+    dead_letter_through(broker, DLQ, bodies)
+    await wait_for_depth(broker, DLQ, 5)
+
+    blocked: list[tuple[int, str]] = []
+    parked_by_pass: list[int] = []
+    started = time.monotonic()
+    for n in range(1, PASSES + 1):
+        result = await reap_once(settings)
+        assert not [u for u in result.unreadable], result.unreadable
+        assert not result.failed_rows, result.failed_rows
+        outcome = outcome_of(result, DLQ)
+        assert outcome is not None, f"pass {n}: {DLQ} not judged: {result.notes}"
+        assert outcome.depth == 5, f"pass {n}: {outcome}"
+        if outcome.read_blocked is not None:
+            # the safety working: not read, not parked, every message still counted
+            assert outcome.parked_new == 0 and outcome.unread == 5
+            assert "delivery limit" in outcome.read_blocked
+            blocked.append((n, outcome.read_blocked))
+        else:
+            assert outcome.parked_new + outcome.already_parked == 5, f"pass {n}: {outcome}"
+            assert outcome.unread == 0
+        parked_by_pass.append(outcome.parked_new)
+        gates = await dead_letter_gates(store)
+        assert len(gates) == sum(parked_by_pass) <= 5
+        if n % 10 == 0:  # sampled: the statistics lag, the final read below is exact
+            assert depth(broker, DLQ) == 5
+    elapsed = time.monotonic() - started
+
+    # every pass after the first safe read found all five parked
+    first_read = next(i for i, outcome in enumerate(parked_by_pass) if outcome)
+    assert parked_by_pass[first_read] == 5 and sum(parked_by_pass) == 5
+    assert len(blocked) < PASSES, "no pass ever proved the read safe"
+    # on 4.0 a pass can only read once the dead-letter policy (delivery-limit -1) is in force
+    assert all(n < first_read + 1 for n, _ in blocked)
+
+    messages = read_all(broker, DLQ)
+    assert sorted(m["payload"] for m in messages) == sorted(bodies)
+    gates = await dead_letter_gates(store)
+    assert len(gates) == 5 and all(g.is_open for g in gates)
+    assert sorted(g.identity or "" for g in gates) == sorted(
+        f"dead_letter:msg:{ORIGIN}-{i}" for i in range(5)
+    )
+    parks = [e for e in await store.events(FLEET_PROJECT_ID) if e.payload["action"] == "park"]
+    assert len(parks) == 5 and not any(e.trusted for e in parks)
+    queue = broker.queue(DLQ)
+    counts = [m["properties"].get("headers", {}).get("x-delivery-count") for m in messages]
+    print(
+        f"\nRabbitMQ {broker.version}: {PASSES} passes in {elapsed:.1f} s; "
+        f"blocked passes {[n for n, _ in blocked]}; first read at pass {first_read + 1}; "
+        f"policy {queue.get('policy')!r}, delivery_limit {queue.get('delivery_limit')!r}; "
+        f"x-delivery-count at the end {counts}"
+        + (f"; blocked because: {blocked[0][1]}" if blocked else "")
+    )
+
+
+async def test_a_quorum_dead_letter_queue_with_a_finite_limit_is_never_read(
+    broker: BrokerUnderTest, settings: Settings, store: PostgresStore
+) -> None:
+    """A finite limit the reconciled policy does not lift (an ``x-delivery-limit`` argument):
+    every pass declines to read, says why, and the pass is not ok."""
+    broker.declare_queue(DLQ, queue_type="quorum", arguments={"x-delivery-limit": 3})
+    bodies = [json.dumps({"task": i}) for i in range(3)]
+    dead_letter_through(broker, DLQ, bodies)
+    await wait_for_depth(broker, DLQ, 3)
+
+    for _ in range(10):
+        result = await reap_once(settings)
+        outcome = outcome_of(result, DLQ)
+        assert outcome is not None and outcome.read_blocked is not None, outcome
+        assert outcome.parked_new == 0 and not result.ok
+
+    messages = read_all(broker, DLQ)
+    assert sorted(m["payload"] for m in messages) == sorted(bodies)
+    assert not any(m["redelivered"] for m in messages)  # the passes never read it
+    assert await dead_letter_gates(store) == []
+
+
+# --------------------------------------------------------------------------- foreign
+
+
+@pytest.mark.parametrize("foreign", ["celery.dead", "other.dlq"])
+async def test_a_foreign_dead_letter_queue_is_surfaced_and_never_read(
+    broker: BrokerUnderTest, settings: Settings, store: PostgresStore, foreign: str
+) -> None:
+    broker.declare_queue(foreign, queue_type="quorum")
+    broker.declare_queue("celery.classic.dlq")
+    for queue in (foreign, "celery.classic.dlq"):
+        for i in range(3):
+            broker.publish(queue, json.dumps({"theirs": i}), properties={"message_id": f"t{i}"})
+        await wait_for_depth(broker, queue, 3)
+
+    for _ in range(3):
+        result = await reap_once(settings)
+        assert outcome_of(result, foreign) is None  # never read, so no read outcome
+        surfaced = [
+            r.verdict
+            for r in result.verdicts
+            if r.verdict.queue == foreign and r.verdict.condition.value == "dead_letter"
+        ]
+        assert [v.action.value for v in surfaced] == ["surface"]
+
+    for queue in (foreign, "celery.classic.dlq"):
+        messages = read_all(broker, queue)
+        assert len(messages) == 3
+        assert [m["redelivered"] for m in messages] == [False, False, False], queue
+    assert await dead_letter_gates(store) == []
+    sightings = [
+        e.payload
+        for e in await store.events(FLEET_PROJECT_ID)
+        if e.payload["queue"] == foreign and e.payload["condition"] == "dead_letter"
+    ]
+    assert [p["action"] for p in sightings] == ["surface"]  # recorded once, not per pass
+
+
+# --------------------------------------------------------------------------- replay
+
+
+async def test_replay_publishes_the_body_back_and_the_dead_letter_stays(
+    broker: BrokerUnderTest, settings: Settings, store: PostgresStore
+) -> None:
+    broker.declare_queue(DLQ, queue_type="quorum")
+    bodies = [json.dumps({"task": "replay me"}), json.dumps({"task": "dismiss me"})]
+    dead_letter_through(broker, DLQ, bodies)
+    await wait_for_depth(broker, DLQ, 2)
+    await parked_after_passes(settings, DLQ, 2)
+    gates = {g.identity: g for g in await dead_letter_gates(store)}
+    replayed = gates[f"dead_letter:msg:{ORIGIN}-0"]
+    dismissed = gates[f"dead_letter:msg:{ORIGIN}-1"]
+    assert depth(broker, ORIGIN) == 0
+
+    sources = await open_sources(settings)
+    try:
+        outcome = await answer_gate(sources, settings, replayed.id, "replay")
+        with pytest.raises(GateError, match="already answered"):
+            await answer_gate(sources, settings, replayed.id, "replay")
+        dismissal = await answer_gate(sources, settings, dismissed.id, "dismiss")
+    finally:
+        await sources.close()
+
+    message_id = f"replay:msg:{ORIGIN}-0:{replayed.id}"
+    assert f"published to \"{ORIGIN}\" as message '{message_id}'" in outcome
+    assert "nothing was sent" in dismissal
+    [back] = read_all(broker, ORIGIN)  # exactly one replay, for two answers
+    assert back["payload"] == bodies[0]
+    assert back["properties"]["message_id"] == message_id
+    assert back["properties"]["content_type"] == "application/json"
+    # the broker's copies stay on the dead-letter queue, whatever the answers
+    assert sorted(m["payload"] for m in read_all(broker, DLQ)) == sorted(bodies)
+    answered = {g.identity: g for g in await dead_letter_gates(store)}
+    assert answered[replayed.identity].answer == "replay"
+    assert answered[dismissed.identity].answer == "dismiss"
+
+
+async def test_an_unrouted_replay_records_nothing(
+    broker: BrokerUnderTest, settings: Settings, store: PostgresStore
+) -> None:
+    """An owned origin that no longer exists: the broker routes the replay nowhere."""
+    dlq = "vibey.gone.dead"
+    broker.declare_queue(dlq)
+    broker.publish(
+        dlq,
+        json.dumps({"task": "lost"}),
+        properties={
+            "message_id": "gone-1",
+            "headers": {"x-first-death-queue": "vibey.gone", "x-first-death-reason": "expired"},
+        },
+    )
+    await wait_for_depth(broker, dlq, 1)
+    await parked_after_passes(settings, dlq, 1)
+    [gate] = await dead_letter_gates(store)
+
+    sources = await open_sources(settings)
+    try:
+        with pytest.raises(GateError, match=r'replay to "vibey.gone" was not routed'):
+            await answer_gate(sources, settings, gate.id, "replay")
+    finally:
+        await sources.close()
+    [still] = await dead_letter_gates(store)
+    assert still.is_open
+    assert len(read_all(broker, dlq)) == 1
+
+
+# --------------------------------------------------------------------------- hostile
+
+
+async def test_hostile_dead_letters_are_parked_without_crashing_the_pass(
+    broker: BrokerUnderTest, settings: Settings, store: PostgresStore
+) -> None:
+    dlq = "vibey.hostile.dead"
+    broker.declare_queue(dlq, queue_type="quorum")
+    big_headers = {f"x-junk-{i}": "\u202e\x1b[31m" + "h" * 1000 for i in range(100)}
+    publish_raw(
+        broker,
+        dlq,
+        b'{"ok": true}',
+        properties={
+            "message_id": "big-headers",
+            "headers": {
+                **big_headers,
+                "x-first-death-queue": "vibey.jobs\n\x1b[2J" + "q" * 500,
+                "x-first-death-reason": "rejected",
+            },
+        },
+    )
+    publish_raw(broker, dlq, bytes(range(256)) * 4, properties={"message_id": "binary"})
+    publish_raw(broker, dlq, b'{"bad": "\xff\xfe\xc3"}', properties={"message_id": "utf8"})
+    publish_raw(broker, dlq, b"", properties={})  # no id, no body, no headers
+    await wait_for_depth(broker, dlq, 4)
+
+    await parked_after_passes(settings, dlq, 4)
+    result = await reap_once(settings)  # and a pass after: all known, nothing new
+    outcome = outcome_of(result, dlq)
+    assert outcome is not None and outcome.read_blocked is None
+    assert (outcome.parked_new, outcome.already_parked, outcome.unread) == (0, 4, 0)
+    assert not result.failed_rows
+
+    gates = await dead_letter_gates(store)
+    assert len(gates) == 4
+    for gate in gates:
+        assert "\x1b" not in gate.prompt and "\u202e" not in gate.prompt
+        assert all(len(line) < 400 for line in gate.prompt.splitlines())
+    assert len(read_all(broker, dlq)) == 4
+    # none of them may be replayed: refused with the reason, nothing sent
+    sources = await open_sources(settings)
+    try:
+        for gate in gates:
+            with pytest.raises(GateError, match="replay refused"):
+                await answer_gate(sources, settings, gate.id, "replay")
+    finally:
+        await sources.close()
