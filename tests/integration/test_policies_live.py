@@ -1,0 +1,459 @@
+"""The declared policies reconciled and verified on real brokers (RabbitMQ 3.10 and 4.0), each
+test in a vhost of its own: converge, stay quiet, restore drift, report refusals and shadows,
+and plan without writing."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, cast
+from urllib.parse import quote
+
+import pytest
+
+from reaper.broker import ManagementClient
+from reaper.domain import BrokerFacts
+from reaper.policies import (
+    DesiredPolicy,
+    PolicyParameters,
+    load_declarations,
+    plan,
+    plan_json,
+    plan_text,
+    reconcile,
+    render,
+)
+from tests.conftest import BrokerUnderTest
+
+pytestmark = pytest.mark.broker
+
+PARAMS = PolicyParameters()  # vibey, 21600 s, delivery limit 20, ^vibey\., (\.dlq|\.dead)$
+CONSUMER_TIMEOUT_MS = PARAMS.consumer_timeout_ms
+
+#: Generous: a queue declared a moment before the policy shows it after up to ~9 s on 3.10.
+#: test_policy_behaviour.py pins the lag for an existing queue against the default of 10 s.
+VERIFY_WAIT = 30.0
+
+QUEUES = {
+    "vibey.jobs.p1": "quorum",
+    "vibey.jobs.c1": "classic",
+    "vibey.jobs.wait.w1s": "classic",
+    "vibey.jobs.dead": "quorum",
+    "vibey.runs.e1.dead": "quorum",
+    "vibey.bus.x.dlq": "classic",
+    "celery": "classic",
+    "agent.x.inbox": "quorum",
+}
+OWNED = [n for n in QUEUES if n.startswith("vibey.")]
+FOREIGN = [n for n in QUEUES if not n.startswith("vibey.")]
+QUORUM_WORK = ["vibey.jobs.p1"]
+CLASSIC_WORK = ["vibey.jobs.c1", "vibey.jobs.wait.w1s"]
+QUORUM_DEAD = ["vibey.jobs.dead", "vibey.runs.e1.dead"]
+CLASSIC_DEAD = ["vibey.bus.x.dlq"]
+
+
+def declared_in_force(version: str) -> dict[str, tuple[str | None, dict[str, object]]]:
+    """Per owned queue: the policy it must carry and its effective definition, as declared
+    and rendered for this version."""
+    quorum: tuple[str | None, dict[str, object]]
+    classic: tuple[str | None, dict[str, object]]
+    dead: tuple[str | None, dict[str, object]]
+    if version == "4.0":
+        quorum = (
+            "vibey-reap-quorum",
+            {"consumer-timeout": CONSUMER_TIMEOUT_MS, "delivery-limit": 20},
+        )
+        classic = ("vibey-reap-classic", {"consumer-timeout": CONSUMER_TIMEOUT_MS})
+        dead = ("vibey-reap-dead-letter", {"delivery-limit": -1})
+    else:
+        # 3.10: no consumer-timeout key (the broker-wide consumer_timeout is the bound), no
+        # -1: the quorum policy carries the delivery limit only, nothing else is written
+        quorum = ("vibey-reap-quorum", {"delivery-limit": 20})
+        classic = (None, {})
+        dead = (None, {})
+    expected: dict[str, tuple[str | None, dict[str, object]]] = {n: quorum for n in QUORUM_WORK}
+    expected |= {n: classic for n in CLASSIC_WORK}
+    expected |= {n: dead for n in QUORUM_DEAD}
+    expected |= {n: (None, {}) for n in CLASSIC_DEAD}  # no policy of ours is for a classic DLQ
+    return expected
+
+
+def client_for(
+    broker: BrokerUnderTest, user: str = "guest", password: str = "guest"
+) -> ManagementClient:
+    return ManagementClient(broker.management_url, user, password, vhost=broker.vhost)
+
+
+@pytest.fixture
+async def client(broker: BrokerUnderTest) -> AsyncIterator[ManagementClient]:
+    async with client_for(broker) as c:
+        yield c
+
+
+@pytest.fixture
+def queues(broker: BrokerUnderTest) -> dict[str, str]:
+    """The queues, declared and listed with their first statistics (a queue listed before
+    them shows no policy at all, which verification rightly waits for)."""
+    for name, queue_type in QUEUES.items():
+        broker.declare_queue(name, queue_type=queue_type)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with broker.admin() as admin:
+            listed = admin.get(
+                f"/api/queues/{broker.vhost_path}", params={"columns": "name,policy"}
+            ).json()
+        if len([q for q in listed if "policy" in q]) == len(QUEUES):
+            return QUEUES
+        time.sleep(0.25)
+    pytest.fail("the queues' first statistics did not arrive within 30 s")
+
+
+@pytest.fixture
+async def facts(client: ManagementClient) -> BrokerFacts:
+    return await client.facts(declared_consumer_timeout_ms=CONSUMER_TIMEOUT_MS)
+
+
+@pytest.fixture
+def desired(facts: BrokerFacts) -> list[DesiredPolicy]:
+    return render(load_declarations(), PARAMS, facts)
+
+
+def held_policies(broker: BrokerUnderTest) -> list[dict[str, object]]:
+    with broker.admin() as admin:
+        r = admin.get(f"/api/policies/{broker.vhost_path}")
+        r.raise_for_status()
+        return sorted(r.json(), key=lambda p: p["name"])
+
+
+# --------------------------------------------------------------------------- converge
+
+
+async def test_one_pass_brings_every_owned_queue_to_its_declared_bounds(
+    broker: BrokerUnderTest,
+    client: ManagementClient,
+    queues: dict[str, str],
+    desired: list[DesiredPolicy],
+    facts: BrokerFacts,
+) -> None:
+    outcomes = {
+        o.name: o
+        for o in await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+    }
+    assert set(outcomes) == {"vibey-reap-quorum", "vibey-reap-classic", "vibey-reap-dead-letter"}
+    for o in outcomes.values():
+        assert o.verified is True, o
+        assert o.queues_failing == (), o
+
+    quorum, classic, dead = (
+        outcomes["vibey-reap-quorum"],
+        outcomes["vibey-reap-classic"],
+        outcomes["vibey-reap-dead-letter"],
+    )
+    assert quorum.queues_checked == len(QUORUM_WORK)
+    assert classic.queues_checked == len(CLASSIC_WORK)
+    assert dead.queues_checked == len(QUORUM_DEAD)
+    if broker.version == "4.0":
+        assert [(o.action, o.reason) for o in (quorum, classic, dead)] == [
+            ("created", "Created")
+        ] * 3
+    else:
+        assert (quorum.action, quorum.reason) == ("created", "Created")
+        assert "consumer-timeout is not a policy key on RabbitMQ 3.10" in quorum.detail
+        assert "broker-wide consumer_timeout = 21600000 ms" in quorum.detail
+        assert (classic.action, classic.reason) == ("unsupported", "KeyUnsupported")
+        assert "broker-wide consumer_timeout = 21600000 ms" in classic.detail
+        assert "20-vibey-reap.conf" in classic.detail
+        assert (dead.action, dead.reason) == ("unsupported", "KeyUnsupported")
+        assert "no delivery limit" in dead.detail
+
+    # every owned queue, read on its own: the declared policy and exactly the declared bounds
+    for name, (policy, definition) in declared_in_force(broker.version).items():
+        q = await client.queue(name)
+        assert q.policy == policy, name
+        assert dict(q.effective_policy) == definition, name
+    for name in FOREIGN:
+        assert (await client.queue(name)).policy is None, name
+
+    names = [p["name"] for p in held_policies(broker)]
+    if broker.version == "4.0":
+        assert names == ["vibey-reap-classic", "vibey-reap-dead-letter", "vibey-reap-quorum"]
+    else:
+        assert names == ["vibey-reap-quorum"]
+        assert facts.consumer_timeout_ms == CONSUMER_TIMEOUT_MS
+
+
+async def test_dead_letter_queues_never_carry_a_finite_limit_of_ours(
+    broker: BrokerUnderTest,
+    client: ManagementClient,
+    queues: dict[str, str],
+    desired: list[DesiredPolicy],
+) -> None:
+    await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+    for name in QUORUM_DEAD:
+        raw = cast(dict[str, Any], broker.queue(name))
+        effective = raw.get("effective_policy_definition") or {}
+        if broker.version == "4.0":
+            # unlimited in force, where the 4.x default would otherwise be 20
+            assert raw["policy"] == "vibey-reap-dead-letter"
+            assert effective == {"delivery-limit": -1}
+            assert raw["delivery_limit"] == "unlimited"
+        else:
+            assert raw.get("policy") is None
+            assert "delivery-limit" not in effective
+            assert "x-delivery-limit" not in (raw.get("arguments") or {})
+            assert "delivery_limit" not in raw
+
+
+# --------------------------------------------------------------------------- quiet, drift
+
+
+async def test_a_second_pass_writes_nothing_and_says_unchanged(
+    broker: BrokerUnderTest,
+    client: ManagementClient,
+    queues: dict[str, str],
+    desired: list[DesiredPolicy],
+) -> None:
+    await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+    before = held_policies(broker)
+    writes, requests = client.writes_made, client.requests_made
+
+    outcomes = await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+
+    assert client.writes_made == writes
+    # one policy listing and one queue listing: no write, no read-back, no waiting
+    assert client.requests_made - requests == 2
+    assert held_policies(broker) == before
+    for o in outcomes:
+        assert o.verified is True, o
+        if o.action != "unsupported":
+            assert (o.action, o.reason) == ("unchanged", "InSync"), o
+
+
+async def test_a_policy_changed_by_hand_is_restored(
+    broker: BrokerUnderTest,
+    client: ManagementClient,
+    queues: dict[str, str],
+    desired: list[DesiredPolicy],
+) -> None:
+    await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+    quorum = next(d for d in desired if d.name == "vibey-reap-quorum")
+    with broker.admin() as admin:
+        admin.put(
+            f"/api/policies/{broker.vhost_path}/vibey-reap-quorum",
+            json={**quorum.body(), "definition": {"delivery-limit": 5}, "priority": 3},
+        ).raise_for_status()
+
+    planned = {o.name: o for o in await reconcile(client, desired, dry_run=True)}
+    assert planned["vibey-reap-quorum"].action == "planned"
+    assert planned["vibey-reap-quorum"].reason == "WouldUpdate"
+    assert "delivery-limit 5 → 20" in planned["vibey-reap-quorum"].detail
+
+    writes = client.writes_made
+    outcomes = {
+        o.name: o
+        for o in await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+    }
+    restored = outcomes["vibey-reap-quorum"]
+    assert (restored.action, restored.reason, restored.verified) == ("updated", "Updated", True)
+    assert client.writes_made == writes + 1, "only the drifted policy is written"
+    q = await client.queue("vibey.jobs.p1")
+    assert q.effective_policy["delivery-limit"] == 20
+    [held] = [p for p in held_policies(broker) if p["name"] == "vibey-reap-quorum"]
+    assert held["priority"] == 0
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+@pytest.fixture
+def management_only_user(broker: BrokerUnderTest) -> Iterator[tuple[str, str]]:
+    """A user with the 'management' tag and full permissions on the vhost, no policymaker."""
+    user, password = f"qr-nopolicy-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    with broker.admin() as admin:
+        admin.put(
+            f"/api/users/{quote(user, safe='')}", json={"password": password, "tags": "management"}
+        ).raise_for_status()
+        admin.put(
+            f"/api/permissions/{broker.vhost_path}/{quote(user, safe='')}",
+            json={"configure": ".*", "write": ".*", "read": ".*"},
+        ).raise_for_status()
+    try:
+        yield user, password
+    finally:
+        with broker.admin() as admin:
+            admin.delete(f"/api/users/{quote(user, safe='')}")
+
+
+async def test_a_user_without_policymaker_is_refused_and_nothing_raises(
+    broker: BrokerUnderTest,
+    queues: dict[str, str],
+    desired: list[DesiredPolicy],
+    management_only_user: tuple[str, str],
+) -> None:
+    async with client_for(broker, *management_only_user) as restricted:
+        outcomes = {
+            o.name: o
+            for o in await reconcile(
+                restricted, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT
+            )
+        }
+        assert restricted.writes_made == sum(1 for d in desired if d.writable)
+
+    for d in desired:
+        o = outcomes[d.name]
+        if d.writable:
+            assert (o.action, o.reason, o.verified) == ("refused", "Refused", False), o
+            assert not o.ok
+            assert "policymaker" in o.detail
+            assert "401" in o.detail
+            assert management_only_user[1] not in o.detail
+        else:
+            # 3.10: nothing to write for these; their fallbacks hold whoever asks
+            assert (o.action, o.verified) == ("unsupported", True), o
+    assert held_policies(broker) == []
+    # a refused write leaves nothing to wait for
+    assert restricted.requests_made == 1 + restricted.writes_made + 1
+
+
+# --------------------------------------------------------------------------- shadows
+
+
+async def test_a_queue_under_someone_elses_higher_priority_policy_is_named(
+    broker: BrokerUnderTest,
+    client: ManagementClient,
+    queues: dict[str, str],
+    desired: list[DesiredPolicy],
+) -> None:
+    with broker.admin() as admin:
+        admin.put(
+            f"/api/policies/{broker.vhost_path}/hog",
+            json={
+                "pattern": r"^vibey\.jobs\.p1$",
+                "apply-to": "queues",
+                "priority": 10,
+                "definition": {"max-length": 1000},
+            },
+        ).raise_for_status()
+
+    outcomes = {
+        o.name: o
+        for o in await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+    }
+
+    shadowed = outcomes["vibey-reap-quorum"]
+    assert shadowed.verified is False
+    assert shadowed.reason == "ShadowedBy"
+    assert shadowed.queues_failing == ("vibey.jobs.p1",)
+    assert "carries policy 'hog' instead of vibey-reap-quorum" in shadowed.detail
+    assert "priority 10" in shadowed.detail
+    assert outcomes["vibey-reap-dead-letter"].verified is True
+    assert outcomes["vibey-reap-classic"].verified is True
+
+
+# --------------------------------------------------------------------------- dry run
+
+
+async def test_a_dry_run_and_a_plan_write_nothing(
+    broker: BrokerUnderTest,
+    client: ManagementClient,
+    queues: dict[str, str],
+    desired: list[DesiredPolicy],
+) -> None:
+    outcomes = await reconcile(client, desired, dry_run=True, verify_wait_seconds=VERIFY_WAIT)
+    the_plan = await plan(client, desired)
+
+    assert client.writes_made == 0
+    assert held_policies(broker) == []
+    for o in outcomes:
+        d = next(d for d in desired if d.name == o.name)
+        if d.writable:
+            assert (o.action, o.reason, o.verified) == ("planned", "WouldCreate", False), o
+            assert f"would create {d.name}" in o.detail
+        else:
+            assert o.action == "unsupported"
+
+    as_json = plan_json(the_plan)
+    changes = {p["name"]: p["change"] for p in as_json["policies"]}
+    for d in desired:
+        assert changes[d.name] == ("create" if d.writable else "unsupported")
+    per_queue = {(q["queue"], q["policy"]) for q in as_json["queues"]}
+    assert ("vibey.jobs.p1", "vibey-reap-quorum") in per_queue
+    assert not {q for q, _ in per_queue} & set(FOREIGN)
+    text = plan_text(the_plan)
+    assert "vibey.jobs.p1 (quorum) for vibey-reap-quorum" in text
+    assert f"RabbitMQ {broker.version}" in text
+
+
+async def test_a_vhost_with_no_owned_queue_has_nothing_to_verify(
+    client: ManagementClient, desired: list[DesiredPolicy]
+) -> None:
+    outcomes = await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+    for o in outcomes:
+        assert (o.verified, o.queues_checked, o.reason) == (None, 0, "NoOwnedQueues"), o
+        assert o.ok
+
+
+# --------------------------------------------------------------------------- odd brokers
+
+
+async def test_a_policy_of_our_name_this_version_cannot_hold_is_named_stale(
+    broker: BrokerUnderTest,
+    client: ManagementClient,
+    queues: dict[str, str],
+    desired: list[DesiredPolicy],
+) -> None:
+    with broker.admin() as admin:
+        admin.put(
+            f"/api/policies/{broker.vhost_path}/vibey-reap-classic",
+            json={"pattern": r"^vibey\.", "apply-to": "queues", "definition": {"max-length": 7}},
+        ).raise_for_status()
+
+    outcomes = {
+        o.name: o
+        for o in await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+    }
+
+    classic = outcomes["vibey-reap-classic"]
+    if broker.version == "4.0":
+        assert (classic.action, classic.reason, classic.verified) == ("updated", "Updated", True)
+    else:
+        # 3.10 cannot hold the classic policy, and the one found would reach every owned
+        # queue: named, never deleted by us
+        assert (classic.action, classic.reason, classic.verified) == (
+            "unsupported",
+            "StalePolicy",
+            False,
+        )
+        assert "delete it by hand" in classic.detail
+        assert "vibey.jobs.c1" in classic.queues_failing
+
+
+async def test_a_definition_the_broker_rejects_is_reported_not_raised(
+    broker: BrokerUnderTest,
+    client: ManagementClient,
+    queues: dict[str, str],
+    facts: BrokerFacts,
+) -> None:
+    """Capabilities taken wrongly (4.0's claimed of every broker): 3.10 answers 400."""
+    claimed = BrokerFacts(
+        **{
+            **facts.__dict__,
+            "policy_consumer_timeout": True,
+            "policy_apply_to_queue_type": True,
+            "unlimited_delivery_limit": True,
+        }
+    )
+    desired = render(load_declarations(), PARAMS, claimed)
+
+    outcomes = await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+
+    for o in outcomes:
+        if broker.version == "4.0":
+            assert (o.action, o.verified) == ("created", True), o
+        else:
+            assert (o.action, o.reason, o.verified) == ("refused", "DefinitionRejected", False)
+            assert "400" in o.detail
+            assert "capabilities_for" in o.detail
+    if broker.version == "3.10":
+        assert held_policies(broker) == []
