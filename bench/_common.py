@@ -35,3 +35,10 @@ async def scratch_database(prefix: str, template: str | None = None) -> AsyncIte
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def report_result(benchmark: str, figures: dict[str, object]) -> None:
+    """Print the machine-readable last line ``bench/run_all`` collects into its table."""
+    import json
+
+    print("RESULT " + json.dumps({"benchmark": benchmark, **figures}, sort_keys=True))

@@ -21,11 +21,15 @@ import asyncio
 import sys
 import time
 import uuid
+from pathlib import Path
 from urllib.parse import quote
 
 import httpx
 
 from reaper.broker import DEFAULT_PAGE_SIZE, QUEUE_COLUMNS, ManagementClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import report_result
 
 TARGET_RATIO = 1.5
 #: Statistics of freshly declared queues arrive a few seconds later; the pass reads settled
@@ -121,6 +125,7 @@ async def measure(args: argparse.Namespace, vhost: str, names: list[str]) -> boo
     print(f"    {a_queues} queues ({pages} pages + overview, node and consumers reads)")
     print(f"(b) one column-projected listing:          {b_seconds:.3f} s, 1 request,")
     print(f"    {b_queues} queues")
+    c_seconds: float | None = None
     if not args.skip_per_queue:
         c_seconds = await per_queue(args, vhost, names)
         print(
@@ -129,6 +134,19 @@ async def measure(args: argparse.Namespace, vhost: str, names: list[str]) -> boo
     ok = ratio <= TARGET_RATIO and a_requests < len(names) and a_queues == len(names)
     verdict = "PASS" if ok else "FAIL"
     print(f"ratio a/b = {ratio:.2f} (target <= {TARGET_RATIO}), best of {args.repeat}: {verdict}")
+    report_result(
+        "broker_read",
+        {
+            "url": args.url,
+            "queues": len(names),
+            "pass_s": round(a_seconds, 3),
+            "pass_requests": a_requests,
+            "listing_s": round(b_seconds, 3),
+            "per_queue_s": round(c_seconds, 3) if c_seconds is not None else None,
+            "ratio": round(ratio, 2),
+            "ok": ok,
+        },
+    )
     return ok
 
 

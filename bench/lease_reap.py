@@ -28,7 +28,7 @@ import asyncpg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import dsn_for, median, scratch_database
+from _common import dsn_for, median, report_result, scratch_database
 
 from reaper.domain import Measurements, Thresholds
 from reaper.judge import judge
@@ -283,6 +283,19 @@ async def main() -> int:
     print(
         f"reaper / loop = {of_loop:.1f}x (target >= {TARGET_OF_LOOP:g}x): "
         f"{'PASS' if ok_loop else 'FAIL'}"
+    )
+    report_result(
+        "lease_reap",
+        {
+            "expired": args.expired,
+            "others": args.others,
+            "reaper_per_s": round(reaper),
+            "bare_per_s": round(bare),
+            "loop_per_s": round(loop),
+            "of_bare": round(of_bare, 2),
+            "of_loop": round(of_loop, 1),
+            "ok": ok_bare and ok_loop,
+        },
     )
     return 0 if ok_bare and ok_loop else 1
 

@@ -25,7 +25,7 @@ import asyncpg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import dsn_for, scratch_database
+from _common import dsn_for, report_result, scratch_database
 
 from reaper.sql import QUERIES
 from reaper.store import PostgresStore
@@ -153,6 +153,17 @@ async def main() -> int:
 
     verdict = "FAIL: a sequential scan of job" if seq_scan else "PASS: no sequential scan of job"
     print(f"index-driven at {args.jobs:,} jobs: {verdict}")
+    report_result(
+        "stale_ready",
+        {
+            "jobs": args.jobs,
+            "projects": len(heads),
+            "best_ms": round(min(timings) * 1000, 1),
+            "median_ms": round(sorted(timings)[2] * 1000, 1),
+            "seq_scan": seq_scan,
+            "ok": not seq_scan,
+        },
+    )
     return 1 if seq_scan else 0
 
 
