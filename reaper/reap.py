@@ -376,7 +376,8 @@ async def _dead_letters(
             continue
         ledger.dead_letters.append(outcome)
         ledger.verdicts.extend(RecordedVerdict(p, True) for p in parks)
-        if outcome.unread or outcome.read_blocked:
+        # A dry run does not read, so its remainder is unknown, not unparked.
+        if outcome.read_blocked or (outcome.unread and not dry_run):
             why = outcome.read_blocked or (
                 f"past the read limit of {reap.dead_letter_peek_limit} per pass"
             )

@@ -100,6 +100,8 @@ def _measure(verdict: Verdict) -> str:
 
 
 def _where(verdict: Verdict) -> str:
+    if verdict.queue and verdict.object != verdict.queue:
+        return f"{verdict.object} from queue {verdict.queue}"
     if verdict.queue:
         return f"queue {verdict.queue}"
     return f"job {verdict.object} (project {verdict.project_id})"

@@ -1039,3 +1039,61 @@ async def _answer_bus_dead_lettered(conn: Any, gate: Gate, choice: str, now: dat
 
 
 GATE_ANSWERS[GATE_BUS_DEAD_LETTERED] = _answer_bus_dead_lettered
+
+
+# --------------------------------------------------------------------------- the scenario
+# For `reaper demo` and the tests (reaper/scenario.py), never for a pass: a database of their
+# own, and the named seeding queries of reaper/sql/scenario.sql.
+
+#: A database name the scenario helpers accept: plain, so it is safe inside "..." as is.
+_PLAIN_DATABASE_NAME = r"[a-z_][a-z0-9_]{0,62}"
+
+_scenario_queries: dict[str, str] = {}
+
+
+async def create_database(admin_dsn: str, name: str, *, password: str | None = None) -> None:
+    """Create the database ``name`` on the server ``admin_dsn`` points at (connected to the
+    database it names). Raises :class:`StoreUnavailable` with a one-line reason if it cannot."""
+    await _administer(admin_dsn, password, f"creating database {name}", "CREATE DATABASE", name)
+
+
+async def drop_database(admin_dsn: str, name: str, *, password: str | None = None) -> None:
+    """Drop the database ``name`` (if it exists, closing its sessions): only ever a database
+    the demo or a test created for itself."""
+    await _administer(
+        admin_dsn, password, f"dropping database {name}", "DROP DATABASE IF EXISTS", name
+    )
+
+
+async def _administer(
+    dsn: str, password: str | None, doing: str, statement: str, name: str
+) -> None:
+    import re
+
+    if re.fullmatch(_PLAIN_DATABASE_NAME, name) is None:
+        raise ValueError(f"not a plain database name (lower case, digits, _): {name!r}")
+    force = " WITH (FORCE)" if statement.startswith("DROP") else ""
+    seam = PostgresStore(None, _where(dsn), password or _dsn_password(dsn), CONNECT_TIMEOUT_SECONDS)
+    async with seam._seam(doing):
+        conn = await asyncpg.connect(dsn, password=password, timeout=CONNECT_TIMEOUT_SECONDS)
+        try:
+            await conn.execute(f'{statement} "{name}"{force}')
+        finally:
+            await conn.close()
+
+
+async def run_scenario_query(store: PostgresStore, name: str, *args: Any) -> list[dict[str, Any]]:
+    """Run the query ``name`` of ``reaper/sql/scenario.sql`` in a transaction of its own and
+    return its rows (as dicts)."""
+    if not _scenario_queries:
+        from reaper.sql import load_queries
+
+        _scenario_queries.update(load_queries("scenario.sql"))
+    query = _scenario_queries[name]
+    async with (
+        store._seam(f"running the scenario query {name}"),
+        store._connection() as conn,
+        conn.transaction(),
+    ):
+        rows = await conn.fetch(query, *args)
+    return [dict(row) for row in rows]

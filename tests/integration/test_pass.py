@@ -1,0 +1,294 @@
+"""A whole pass end to end, through the command line, on real PostgreSQL and both brokers:
+the seeded scenario (reaper/scenario.py) reaped once, then again with nothing new; the JSON
+report against its schema; and every way a source can fail, each named in ``unreadable`` with
+exit 1 and no password anywhere.
+
+The helpers here (``reaper_env``, ``run_cli``, the ``seeded`` fixture's parts) are shared by
+``test_dry_run_proof.py`` and ``test_demo.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import jsonschema
+import pytest
+
+from reaper.broker import ManagementClient
+from reaper.cli import main
+from reaper.config import load_config
+from reaper.scenario import Scenario, seed
+from reaper.store import PostgresStore
+from tests.conftest import BrokerUnderTest
+
+pytestmark = [pytest.mark.broker, pytest.mark.postgres]
+
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parents[2] / "reaper" / "schema" / "report.json").read_text()
+)
+
+#: A PostgreSQL port and a management port nothing listens on.
+CLOSED_PG_DSN = "postgresql://postgres@127.0.0.1:1/postgres"
+CLOSED_BROKER_URL = "http://127.0.0.1:1"
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def reaper_env(
+    pg_dsn: str,
+    management_url: str,
+    vhost: str,
+    *,
+    password: str = "guest",
+    **extra: str,
+) -> dict[str, str]:
+    """The ``REAPER_`` environment that points a pass at one test database and vhost."""
+    return {
+        "REAPER_DATABASE__DSN": pg_dsn,
+        "REAPER_BUS__MANAGEMENT_URL": management_url,
+        "REAPER_BUS__VHOST": vhost,
+        "REAPER_BUS__USERNAME": "guest",
+        "REAPER_BUS__PASSWORD": password,
+        **extra,
+    }
+
+
+async def run_cli(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: Mapping[str, str], *argv: str
+) -> int:
+    """``reaper --config-dir <empty> ARGV`` with exactly ``env`` as the ``REAPER_`` environment,
+    from an empty working directory (no ./conf.d), in a thread: the CLI runs its own event
+    loop."""
+    import os
+
+    for name in list(os.environ):
+        if name.upper().startswith("REAPER_"):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    empty = tmp_path / "conf.d"
+    empty.mkdir(exist_ok=True)
+    monkeypatch.chdir(tmp_path)
+    return await asyncio.to_thread(main, ["--config-dir", str(empty), *argv])
+
+
+@dataclass(frozen=True)
+class Seeded:
+    scenario: Scenario
+    env: dict[str, str]
+    pg_dsn: str
+    broker: BrokerUnderTest
+
+
+async def seed_scenario(pg_dsn: str, broker: BrokerUnderTest) -> Seeded:
+    env = reaper_env(pg_dsn, broker.management_url, broker.vhost)
+    settings = load_config(None, env).settings
+    store = await PostgresStore.connect(pg_dsn)
+    client = ManagementClient(broker.management_url, "guest", "guest", vhost=broker.vhost)
+    try:
+        scenario = await seed(store, client, now=datetime.now(UTC), settings=settings)
+    finally:
+        await store.close()
+        await client.aclose()
+    return Seeded(scenario, env, pg_dsn, broker)
+
+
+async def fetch(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return list(await conn.fetch(sql, *args))
+    finally:
+        await conn.close()
+
+
+async def event_count(dsn: str) -> int:
+    return int((await fetch(dsn, "SELECT count(*) FROM event"))[0][0])
+
+
+def verdicts(report: Mapping[str, Any], **match: Any) -> list[dict[str, Any]]:
+    return [v for v in report["verdicts"] if all(v[k] == w for k, w in match.items())]
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+async def seeded(pg_dsn: str, broker: BrokerUnderTest) -> AsyncIterator[Seeded]:
+    yield await seed_scenario(pg_dsn, broker)
+
+
+# --------------------------------------------------------------------------- a real pass
+
+
+async def test_a_real_pass_does_everything_once_and_the_next_records_nothing_new(
+    seeded: Seeded,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    scenario, expected = seeded.scenario, seeded.scenario.expected
+    dsn = seeded.pg_dsn
+
+    code = await run_cli(monkeypatch, tmp_path, seeded.env, "reap", "--json")
+    out = capsys.readouterr().out
+    report = json.loads(out)
+    jsonschema.validate(report, SCHEMA)
+    assert code == 0, out
+    assert report["ok"] is True and report["dry_run"] is False and report["unreadable"] == []
+
+    # the broker block, per version
+    broker = report["broker"]
+    assert broker["product"] == "RabbitMQ"
+    assert broker["version"].startswith(seeded.broker.version + ".")
+    capabilities = broker["capabilities"]
+    assert capabilities["policy_consumer_timeout"] is (seeded.broker.version == "4.0")
+    assert capabilities["unlimited_delivery_limit"] is (seeded.broker.version == "4.0")
+
+    # expired leases requeued, each with its event; poison parked
+    requeued = verdicts(report, condition="lease_expired", action="requeue")
+    assert {v["object"] for v in requeued} == expected.requeued
+    assert all(v["recorded"] for v in requeued)
+    parked = verdicts(report, condition="poison", action="park")
+    assert {v["object"] for v in parked} == expected.parked
+    assert all(v["recorded"] for v in parked)
+    # stale ready work surfaced, per project: the head behind a long-succeeded dependency,
+    # never the older job whose dependency still runs
+    stale = verdicts(report, source="job_queue", condition="stale_ready")
+    assert {v["project_id"]: v["object"] for v in stale} == dict(expected.stale_heads)
+    assert all(v["action"] == "surface" and v["recorded"] for v in stale)
+    assert not {v["object"] for v in report["verdicts"]} & {
+        str(j) for j in scenario.not_claimable + scenario.live_leases + scenario.fresh_ready
+    }
+    surfaced = {
+        (v["condition"], v["queue"])
+        for v in verdicts(report, source="broker", action="surface")
+        if v["recorded"]
+    }
+    assert surfaced == expected.surfaced_queues
+    # dead letters parked, each with an event; the foreign dead-letter queue never read
+    assert report["dead_letters"] == [
+        {
+            "queue": scenario.dead_letter_queue,
+            "depth": len(scenario.dead_letters),
+            "parked_new": len(scenario.dead_letters),
+            "already_parked": 0,
+            "unread": 0,
+            "read_blocked": None,
+        }
+    ]
+    dead = verdicts(report, condition="dead_letter", action="park")
+    assert len(dead) == len(scenario.dead_letters) and all(v["recorded"] for v in dead)
+    # the drifted policy put back and verified on the queues
+    policies = {p["name"]: p for p in report["policies"]}
+    assert policies[scenario.drifted_policy]["action"] == "updated"
+    assert all(p["verified"] is not False for p in report["policies"]), report["policies"]
+
+    # the rows: requeued ready with the lease cleared, poison awaiting a person with one
+    # attempt refunded and a gate, everything else as it was
+    jobs = {str(r["id"]): r for r in await fetch(dsn, "SELECT * FROM job")}
+    for job in expected.requeued:
+        assert jobs[job]["state"] == "ready" and jobs[job]["lease_owner"] is None
+        assert jobs[job]["lease_expires_at"] is None
+    for job in expected.parked:
+        assert jobs[job]["state"] == "awaiting_human" and jobs[job]["attempts"] == 6
+    for job in scenario.live_leases:
+        assert jobs[str(job)]["state"] == "leased"
+    gates = await fetch(dsn, "SELECT kind, job_id FROM human_gate ORDER BY kind")
+    assert sorted(g["kind"] for g in gates) == sorted(
+        ["delivery_exhausted"] + ["bus_dead_lettered"] * len(scenario.dead_letters)
+    )
+    events = await event_count(dsn)
+    recorded = sum(1 for v in report["verdicts"] if v["recorded"])
+    assert events == recorded
+
+    # the second pass: nothing to move, every sighting already open, no new event
+    code = await run_cli(monkeypatch, tmp_path, seeded.env, "reap", "--json")
+    again = json.loads(capsys.readouterr().out)
+    jsonschema.validate(again, SCHEMA)
+    assert code == 0
+    assert await event_count(dsn) == events, again
+    assert not [v for v in again["verdicts"] if v["recorded"]]
+    assert not [v for v in again["verdicts"] if v["action"] in ("requeue", "park", "cleared")]
+    assert {
+        (v["condition"], v["queue"]) for v in verdicts(again, source="broker", action="surface")
+    } == expected.surfaced_queues
+    assert again["dead_letters"][0]["already_parked"] == len(scenario.dead_letters)
+    assert again["dead_letters"][0]["parked_new"] == 0
+    assert {p["action"] for p in again["policies"]} <= {"unchanged", "unsupported"}
+    # never deleted: every dead letter is still on the broker
+    assert seeded.broker.queue(scenario.dead_letter_queue)["messages"] == len(scenario.dead_letters)
+
+
+# --------------------------------------------------------------------------- unreadable
+
+
+async def test_an_unreachable_broker_is_named_unreadable_and_the_pass_is_not_ok(
+    pg_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    env = reaper_env(pg_dsn, CLOSED_BROKER_URL, "/", REAPER_BUS__TIMEOUT_SECONDS="3")
+    code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
+    report = json.loads(capsys.readouterr().out)
+    jsonschema.validate(report, SCHEMA)
+    assert code == 1
+    assert report["ok"] is False and report["broker"] is None
+    assert [u["source"] for u in report["unreadable"]] == ["broker"]
+    error = report["unreadable"][0]["error"]
+    assert "\n" not in error and CLOSED_BROKER_URL in error, error
+    assert "could not be reached" in error
+
+
+async def test_a_wrong_broker_password_is_unreadable_and_never_printed(
+    pg_dsn: str,
+    broker: BrokerUnderTest,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    secret = f"Wr0ng-{uuid.uuid4().hex[:12]}"
+    env = reaper_env(pg_dsn, broker.management_url, broker.vhost, password=secret)
+    code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    jsonschema.validate(report, SCHEMA)
+    assert code == 1 and report["ok"] is False
+    assert [u["source"] for u in report["unreadable"]] == ["broker"]
+    error = report["unreadable"][0]["error"]
+    assert "\n" not in error and "401" in error, error
+    assert secret not in captured.out and secret not in captured.err
+
+    # the human report too
+    code = await run_cli(monkeypatch, tmp_path, env, "reap")
+    captured = capsys.readouterr()
+    assert code == 1 and "UNREADABLE  broker" in captured.out
+    assert secret not in captured.out and secret not in captured.err
+
+
+async def test_a_wrong_database_dsn_is_unreadable_and_the_pass_is_not_ok(
+    broker: BrokerUnderTest,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    env = reaper_env(CLOSED_PG_DSN, broker.management_url, broker.vhost)
+    code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
+    report = json.loads(capsys.readouterr().out)
+    jsonschema.validate(report, SCHEMA)
+    assert code == 1 and report["ok"] is False
+    assert [u["source"] for u in report["unreadable"]] == ["job_queue"]
+    error = report["unreadable"][0]["error"]
+    assert "\n" not in error and "127.0.0.1:1" in error, error
+    # the broker was still read, and nothing was written anywhere without the ledger
+    assert report["broker"]["product"] == "RabbitMQ"
+    assert not [v for v in report["verdicts"] if v["recorded"]]
