@@ -63,6 +63,9 @@ class SourceUnreadable(ReaperError):
 class StoreUnavailable(SourceUnreadable):
     def __init__(self, reason: str) -> None:
         super().__init__("job_queue", reason)
+        #: What a write had already committed when the database went away (e.g. the lease
+        #: batches moved before the failure), so the pass can report it.
+        self.partial: object | None = None
 
 
 class BrokerUnavailable(SourceUnreadable):

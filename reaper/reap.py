@@ -237,8 +237,12 @@ async def run_pass(
             settings, broker, store, reading, dead_letter_verdicts, now, dry_run, writable, ledger
         )
 
+    # A source that failed at any step of this pass clears nothing, even if it was measured.
+    failed = {u.source for u in ledger.unreadable}
     sources_read = frozenset(
-        source for source, read in ((Source.JOB_QUEUE, job_queue), (Source.BROKER, reading)) if read
+        source
+        for source, read in ((Source.JOB_QUEUE, job_queue), (Source.BROKER, reading))
+        if read and source.value not in failed
     )
     await _record_sightings(
         store if writable else None, surfaced, now, sources_read, project_id, ledger
@@ -305,7 +309,11 @@ async def _act_on_leases(
     if store is None or not verdicts:
         ledger.verdicts.extend(RecordedVerdict(v, False) for v in verdicts)
         return
-    outcome = await ledger.guarded(store.apply_lease_verdicts(verdicts, now))
+    try:
+        outcome = await store.apply_lease_verdicts(verdicts, now)
+    except SourceUnreadable as exc:
+        ledger.unreadable.append(Unreadable(exc.source, exc.reason))
+        outcome = getattr(exc, "partial", None)  # the batches committed before the failure
     moved: set[UUID] = set()
     if outcome is not None:
         moved = {*outcome.requeued, *outcome.parked}

@@ -304,35 +304,46 @@ class PostgresStore:
             job_ids.append(lease.job_id)
             lanes[lease.project_id.int % len(lanes)].append(verdict)
         failed: list[tuple[UUID, str]] = []
-        async with self._seam("moving expired leases"):
-            done = await asyncio.gather(
-                *(self._move_lane(lane, now, failed) for lane in lanes if lane),
-                return_exceptions=True,
+        moved: dict[UUID, str] = {}  # every committed batch's moves, as they commit
+
+        def outcome() -> LeaseReapOutcome:
+            failed_ids = {job_id for job_id, _ in failed}
+            return LeaseReapOutcome(
+                requeued=tuple(j for j in job_ids if moved.get(j) == "requeue"),
+                parked=tuple(j for j in job_ids if moved.get(j) == "park"),
+                skipped=tuple(
+                    [j for j in job_ids if j not in moved and j not in failed_ids] + duplicates
+                ),
+                failed=tuple(failed),
             )
-            moved: dict[UUID, str] = {}
-            for result in done:
-                if isinstance(result, BaseException):
-                    raise result
-                moved.update(result)
-        failed_ids = {job_id for job_id, _ in failed}
-        return LeaseReapOutcome(
-            requeued=tuple(j for j in job_ids if moved.get(j) == "requeue"),
-            parked=tuple(j for j in job_ids if moved.get(j) == "park"),
-            skipped=tuple(
-                [j for j in job_ids if j not in moved and j not in failed_ids] + duplicates
-            ),
-            failed=tuple(failed),
-        )
+
+        try:
+            async with self._seam("moving expired leases"):
+                done = await asyncio.gather(
+                    *(self._move_lane(lane, now, failed, moved) for lane in lanes if lane),
+                    return_exceptions=True,
+                )
+                for result in done:
+                    if isinstance(result, BaseException):
+                        raise result
+        except StoreUnavailable as exc:
+            # The batches that committed before the failure stay moved, each with its event:
+            # the pass must report them, so the partial outcome travels with the error.
+            exc.partial = outcome()
+            raise
+        return outcome()
 
     async def _move_lane(
-        self, verdicts: list[Verdict], now: datetime, failed: list[tuple[UUID, str]]
-    ) -> dict[UUID, str]:
-        moved: dict[UUID, str] = {}
+        self,
+        verdicts: list[Verdict],
+        now: datetime,
+        failed: list[tuple[UUID, str]],
+        moved: dict[UUID, str],
+    ) -> None:
         async with self._connection() as conn:
             for start in range(0, len(verdicts), LEASE_BATCH_SIZE):
                 moves = _lease_moves(verdicts[start : start + LEASE_BATCH_SIZE])
                 moved.update(await self._move_or_split(conn, moves, 0, len(moves), now, failed))
-        return moved
 
     async def _move_or_split(
         self,

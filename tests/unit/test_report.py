@@ -9,7 +9,7 @@ from importlib import resources
 from uuid import UUID
 
 import jsonschema
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reaper.domain import Action, BrokerFacts, Condition, Source, Unit, Verdict
@@ -48,6 +48,7 @@ def result(**kwargs: object) -> PassResult:
     return PassResult(**base)  # type: ignore[arg-type]
 
 
+@settings(deadline=None)  # jsonschema's first validation compiles the schema
 @given(
     st.lists(st.tuples(verdicts, st.booleans()), max_size=8),
     st.booleans(),
