@@ -1,0 +1,334 @@
+"""Chaos: real reaper processes SIGKILLed at random points of their pass (issue 7, item 1).
+
+The scenario of ``reaper/scenario.py`` (expired leases, a poison job, live leases, stale
+projects, dependencies; on the broker an owned quorum dead-letter queue with ``x-death``
+headers, a drifted policy, a consumerless backlog, a foreign tenant) plus thousands more
+expired leases (one in ten poison) and real dead letters (rejected on an owned work queue) in
+the owned quorum dead-letter queue and in an owned classic one, is reaped by
+``python -m reaper.cli reap --json`` processes, each killed with SIGKILL after a random delay in
+``[0, T]``, where ``T`` is how long one uninterrupted pass of the same scenario took. Every
+few trials new expired leases are seeded, and that trial's process is killed as soon as the
+first batch of its lease moves has committed (a partial move, the state between the batches
+and lanes of one pass); less often, some requeued jobs are leased again and
+left to expire (a second episode of the same job, some now poison), and new dead letters
+arrive. Then every session the killed processes left is gone, one clean pass runs,
+and:
+
+- every invariant of ``invariants.py`` holds (each moved lease has exactly one event and each
+  event its move, no lease moved twice, no gate duplicated, every dead letter still on the
+  broker, the foreign and consumerless queues untouched, gapless streams, digests,
+  alternating sightings);
+- the final state equals that of the same scenario reaped with no interruption in a second
+  database (a copy of the first taken before any pass, reaped by clean passes after each
+  seeding): the same jobs requeued and parked with the same attempts, the same gates, the same
+  dead letters parked, the same number of events per object, the same open sightings (not the
+  ``seq`` order, and not the sighting history: a killed pass may have seen a queue mid-way).
+
+Sizes: ``REAPER_CHAOS_TRIALS`` (default 50) trials per broker version, about a minute and a
+half each here. For a long manual run::
+
+    REAPER_CHAOS_TRIALS=500 python -m pytest tests/integration/test_chaos.py -s
+
+``REAPER_CHAOS_SEED`` replays one run (every run prints its seed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from invariants import (
+    OWNED_DLQ,
+    Run,
+    Seeded,
+    check_invariants,
+    clone_database,
+    count_expired_leases,
+    dead_letter_through,
+    declare_dead_letter_queues,
+    declare_origin,
+    drop_database,
+    fetch,
+    open_sightings,
+    reaper_env,
+    relet,
+    requeued_jobs,
+    run_reaper,
+    seed_expired_leases,
+    seed_scenario,
+    wait_for_depth,
+    wait_for_depths,
+    wait_for_no_reaper_backends,
+)
+
+from reaper.config import load_config
+from tests.conftest import BrokerUnderTest
+
+pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.postgres]
+
+TRIALS = int(os.environ.get("REAPER_CHAOS_TRIALS", "50"))
+SEED = int(os.environ.get("REAPER_CHAOS_SEED", str(random.SystemRandom().randrange(2**32))))
+
+FIRST_LEASES = 3_000
+#: Every this many trials, new expired leases, and that trial's process is killed as soon as
+#: the first batch of its lease moves has committed (the others not yet) ...
+RESEED_EVERY = 5
+RESEED_LEASES = 5_000
+#: ... and every this many, second episodes of requeued jobs and new dead letters; the
+#: reference converges first, so that it has requeued them too.
+RELET_EVERY = 20
+RELET = 60
+CLASSIC_DLQ, CLASSIC_ORIGIN = "vibey.runs.dead", "vibey.runs"
+#: An owned work queue that dead-letters into the scenario's dead-letter queue.
+CHAOS_ORIGIN = "vibey.chaos"
+FIRST_DEAD_LETTERS, CLASSIC_DEAD_LETTERS, NEW_DEAD_LETTERS = 30, 10, 4
+#: Clean passes the reference database may need to converge (on 4.0 the dead-letter policy
+#: must be in force before a quorum dead-letter queue is read).
+REFERENCE_PASSES = 6
+
+
+@dataclass
+class Trials:
+    """What the kills hit."""
+
+    runs: list[Run] = field(default_factory=list)
+    #: per trial: killed, (events, expired leases) before it and after it
+    progress: list[tuple[bool, tuple[int, int], tuple[int, int]]] = field(default_factory=list)
+
+    @property
+    def killed(self) -> int:
+        return sum(1 for r in self.runs if r.killed)
+
+    @property
+    def killed_after_writing(self) -> int:
+        return sum(1 for killed, before, after in self.progress if killed and after[0] > before[0])
+
+    @property
+    def killed_before_writing(self) -> int:
+        return sum(1 for killed, before, after in self.progress if killed and after[0] == before[0])
+
+    @property
+    def killed_mid_move(self) -> int:
+        """Killed after moving some of the expired leases and before moving them all."""
+        return sum(
+            1 for killed, before, after in self.progress if killed and before[1] > after[1] > 0
+        )
+
+
+async def _events(dsn: str) -> int:
+    rows = await fetch(dsn, "SELECT count(*) AS n FROM event")
+    return int(rows[0]["n"])
+
+
+async def _converge(env: dict[str, str], workdir: Path, dsn: str, seeded: Seeded) -> list[Run]:
+    """Clean passes until one is ok with nothing left to move or park (bounded)."""
+    runs = []
+    for _ in range(REFERENCE_PASSES):
+        run = await run_reaper(env, workdir)
+        runs.append(run)
+        parked = await fetch(dsn, "SELECT count(*) AS n FROM dead_letter")
+        if (
+            run.ok
+            and not await count_expired_leases(dsn, datetime.now(UTC))
+            and parked[0]["n"] == seeded.dead_letter_count
+        ):
+            return runs
+    raise AssertionError(
+        f"the reference did not converge in {REFERENCE_PASSES} clean passes: "
+        + " | ".join(r.describe() for r in runs)
+    )
+
+
+async def final_state(dsn: str, seeded: Seeded) -> dict[str, Any]:
+    """What must not depend on whether passes were interrupted (ids of rows the reaper
+    created are replaced by the identities that make them)."""
+    jobs = await fetch(
+        dsn,
+        "SELECT id, state, attempts, lease_owner, lease_expires_at FROM job "
+        "WHERE id = ANY($1::uuid[])",
+        list(seeded.episodes),
+    )
+    events = [
+        dict(r)
+        for r in await fetch(
+            dsn,
+            "SELECT e.project_id, e.seq, e.payload::text AS payload, d.identity "
+            "FROM event AS e LEFT JOIN dead_letter AS d "
+            "ON d.job_id::text = e.payload ->> 'object' ORDER BY e.project_id, e.seq",
+        )
+    ]
+    for e in events:
+        e["payload"] = json.loads(e["payload"])
+    moves = Counter(
+        (
+            e["identity"] or e["payload"]["object"],
+            e["payload"]["source"],
+            e["payload"]["condition"],
+            e["payload"]["action"],
+        )
+        for e in events
+        if e["payload"]["action"] in ("requeue", "park")
+    )
+    gates = await fetch(
+        dsn, "SELECT kind, identity, answered_at IS NOT NULL AS answered FROM human_gate"
+    )
+    letters = await fetch(dsn, "SELECT identity, queue FROM dead_letter")
+    return {
+        "jobs": sorted(
+            (str(r["id"]), r["state"], r["attempts"], r["lease_owner"], r["lease_expires_at"])
+            for r in jobs
+        ),
+        "moves": sorted(moves.items()),
+        "gates": sorted((r["kind"], r["identity"], r["answered"]) for r in gates),
+        "dead_letters": sorted((r["identity"], r["queue"]) for r in letters),
+        "open_sightings": sorted(open_sightings(events)),
+    }
+
+
+async def test_reapers_killed_at_random_points_converge_to_the_uninterrupted_state(
+    broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path
+) -> None:
+    rng = random.Random(SEED)
+    print(f"\nchaos on RabbitMQ {broker.version}: seed {SEED}, {TRIALS} trials")
+    started = time.monotonic()
+    config_dir = tmp_path / "conf.d"
+    config_dir.mkdir()
+    workdir = tmp_path / "runs"
+    chaos_env = reaper_env(broker, pg_dsn, config_dir)
+    settings = load_config(None, environ=chaos_env).settings
+    seeded = Seeded()
+
+    # the scenario (reaper/scenario.py), then more of everything it has one or a few of
+    now = datetime.now(UTC)
+    scenario = await seed_scenario(
+        settings, pg_dsn, broker, seeded, now=now, projects=4, expired_leases=24, dead_letters=24
+    )
+    workers = [p.id for p in scenario.projects if p.has_worker]
+    projects = workers + [uuid.UUID(int=rng.getrandbits(128), version=4) for _ in range(9)]
+    await seed_expired_leases([pg_dsn], seeded, FIRST_LEASES, projects, rng, now=now)
+    declare_origin(broker, CHAOS_ORIGIN, OWNED_DLQ)
+    dead_letter_through(broker, seeded, FIRST_DEAD_LETTERS, origin=CHAOS_ORIGIN, tag="first")
+    declare_dead_letter_queues(broker, CLASSIC_DLQ, CLASSIC_ORIGIN, dlq_type="classic")
+    dead_letter_through(
+        broker, seeded, CLASSIC_DEAD_LETTERS, dlq=CLASSIC_DLQ, origin=CLASSIC_ORIGIN, tag="c"
+    )
+    await wait_for_depths(broker, {q: len(b) for q, b in seeded.dead_letters.items()})
+
+    print(f"seeded in {time.monotonic() - started:.1f} s")
+    # the reference: the same database, reaped without interruption
+    reference_dsn = await clone_database(pg_dsn)
+    try:
+        await _chaos(broker, pg_dsn, reference_dsn, config_dir, workdir, seeded, projects, rng)
+    finally:
+        await drop_database(reference_dsn)
+    print(f"{time.monotonic() - started:.1f} s in all")
+
+
+async def _chaos(
+    broker: BrokerUnderTest,
+    pg_dsn: str,
+    reference_dsn: str,
+    config_dir: Path,
+    workdir: Path,
+    seeded: Seeded,
+    projects: list[uuid.UUID],
+    rng: random.Random,
+) -> None:
+    chaos_env = reaper_env(broker, pg_dsn, config_dir)
+    reference_env = reaper_env(broker, reference_dsn, config_dir)
+    both = [pg_dsn, reference_dsn]
+
+    # the kill window: [0, one typical whole pass], the reference's last (ok) one; its first
+    # also repaired the scenario's drifted policy and waited for it to be verified
+    reference_runs = await _converge(reference_env, workdir, reference_dsn, seeded)
+    window = max(1.0, reference_runs[-1].seconds)
+    print(f"reference converged in {len(reference_runs)} pass(es); kill window [0, {window:.2f}] s")
+    for r in reference_runs:
+        print(f"  reference pass, {r.seconds:.2f} s: {r.describe()}")
+
+    trials = Trials()
+    reseeds = relets = 0
+    for trial in range(TRIALS):
+        targeted = trial > 0 and trial % RESEED_EVERY == 0
+        if targeted:
+            reseeds += 1
+            now = datetime.now(UTC)
+            await seed_expired_leases(both, seeded, RESEED_LEASES, projects, rng, now=now)
+        if trial and trial % RELET_EVERY == 0:
+            # second episodes: only of jobs both databases have requeued
+            relets += 1
+            reference_runs += await _converge(reference_env, workdir, reference_dsn, seeded)
+            ready = await requeued_jobs(pg_dsn, seeded)
+            now = datetime.now(UTC)
+            await relet(both, seeded, rng.sample(ready, min(RELET, len(ready))), rng, now=now)
+            dead_letter_through(
+                broker, seeded, NEW_DEAD_LETTERS, origin=CHAOS_ORIGIN, tag=f"r{relets}"
+            )
+            await wait_for_depth(broker, OWNED_DLQ, len(seeded.dead_letters[OWNED_DLQ]))
+        expired = await count_expired_leases(pg_dsn, datetime.now(UTC))
+        before = await _events(pg_dsn), expired
+
+        async def some_moved(expired: int = expired) -> bool:
+            # the first batch of this pass's lease moves has committed
+            return await count_expired_leases(pg_dsn, datetime.now(UTC)) < expired
+
+        if targeted:
+            run = await run_reaper(chaos_env, workdir, kill_when=some_moved)
+        else:
+            run = await run_reaper(chaos_env, workdir, kill_after=rng.uniform(0, window))
+        assert run.killed or run.returncode in (0, 1), run.describe()
+        after = await _events(pg_dsn), await count_expired_leases(pg_dsn, datetime.now(UTC))
+        trials.runs.append(run)
+        trials.progress.append((run.killed, before, after))
+
+    # every session a killed process left is gone, no read is left half done; one clean pass
+    reference_runs += await _converge(reference_env, workdir, reference_dsn, seeded)
+    await wait_for_no_reaper_backends(pg_dsn)
+    await wait_for_depths(broker, {q: len(b) for q, b in seeded.dead_letters.items()})
+    final = await run_reaper(chaos_env, workdir)
+    print(
+        f"{trials.killed} of {TRIALS} killed ({trials.killed_before_writing} before writing, "
+        f"{trials.killed_after_writing} after writing, {trials.killed_mid_move} amid lease "
+        f"moves), {reseeds} reseeds, {relets} relets, {len(seeded.all_episodes)} lease "
+        f"episodes, {seeded.dead_letter_count} dead letters, {len(reference_runs)} reference "
+        f"passes ({sum(r.seconds for r in reference_runs):.1f} s); trials "
+        f"{sum(r.seconds for r in trials.runs):.1f} s in processes; final pass: {final.describe()}"
+    )
+    assert final.ok, f"the clean pass after the kills is not ok: {final.describe()}"
+
+    # non-vacuous: the kills hit passes before they wrote anything, after they wrote something,
+    # and between the batches of one pass's lease moves
+    assert trials.killed >= TRIALS // 4, f"only {trials.killed} of {TRIALS} trials were killed"
+    assert trials.killed_after_writing >= 1 and trials.killed_before_writing >= 1, trials.progress
+    assert trials.killed_mid_move >= 1, trials.progress
+
+    reference = await check_invariants(reference_dsn, seeded, broker, read_broker=False)
+    chaos = await check_invariants(pg_dsn, seeded, broker, read_broker=True)
+    moves = seeded.expected_moves()
+    assert chaos.lease_events == moves and moves["requeue"] > 0 and moves["park"] > 0
+    assert chaos.delivery_exhausted_gates == moves["park"]
+    assert chaos.dead_letter_gates == seeded.dead_letter_count == chaos.dead_letter_parks
+    assert sum(chaos.dead_letters_on_broker.values()) == seeded.dead_letter_count
+    assert chaos.untouched_on_broker == seeded.untouched and sum(seeded.untouched.values()) > 0
+    assert any(len(episodes) > 1 for episodes in seeded.episodes.values())
+    assert chaos.sightings["surface"] >= 4  # two stale projects, webhooks, the foreign tenant
+
+    chaos_state = await final_state(pg_dsn, seeded)
+    reference_state = await final_state(reference_dsn, seeded)
+    for key in chaos_state:
+        assert chaos_state[key] == reference_state[key], f"{key} differs from the reference"
+    assert reference.lease_events == chaos.lease_events
+    print(
+        f"invariants hold: {chaos.events} events on {chaos.streams} streams, moves "
+        f"{dict(chaos.lease_events)}, gates {chaos.delivery_exhausted_gates} delivery_exhausted "
+        f"+ {chaos.dead_letter_gates} bus_dead_lettered, sightings {dict(chaos.sightings)}"
+    )

@@ -1,0 +1,157 @@
+"""Load: eight reapers at once over 50,000 expired leases in 100 projects and 1,000 dead
+letters (issue 7, item 4; SPEC §3: "several reapers at once move each row exactly once and
+record exactly one event per move").
+
+On each broker version: the scenario of ``reaper/scenario.py`` (its drifted policy, foreign
+tenant and consumerless backlog included), plus ``LEASES`` expired leases (one in ten poison)
+spread over ``PROJECTS`` projects, plus ``DEAD_LETTERS`` real dead letters spread over
+``DLQS`` owned quorum dead-letter queues (each within one pass's ``dead_letter_peek_limit``).
+Rounds of ``REAPERS`` real ``python -m reaper.cli reap --json`` processes started together run
+until nothing is left to move or park (a pass takes at most 20,000 leases, so 50,000 need at
+least three rounds, every reaper of a round contending for the same rows and the same dead
+letters); then one more pass alone finds nothing new, and every invariant of
+``invariants.py`` holds.
+
+Sizes fit CI (about a minute per broker version here). For a manual run, e.g.::
+
+    REAPER_LOAD_LEASES=500000 REAPER_LOAD_PROJECTS=1000 REAPER_LOAD_DEAD_LETTERS=5000 \\
+    REAPER_LOAD_DLQS=50 REAPER_LOAD_REAPERS=16 python -m pytest tests/integration/test_load.py -s
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+import uuid
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from invariants import (
+    Run,
+    Seeded,
+    check_invariants,
+    count_expired_leases,
+    dead_letter_through,
+    declare_dead_letter_queues,
+    fetch,
+    reaper_env,
+    run_reaper,
+    seed_expired_leases,
+    seed_scenario,
+    wait_for_depths,
+    wait_for_no_reaper_backends,
+)
+
+from reaper.config import load_config
+from tests.conftest import BrokerUnderTest
+
+pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.postgres]
+
+REAPERS = int(os.environ.get("REAPER_LOAD_REAPERS", "8"))
+LEASES = int(os.environ.get("REAPER_LOAD_LEASES", "50000"))
+PROJECTS = int(os.environ.get("REAPER_LOAD_PROJECTS", "100"))
+DEAD_LETTERS = int(os.environ.get("REAPER_LOAD_DEAD_LETTERS", "1000"))
+DLQS = int(os.environ.get("REAPER_LOAD_DLQS", "10"))
+#: Rounds of reapers before giving up: each round moves up to 20,000 leases.
+MAX_ROUNDS = int(os.environ.get("REAPER_LOAD_MAX_ROUNDS", str(LEASES // 20_000 + 5)))
+
+
+def _moved(run: Run) -> int:
+    assert run.report is not None
+    return sum(
+        1
+        for v in run.report["verdicts"]
+        if v["source"] == "job_queue" and v["action"] in ("requeue", "park") and v["recorded"]
+    )
+
+
+def _parked(run: Run) -> int:
+    assert run.report is not None
+    return sum(d["parked_new"] for d in run.report["dead_letters"])
+
+
+async def test_eight_reapers_at_once_move_each_lease_once_and_park_each_letter_once(
+    broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    rng = random.Random(8)
+    config_dir = tmp_path / "conf.d"
+    config_dir.mkdir()
+    workdir = tmp_path / "runs"
+    env = reaper_env(broker, pg_dsn, config_dir)
+    settings = load_config(None, environ=env).settings
+    seeded = Seeded()
+    now = datetime.now(UTC)
+    await seed_scenario(settings, pg_dsn, broker, seeded, now=now, projects=4, dead_letters=6)
+    projects = [uuid.UUID(int=rng.getrandbits(128), version=4) for _ in range(PROJECTS)]
+    await seed_expired_leases([pg_dsn], seeded, LEASES, projects, rng, now=now)
+    per_queue = [DEAD_LETTERS // DLQS + (1 if i < DEAD_LETTERS % DLQS else 0) for i in range(DLQS)]
+    for i, count in enumerate(per_queue):
+        dlq, origin = f"vibey.load{i:03d}.dead", f"vibey.load{i:03d}"
+        declare_dead_letter_queues(broker, dlq, origin)
+        dead_letter_through(broker, seeded, count, dlq=dlq, origin=origin, tag="load")
+    await wait_for_depths(broker, {q: len(b) for q, b in seeded.dead_letters.items()})
+    seeding = time.monotonic() - started
+
+    rounds: list[list[Run]] = []
+    while len(rounds) < MAX_ROUNDS:
+        runs = await asyncio.gather(*(run_reaper(env, workdir) for _ in range(REAPERS)))
+        for run in runs:
+            assert run.report is not None and run.returncode in (0, 1), run.describe()
+            assert not run.report["unreadable"], run.describe()
+        rounds.append(list(runs))
+        parked = await fetch(pg_dsn, "SELECT count(*) AS n FROM dead_letter")
+        if (
+            not await count_expired_leases(pg_dsn, datetime.now(UTC))
+            and parked[0]["n"] == seeded.dead_letter_count
+            and all(r.ok for r in runs)
+        ):
+            break
+    else:
+        pytest.fail(
+            f"not converged after {MAX_ROUNDS} rounds of {REAPERS} reapers: "
+            + " | ".join(r.describe() for r in rounds[-1])
+        )
+    reaping = time.monotonic() - started - seeding
+
+    await wait_for_no_reaper_backends(pg_dsn)
+    final = await run_reaper(env, workdir)
+    assert final.ok, final.describe()
+    assert _moved(final) == 0 and _parked(final) == 0, final.describe()
+
+    summary = await check_invariants(pg_dsn, seeded, broker, read_broker=True)
+    moves = seeded.expected_moves()
+    assert sum(moves.values()) == len(seeded.all_episodes) >= LEASES
+    assert summary.lease_events == moves and moves["requeue"] > 0 and moves["park"] > 0
+    assert summary.delivery_exhausted_gates == moves["park"]
+    assert summary.dead_letter_gates == summary.dead_letter_parks == seeded.dead_letter_count
+    assert seeded.dead_letter_count >= DEAD_LETTERS
+    assert sum(summary.dead_letters_on_broker.values()) == seeded.dead_letter_count
+    assert summary.untouched_on_broker == seeded.untouched
+
+    # the reapers really were at it together: the work was shared and they contended
+    runs = [run for round_ in rounds for run in round_]
+    movers = Counter(_moved(run) > 0 for run in runs)
+    parkers = Counter(_parked(run) > 0 for run in runs)
+    assert sum(_moved(run) for run in runs) == len(seeded.all_episodes)
+    assert sum(_parked(run) for run in runs) == seeded.dead_letter_count
+    assert movers[True] > len(rounds[0]) // 2 or movers[True] >= 2, movers
+    contended = sum(
+        1
+        for run in runs
+        if run.report and any("changed after it was read" in n for n in run.report["notes"])
+    )
+    assert contended >= 1, "no reaper ever found a lease another had just moved"
+    print(
+        f"\nRabbitMQ {broker.version}: {REAPERS} reapers x {len(rounds)} round(s) over "
+        f"{len(seeded.all_episodes)} leases in {PROJECTS} projects (and the scenario's) and "
+        f"{seeded.dead_letter_count} dead letters in {DLQS} owned queues (and the scenario's); "
+        f"{movers[True]} of {len(runs)} passes moved leases, {parkers[True]} parked letters, "
+        f"{contended} met another's moves; seeding {seeding:.1f} s, reaping {reaping:.1f} s "
+        f"(passes {[round(r.seconds, 1) for r in rounds[0]]} in round 1); {summary.events} "
+        f"events on {summary.streams} streams; {time.monotonic() - started:.1f} s in all"
+    )
