@@ -492,7 +492,16 @@ class PostgresStore:
             yield
         except ReaperError:
             raise
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        except (
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+            # A connection killed in the middle of a statement can leave the protocol in a
+            # state asyncpg reports as its own internal error: the database went away all
+            # the same.
+            asyncpg.InternalClientError,
+            ConnectionError,
+            OSError,
+        ) as exc:
             raise StoreUnavailable(self._reason(doing, exc)) from None
 
     def _reason(self, doing: str, exc: BaseException) -> str:

@@ -58,6 +58,7 @@ from urllib.parse import quote
 import asyncpg
 from test_store_support import Job, insert_jobs
 
+import reaper
 from reaper.config import Settings
 from reaper.domain import (
     DEAD_LETTER_JOB_KIND,
@@ -69,6 +70,10 @@ from reaper.domain import (
 from reaper.scenario import Scenario
 from reaper.store import canonical_json
 from tests.conftest import BrokerUnderTest
+
+#: The directory holding the ``reaper`` package this test process imported: the processes a
+#: test starts run that very code.
+PACKAGE_ROOT = str(Path(reaper.__file__).resolve().parents[1])
 
 #: How often ``run_reaper`` asks its ``kill_when`` whether to kill the process now.
 KILL_POLL_SECONDS = 0.005
@@ -592,6 +597,8 @@ def reaper_env(
     environment only (``config_dir`` is an empty directory), every other ``REAPER_`` variable of
     the test's own environment removed. ``overrides``: more ``REAPER_*`` variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
+    # the package under test, not whichever checkout is installed (editable) elsewhere
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH")]))
     env.update(
         {
             "REAPER_CONFIG_DIR": str(config_dir),

@@ -40,7 +40,6 @@ import pytest
 from invariants import (
     FOREIGN_DLQ,
     OWNED_DLQ,
-    OWNED_ORIGIN,
     Run,
     Seeded,
     Summary,
@@ -58,6 +57,7 @@ from invariants import (
     seed_stale_ready,
     sighting_key,
     wait_for_depth,
+    wait_for_depths,
     wait_for_no_reaper_backends,
 )
 
@@ -65,12 +65,14 @@ from tests.conftest import BrokerUnderTest
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
-#: A pass reads and moves at most this many (reaper.reap.MAX_LEASES_PER_PASS): all of them.
+#: A pass reads and moves at most this many (reaper.reap.MAX_LEASES_PER_PASS): all of them,
+#: in eight batches (two lanes of four), so a failure can land between batches.
 LEASES = 20_000
+#: Where the broker fails, the job queue only has to show it was read and acted on in full.
+BROKER_TEST_LEASES = 2_000
 PROJECTS = 20
 DEAD_LETTERS = 12
-#: Healthy passes the setup may need (on 4.0 a policy written by the first is verified by
-#: the second).
+#: Healthy passes the setup may need.
 SETUP_PASSES = 4
 
 
@@ -217,12 +219,14 @@ class World:
     workdir: Path
     seeded: Seeded
     stale_project: uuid.UUID
-    setup_runs: list[Run]
-    #: ``cleared`` records written before the failing pass (the setup's passes may have
-    #: surfaced and cleared a dead-letter queue read before its policy was in force).
+    leases: int = 0
+    #: ``cleared`` records written before the failing pass (a setup pass may have surfaced
+    #: and cleared a dead-letter queue read before its policy was in force).
     cleared_before: frozenset[tuple[uuid.UUID, int]] = frozenset()
     #: Sightings open when the failing pass starts.
     opened_before: frozenset[tuple[str, str, str, str]] = frozenset()
+    #: Known defects seen (see ``known_defect``).
+    defects: list[str] = field(default_factory=list)
 
     def env(self, *, dsn: str | None = None, management_url: str | None = None) -> dict[str, str]:
         return reaper_env(
@@ -259,9 +263,20 @@ class World:
     def foreign_key(self) -> tuple[str, str, str, str]:
         return ("00000000-0000-0000-0000-000000000000", "broker", "dead_letter", FOREIGN_DLQ)
 
+    def known_defect(self, present: bool, what: str) -> None:
+        """A defect of the code under test that this test has found and reported but that
+        shows only some of the time: the test checks everything else, then ends as xfail
+        naming it (``finish``). Once the code is fixed the test passes every time; to make the
+        defect fail the suite, assert instead."""
+        if present:
+            self.defects.append(what)
 
-@pytest.fixture
-async def world(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path) -> World:
+    def finish(self) -> None:
+        if self.defects:
+            pytest.fail("defect(s) found: " + " | ".join(self.defects))
+
+
+async def make_world(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path, *, leases: int) -> World:
     started = time.monotonic()
     config_dir = tmp_path / "conf.d"
     config_dir.mkdir()
@@ -272,17 +287,16 @@ async def world(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path) -> World:
     seed_foreign(broker, seeded, 2, FOREIGN_DLQ)
     declare_dead_letter_queues(broker)
     dead_letter_through(broker, seeded, 3, tag="setup")
-    for queue, count in {FOREIGN_DLQ: 2, OWNED_DLQ: 3}.items():
-        await wait_for_depth(broker, queue, count)
-    w = World(broker, pg_dsn, config_dir, tmp_path / "runs", seeded, stale_project, [])
+    await wait_for_depths(broker, {FOREIGN_DLQ: 2, OWNED_DLQ: 3})
+    w = World(broker, pg_dsn, config_dir, tmp_path / "runs", seeded, stale_project, leases)
 
-    # a healthy pass opens both sightings (and parks the first dead letters)
-    for _ in range(SETUP_PASSES):
-        w.setup_runs.append(await run_reaper(w.env(), w.workdir))
-        if w.setup_runs[-1].ok:
-            break
-    assert w.setup_runs[-1].ok, [r.describe() for r in w.setup_runs]
-    print(f"\nsetup: {len(w.setup_runs)} healthy pass(es), {time.monotonic() - started:.1f} s")
+    # healthy passes open both sightings (and park the first dead letters); the first may
+    # wait for the policies it writes to show on the queues
+    setup_env = {**w.env(), "REAPER_QUEUE__REAP__POLICY_VERIFY_WAIT_SECONDS": "20"}
+    runs = []
+    while not (runs and runs[-1].ok):
+        assert len(runs) < SETUP_PASSES, [r.describe() for r in runs]
+        runs.append(await run_reaper(setup_env, w.workdir))
     opened, cleared = await w.sightings()
     assert {w.stale_key, w.foreign_key} <= opened, opened
     w.cleared_before = frozenset((c["project_id"], c["seq"]) for c in cleared)
@@ -302,30 +316,35 @@ async def world(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path) -> World:
     # and new work waits: expired leases, new dead letters
     rng = random.Random(7)
     projects = [uuid.uuid4() for _ in range(PROJECTS)]
-    await seed_expired_leases([pg_dsn], seeded, LEASES, projects, rng, now=datetime.now(UTC))
-    dead_letter_through(broker, seeded, DEAD_LETTERS, origin=OWNED_ORIGIN, tag="new")
+    await seed_expired_leases([pg_dsn], seeded, leases, projects, rng, now=datetime.now(UTC))
+    dead_letter_through(broker, seeded, DEAD_LETTERS, tag="new")
     await wait_for_depth(broker, OWNED_DLQ, len(seeded.dead_letters[OWNED_DLQ]))
-    print(f"world ready in {time.monotonic() - started:.1f} s")
+    print(f"\nworld: {len(runs)} setup pass(es), ready in {time.monotonic() - started:.1f} s")
     return w
 
 
 async def failing_pass_checks(w: World, run: Run, source: str) -> Summary:
     """What every failing pass must show: not ok, exit 1, the source named in ``unreadable``,
     no sighting of that source cleared (the other source, read in full, may clear its own),
-    no invariant broken (nothing duplicated, streams gapless, digests right)."""
+    the lease moves that committed reported as recorded, no invariant broken (nothing
+    duplicated, streams gapless, digests right)."""
     assert not run.killed and run.report is not None, run.describe()
     assert run.returncode == 1 and run.report["ok"] is False, run.describe()
     assert source in {u["source"] for u in run.report["unreadable"]}, run.describe()
     opened, cleared = await w.sightings()
     wrong = [c["payload"] for c in cleared if c["payload"]["source"] == source]
     assert not wrong, (
-        f"a pass that names the {source} unreadable ({run.report['unreadable']}) cleared "
-        f"{len(wrong)} {source} sighting(s): {wrong}"
+        f"a pass that names the {source} unreadable cleared {len(wrong)} {source} sighting(s) "
+        f"({', '.join(str(c['condition']) + ' ' + str(c['object']) for c in wrong)})"
     )
-    stale_or_foreign = w.stale_key if source == "job_queue" else w.foreign_key
-    assert stale_or_foreign in opened
+    assert (w.stale_key if source == "job_queue" else w.foreign_key) in opened
     await wait_for_no_reaper_backends(w.dsn)
-    return await check_invariants(w.dsn, w.seeded, w.broker, converged=False, read_broker=False)
+    summary = await check_invariants(w.dsn, w.seeded, converged=False)
+    assert recorded_moves(run) == summary.episodes_moved, (
+        f"{summary.episodes_moved} lease moves committed with their events, the report marks "
+        f"{recorded_moves(run)} lease verdicts recorded"
+    )
+    return summary
 
 
 async def next_pass_converges(w: World) -> Summary:
@@ -344,7 +363,7 @@ async def next_pass_converges(w: World) -> Summary:
     assert w.stale_key not in opened and w.foreign_key not in opened
     summary = await check_invariants(w.dsn, w.seeded, w.broker, converged=True, read_broker=True)
     moves = w.seeded.expected_moves()
-    assert summary.lease_events == moves and sum(moves.values()) == LEASES
+    assert summary.lease_events == moves and sum(moves.values()) == w.leases
     assert summary.dead_letter_gates == w.seeded.dead_letter_count == 3 + DEAD_LETTERS
     return summary
 
@@ -359,13 +378,21 @@ def recorded_moves(run: Run) -> int:
 
 
 # --------------------------------------------------------------------------- PostgreSQL
+# The broker is not what fails here: these run against one broker version.
+
+on_one_broker = pytest.mark.parametrize("broker_server", ["4.0"], indirect=True)
 
 
-async def test_postgresql_sessions_terminated_mid_move(world: World) -> None:
+@on_one_broker
+async def test_postgresql_sessions_terminated_mid_move(
+    broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path
+) -> None:
     """``pg_terminate_backend`` on the pass's sessions once the first batch of its 20,000
-    lease moves has committed (the others not yet), as a PostgreSQL restart would."""
-    database = world.dsn.rpartition("/")[2]
-    watcher = await asyncpg.connect(world.dsn)
+    lease moves has committed (the others not yet), as a PostgreSQL restart would; the pass's
+    pool may reconnect for its later steps."""
+    w = await make_world(broker, pg_dsn, tmp_path, leases=LEASES)
+    database = w.dsn.rpartition("/")[2]
+    watcher = await asyncpg.connect(w.dsn)
     terminated: list[int] = []
 
     async def terminate_once_some_moved() -> bool:
@@ -385,111 +412,119 @@ async def test_postgresql_sessions_terminated_mid_move(world: World) -> None:
         return False  # never kill the process: it must carry on and report
 
     try:
-        run = await run_reaper(world.env(), world.workdir, kill_when=terminate_once_some_moved)
+        run = await run_reaper(w.env(), w.workdir, kill_when=terminate_once_some_moved)
     finally:
         await watcher.close()
     assert terminated and terminated[0] >= 1, "the pass ended before its sessions were cut"
-    summary = await failing_pass_checks(world, run, "job_queue")
-    # mid-move: some leases moved (each with its event), not all
+    print(f"{terminated[0]} session(s) terminated; {run.describe()}")
+    assert run.returncode == 1 and not run.killed, run.describe()
+    if run.report is None:
+        # seen in about one pass in five: asyncpg's InternalClientError escapes the store
+        w.known_defect(True, f"the pass crashed with no report: {run.stderr.strip()[-300:]}")
+        await wait_for_no_reaper_backends(w.dsn)
+        summary = await check_invariants(w.dsn, w.seeded, converged=False)
+    else:
+        summary = await failing_pass_checks(w, run, "job_queue")
     assert 0 < summary.episodes_moved < LEASES, summary
-    print(
-        f"\nRabbitMQ {world.broker.version}: {terminated[0]} session(s) terminated; "
-        f"{summary.episodes_moved} of {LEASES} moved before; {run.describe()}"
-    )
-    await next_pass_converges(world)
+    await next_pass_converges(w)
+    w.finish()
 
 
-async def test_the_report_of_a_pass_cut_mid_move_counts_the_moves_it_made(world: World) -> None:
-    """The moves that committed before PostgreSQL went away are recorded in the ledger: the
-    report (and so the metrics) must say so, not report them as not recorded."""
-    async with proxy(world.dsn, cut_when=Statements(b'COPY "event"', 3)) as p:
-        run = await run_reaper(world.env(dsn=through(world.dsn, p)), world.workdir)
-        assert p.cut, "the pass never reached its third batch of moves"
-    summary = await failing_pass_checks(world, run, "job_queue")
-    assert 0 < summary.episodes_moved < LEASES, summary
-    assert recorded_moves(run) == summary.episodes_moved, (
-        f"{summary.episodes_moved} leases were moved, each with its event, but the report "
-        f"marks {recorded_moves(run)} lease verdicts recorded"
-    )
-
-
-async def test_postgresql_gone_after_two_batches_of_moves(world: World) -> None:
+@on_one_broker
+async def test_postgresql_gone_after_two_batches_of_moves(
+    broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path
+) -> None:
     """Through a proxy that is cut (and refuses every later connection) when the pass sends
-    its third batch of events: PostgreSQL is gone for the rest of the pass."""
-    async with proxy(world.dsn, cut_when=Statements(b'COPY "event"', 3)) as p:
-        run = await run_reaper(world.env(dsn=through(world.dsn, p)), world.workdir)
+    its third batch of events: PostgreSQL is gone for the rest of the pass. The batches that
+    committed are moved with their events, and the report must say so."""
+    w = await make_world(broker, pg_dsn, tmp_path, leases=LEASES)
+    async with proxy(w.dsn, cut_when=Statements(b'COPY "event"', 3)) as p:
+        run = await run_reaper(w.env(dsn=through(w.dsn, p)), w.workdir)
         assert p.cut, "the pass never reached its third batch of moves"
-    summary = await failing_pass_checks(world, run, "job_queue")
+    print(run.describe())
+    summary = await failing_pass_checks(w, run, "job_queue")
     assert 0 < summary.episodes_moved < LEASES, summary
     assert summary.dead_letter_parks == 3, "nothing can be parked without PostgreSQL"
-    print(f"\nRabbitMQ {world.broker.version}: {summary.episodes_moved} moved; {run.describe()}")
-    await next_pass_converges(world)
+    await next_pass_converges(w)
 
 
-async def test_postgresql_gone_while_measuring(world: World) -> None:
+@on_one_broker
+async def test_postgresql_gone_while_measuring(
+    broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path
+) -> None:
     """Cut at the first query of the measurement: nothing is concluded from the job queue
     and, the ledger being unreachable, nothing at all is written."""
-    before = len(await world.events())
-    async with proxy(world.dsn, cut_when=Statements(b"FROM job")) as p:
-        run = await run_reaper(world.env(dsn=through(world.dsn, p)), world.workdir)
+    w = await make_world(broker, pg_dsn, tmp_path, leases=BROKER_TEST_LEASES)
+    before = len(await w.events())
+    async with proxy(w.dsn, cut_when=Statements(b"FROM job")) as p:
+        run = await run_reaper(w.env(dsn=through(w.dsn, p)), w.workdir)
         assert p.cut
-    summary = await failing_pass_checks(world, run, "job_queue")
+    summary = await failing_pass_checks(w, run, "job_queue")
     assert run.report is not None
     assert not [v for v in run.report["verdicts"] if v["source"] == "job_queue"], (
         "verdicts concluded from a job queue that could not be read"
     )
     assert not [v for v in run.report["verdicts"] if v["recorded"]]
-    assert len(await world.events()) == before and summary.episodes_moved == 0
-    await next_pass_converges(world)
+    assert len(await w.events()) == before and summary.episodes_moved == 0
+    await next_pass_converges(w)
 
 
 # --------------------------------------------------------------------------- the broker
 
 
-async def test_broker_gone_after_the_first_request(world: World) -> None:
+def _broker_url(p: Proxy) -> str:
+    return f"http://127.0.0.1:{p.port}"
+
+
+async def test_broker_gone_after_the_first_request(
+    broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path
+) -> None:
     """The management API answers the first request (the overview) and is gone after it."""
-    async with proxy(world.broker.management_url, cut_when=Requests(lambda n, _: n == 2)) as p:
-        run = await run_reaper(
-            world.env(management_url=f"http://127.0.0.1:{p.port}"), world.workdir
-        )
+    w = await make_world(broker, pg_dsn, tmp_path, leases=BROKER_TEST_LEASES)
+    async with proxy(w.broker.management_url, cut_when=Requests(lambda n, _: n == 2)) as p:
+        run = await run_reaper(w.env(management_url=_broker_url(p)), w.workdir)
         assert p.cut
-    summary = await failing_pass_checks(world, run, "broker")
+    summary = await failing_pass_checks(w, run, "broker")
     assert run.report is not None
     assert not [v for v in run.report["verdicts"] if v["source"] == "broker"], (
         "verdicts concluded from a broker that could not be read"
     )
     assert run.report["policies"] == [] and run.report["dead_letters"] == []
     # the job queue was read and acted on in full
-    assert summary.episodes_moved == LEASES and summary.dead_letter_parks == 3
-    await next_pass_converges(world)
+    assert summary.episodes_moved == w.leases and summary.dead_letter_parks == 3
+    await next_pass_converges(w)
 
 
-async def test_broker_gone_once_the_queues_were_listed(world: World) -> None:
+async def test_broker_gone_once_the_queues_were_listed(
+    broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path
+) -> None:
     """Gone at the first policy request, after the overview and the queue listing were read:
-    the pass cannot reconcile, read dead letters, or know the broker's state at its end."""
+    the pass can neither reconcile nor read dead letters."""
+    w = await make_world(broker, pg_dsn, tmp_path, leases=BROKER_TEST_LEASES)
     requests = Requests(lambda _n, line: b"/api/policies/" in line)
-    async with proxy(world.broker.management_url, cut_when=requests) as p:
-        run = await run_reaper(
-            world.env(management_url=f"http://127.0.0.1:{p.port}"), world.workdir
-        )
+    async with proxy(w.broker.management_url, cut_when=requests) as p:
+        run = await run_reaper(w.env(management_url=_broker_url(p)), w.workdir)
         assert p.cut, requests.seen
-    summary = await failing_pass_checks(world, run, "broker")
-    assert summary.episodes_moved == LEASES and summary.dead_letter_parks == 3
-    await next_pass_converges(world)
+    print(run.describe())
+    summary = await failing_pass_checks(w, run, "broker")
+    assert summary.episodes_moved == w.leases and summary.dead_letter_parks == 3
+    await next_pass_converges(w)
 
 
-async def test_broker_cut_while_reading_dead_letters(world: World) -> None:
+async def test_broker_cut_while_reading_dead_letters(
+    broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path
+) -> None:
     """The dead-letter read reaches the broker and the connection is cut before the answer:
     every dead letter is still on the broker, none is parked from a read never received."""
+    w = await make_world(broker, pg_dsn, tmp_path, leases=BROKER_TEST_LEASES)
     requests = Requests(
         lambda _n, line: line.startswith(b"POST ") and line.endswith(b"/get HTTP/1.1")
     )
-    async with proxy(world.broker.management_url, cut_when=requests, forward_then_cut=True) as p:
-        run = await run_reaper(
-            world.env(management_url=f"http://127.0.0.1:{p.port}"), world.workdir
-        )
+    async with proxy(w.broker.management_url, cut_when=requests, forward_then_cut=True) as p:
+        run = await run_reaper(w.env(management_url=_broker_url(p)), w.workdir)
         assert p.cut, requests.seen
-    summary = await failing_pass_checks(world, run, "broker")
+    print(run.describe())
+    summary = await failing_pass_checks(w, run, "broker")
     assert summary.dead_letter_parks == 3, "a letter parked from a read whose answer was lost"
-    await wait_for_depth(world.broker, OWNED_DLQ, len(world.seeded.dead_letters[OWNED_DLQ]))
-    await next_pass_converges(world)
+    await wait_for_depth(w.broker, OWNED_DLQ, len(w.seeded.dead_letters[OWNED_DLQ]))
+    await next_pass_converges(w)
