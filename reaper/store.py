@@ -443,20 +443,7 @@ class PostgresStore:
             self._connection() as conn,
             conn.transaction(),
         ):
-            row = await conn.fetchrow(QUERIES["gate_for_answer"], gate_id)
-            if row is None:
-                raise GateError(f"gate {gate_id} does not exist")
-            gate = _gate(row)
-            if gate.answered_at is not None:
-                raise GateError(
-                    f"gate {gate.id} was already answered at {gate.answered_at.isoformat()} "
-                    f"with {gate.answer!r}"
-                )
-            if choice not in gate.choices:
-                offered = ", ".join(repr(c) for c in gate.choices) or "nothing"
-                raise GateError(
-                    f"{choice!r} is not an answer gate {gate.id} offers: choose {offered}"
-                )
+            gate = await _open_gate_for_answer(conn, gate_id, choice)
             answer = GATE_ANSWERS.get(gate.kind)
             if answer is None:
                 raise GateError(
@@ -631,20 +618,7 @@ class PostgresStore:
             self._connection() as conn,
             conn.transaction(),
         ):
-            row = await conn.fetchrow(QUERIES["gate_for_answer"], gate_id)
-            if row is None:
-                raise GateError(f"gate {gate_id} does not exist")
-            gate = _gate(row)
-            if gate.answered_at is not None:
-                raise GateError(
-                    f"gate {gate.id} was already answered at {gate.answered_at.isoformat()} "
-                    f"with {gate.answer!r}"
-                )
-            if choice not in gate.choices:
-                offered = ", ".join(repr(c) for c in gate.choices) or "nothing"
-                raise GateError(
-                    f"{choice!r} is not an answer gate {gate.id} offers: choose {offered}"
-                )
+            gate = await _open_gate_for_answer(conn, gate_id, choice)
             if gate.kind != GATE_BUS_DEAD_LETTERED:
                 raise GateError(
                     f"gate {gate.id} is a {gate.kind} gate, not a {GATE_BUS_DEAD_LETTERED} gate"
@@ -682,6 +656,24 @@ class PostgresStore:
 #: the answer's transaction with the gate row locked; a kind without an entry cannot be
 #: answered here.
 GateAnswer = Callable[[Any, Gate, str, datetime], Awaitable[None]]
+
+
+async def _open_gate_for_answer(conn: Any, gate_id: UUID, choice: str) -> Gate:
+    """Lock the gate (its row, for the rest of the transaction) and refuse an answer it
+    cannot take: an unknown gate, one already answered, a choice it does not offer."""
+    row = await conn.fetchrow(QUERIES["gate_for_answer"], gate_id)
+    if row is None:
+        raise GateError(f"gate {gate_id} does not exist")
+    gate = _gate(row)
+    if gate.answered_at is not None:
+        raise GateError(
+            f"gate {gate.id} was already answered at {gate.answered_at.isoformat()} "
+            f"with {gate.answer!r}"
+        )
+    if choice not in gate.choices:
+        offered = ", ".join(repr(c) for c in gate.choices) or "nothing"
+        raise GateError(f"{choice!r} is not an answer gate {gate.id} offers: choose {offered}")
+    return gate
 
 
 async def _answer_delivery_exhausted(conn: Any, gate: Gate, choice: str, now: datetime) -> None:
