@@ -436,7 +436,7 @@ TAMPERINGS: list[tuple[str, str, str]] = [
 ]
 
 
-@pytest.mark.parametrize("broker_server", ["4.0"], indirect=True)
+@pytest.mark.parametrize("broker_server", ["4.0"], indirect=True, ids=["rabbitmq-4.0"])
 async def test_the_invariants_catch_every_violation_they_promise_to(
     broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path
 ) -> None:

@@ -380,7 +380,9 @@ def recorded_moves(run: Run) -> int:
 # --------------------------------------------------------------------------- PostgreSQL
 # The broker is not what fails here: these run against one broker version.
 
-on_one_broker = pytest.mark.parametrize("broker_server", ["4.0"], indirect=True)
+on_one_broker = pytest.mark.parametrize(
+    "broker_server", ["4.0"], indirect=True, ids=["rabbitmq-4.0"]
+)
 
 
 @on_one_broker
