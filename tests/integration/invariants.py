@@ -49,6 +49,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -77,6 +78,9 @@ PACKAGE_ROOT = str(Path(reaper.__file__).resolve().parents[1])
 
 #: How often ``run_reaper`` asks its ``kill_when`` whether to kill the process now.
 KILL_POLL_SECONDS = 0.005
+
+#: Requests at once when publishing through the management API (no batch publish there).
+PUBLISHERS = 8
 
 #: How long the broker's statistics may lag behind what a queue holds.
 STATS_WAIT_SECONDS = 30.0
@@ -450,18 +454,23 @@ def dead_letter_through(
         for i in range(count)
     ]
     with broker.admin() as admin:
-        for i, body in enumerate(bodies):
+
+        def publish(i: int) -> None:
             r = admin.post(
                 f"/api/exchanges/{broker.vhost_path}/amq.default/publish",
                 json={
                     "properties": {"message_id": f"{dlq}-{tag}-{start + i}"},
                     "routing_key": origin,
-                    "payload": body,
+                    "payload": bodies[i],
                     "payload_encoding": "string",
                 },
             )
             r.raise_for_status()
             assert r.json()["routed"], f"not routed to {origin}"
+
+        # one message per request: a few requests at once overlap the broker's latency
+        with ThreadPoolExecutor(PUBLISHERS) as pool:
+            list(pool.map(publish, range(count)))
         # A get of many messages with reject_requeue_false dead-letters only some of them on
         # a quorum queue (measured: 33 of 100 on 3.10 and 4.0); the rest go back to the
         # origin, ready. So: reject until the origin has stayed empty for a moment.

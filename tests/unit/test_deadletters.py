@@ -517,6 +517,7 @@ def queue(
     kind: str | None = "quorum",
     *,
     ready: int = 5,
+    unacked: int = 0,
     policy: dict[str, Any] | None = None,
     arguments: dict[str, Any] | None = None,
     name: str = DLQ,
@@ -527,7 +528,7 @@ def queue(
         name=name,
         type=kind,
         messages_ready=ready,
-        messages_unacknowledged=0,
+        messages_unacknowledged=unacked,
         consumers=0,
         effective_policy=policy or {},
         arguments=arguments or {},
@@ -624,6 +625,12 @@ def test_read_count_reads_past_the_parked(
     ready: int, peek: int, parked: int, expected: int
 ) -> None:
     assert read_plan(queue("classic", ready=ready), RABBITMQ_310, peek, parked).count == expected
+
+
+def test_read_count_includes_letters_a_stale_sample_shows_unacknowledged() -> None:
+    # A sample taken mid-read by an earlier pass: 3 ready, 2 checked out and since returned.
+    stale = queue("classic", ready=3, unacked=2)
+    assert read_plan(stale, RABBITMQ_310, 100).count == 5
 
 
 def test_counts_not_yet_known_read_nothing() -> None:
