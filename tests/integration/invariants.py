@@ -647,9 +647,16 @@ class Run:
         if self.report is None:
             return f"exit {self.returncode}, no report; stderr: {self.stderr[-2000:]}"
         r = self.report
+        # a policy that did not verify says why: its reason, failing queues and detail
+        unverified = [
+            (p["name"], p.get("reason"), p.get("queues_failing"), p.get("detail"))
+            for p in r["policies"]
+            if p["verified"] is False
+        ]
         return (
             f"exit {self.returncode}, ok {r['ok']}, unreadable {r['unreadable']}, "
             f"policies {[(p['name'], p['action'], p['verified']) for p in r['policies']]}, "
+            f"not verified {unverified}, "
             f"dead_letters {r['dead_letters']}, notes {r['notes'][:6]}"
         )
 
