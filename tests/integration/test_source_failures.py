@@ -85,8 +85,9 @@ class Proxy:
 
     ``cut_when(chunk)`` sees every chunk a client sends; when it answers True, every
     connection through the proxy is aborted (RST) before that chunk goes on (or just after,
-    with ``forward_then_cut``), and, with ``refuse_after_cut``, the listener closes so that
-    every later connection is refused: the service is gone for the rest of the pass."""
+    with ``forward_then_cut``, every answer held back from then on), and, with
+    ``refuse_after_cut``, the listener closes so that every later connection is refused: the
+    service is gone for the rest of the pass."""
 
     target_host: str
     target_port: int
@@ -141,8 +142,11 @@ class Proxy:
     ) -> None:
         try:
             while chunk := await reader.read(65536):
+                if not from_client and self.cut:
+                    return  # an answer to the request being cut never reaches the client
                 if from_client and not self.cut and self.cut_when(chunk):
                     if self.forward_then_cut:
+                        self.cut = True  # from here on, hold back every answer
                         writer.write(chunk)
                         await writer.drain()
                         await asyncio.sleep(0.02)  # the request reaches the service
