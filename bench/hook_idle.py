@@ -1,8 +1,9 @@
 """The worker hook when not due: what an idle worker pays per call, and proof that it does
 no I/O (SPEC §8: "run_if_due when not due: no I/O").
 
-One pass runs first against the real local services (so the hook has connections to keep);
-then 100,000 not-due calls are timed while every socket send is counted.
+One pass runs first against the real local services (a scratch database of its own, migrated,
+and the broker the ``REAPER_`` environment names), so the hook has connections to keep; then
+100,000 not-due calls are timed while every socket send and receive is counted.
 """
 
 from __future__ import annotations
@@ -18,20 +19,32 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import report_result
+from _common import dsn_for, report_result, scratch_database
 
 from reaper.config import load_config
 from reaper.hook import QueueReaper
+from reaper.store import PostgresStore
 
 CALLS = 100_000
 
 
 async def main() -> int:
+    async with scratch_database("qr_bench_hook") as name:
+        dsn = dsn_for(name)
+        store = await PostgresStore.connect(dsn)
+        try:
+            await store.migrate()
+        finally:
+            await store.close()
+        return await measure(dsn)
+
+
+async def measure(dsn: str) -> int:
     environ = {k: v for k, v in os.environ.items() if k.startswith("REAPER_")}
-    settings = load_config(None, environ).settings
+    settings = load_config(None, {**environ, "REAPER_DATABASE__DSN": dsn}).settings
     reaper = QueueReaper(settings)
     first = await reaper.run_if_due()
-    print(f"first call: due={first.due}, ok={first.ok}")
+    print(f"first call: due={first.due}, ok={first.ok} (a whole pass against the real services)")
 
     sends = 0
     originals: dict[str, Any] = {}
@@ -56,7 +69,8 @@ async def main() -> int:
             setattr(socket.socket, name, original)
         await reaper.aclose()
     per_call_us = elapsed / CALLS * 1e6
-    ok = due == 0 and sends == 0
+    # a failed first pass would leave a hook with nothing open: the figure would prove less
+    ok = first.ok and due == 0 and sends == 0
     print(f"{CALLS:,} not-due calls: {per_call_us:.2f} µs per call, {due} due, {sends} socket I/O")
     print(f"no I/O when not due: {'PASS' if ok else 'FAIL'}")
     report_result(
