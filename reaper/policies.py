@@ -69,8 +69,10 @@ __all__ = [
     "render",
 ]
 
-#: The reviewed declarations, one JSON file per policy (``policies/README.md``).
-DEFAULT_POLICY_DIR: Final = Path(__file__).resolve().parent.parent / "policies"
+#: The reviewed declarations, one JSON file per policy (``policies/README.md``). In a checkout,
+#: ``reaper/declared_policies`` is a link to the top-level ``policies/``; a wheel carries the
+#: files themselves there.
+DEFAULT_POLICY_DIR: Final = (Path(__file__).resolve().parent / "declared_policies").resolve()
 
 #: How often verification re-reads the queues while it waits for statistics to catch up.
 #: Measured lag on 3.10 and 4.0: about 5 s for an existing queue (one statistics interval),

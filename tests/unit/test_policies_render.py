@@ -591,3 +591,17 @@ def test_on_40_the_limit_the_broker_reports_on_the_queue_is_the_one_in_force(
     [check] = check_queues(desired, [replace(dead, reported_delivery_limit=5)])
     assert check.reason is PolicyReason.FINITE_DELIVERY_LIMIT
     assert "as the broker reports it on the queue" in str(check.problem)
+
+
+# --------------------------------------------------------------------------- where they live
+
+
+def test_the_default_declarations_are_the_top_level_policies_directory() -> None:
+    """In a checkout the package's ``declared_policies`` link resolves to ``policies/`` (a
+    wheel carries the same files there), so the reviewed files are the ones loaded."""
+    from reaper.policies import DEFAULT_POLICY_DIR
+
+    top_level = Path(__file__).resolve().parents[2] / "policies"
+    assert top_level.resolve() == DEFAULT_POLICY_DIR
+    assert [d.name for d in load_declarations()] == [d.name for d in load_declarations(top_level)]
+    assert len(load_declarations()) == len(list(top_level.glob("*.json"))) == 3
