@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import respx
+from brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_310
 
 from reaper.broker import (
     QUEUE_COLUMNS,
@@ -21,6 +22,7 @@ from reaper.broker import (
     capabilities_for,
     normalize_definition,
 )
+from reaper.domain import BrokerFacts
 from reaper.errors import BrokerRefused, BrokerUnavailable
 
 URL = "http://broker.test:15672"
@@ -566,6 +568,11 @@ def test_capabilities_come_from_the_version(product: str, version: str, four: bo
     assert facts.policy_apply_to_queue_type is four
     assert facts.unlimited_delivery_limit is four
     assert facts.default_quorum_delivery_limit == (20 if four else None)
+
+
+@pytest.mark.parametrize("profile", [RABBITMQ_310, RABBITMQ_40, LAVINMQ])
+def test_capabilities_are_the_profiles_the_unit_tests_judge_with(profile: BrokerFacts) -> None:
+    assert capabilities_for(profile.product, profile.version) == profile
 
 
 def test_normalize_definition_makes_integral_floats_ints() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_310
 
 from reaper.deadletters import (
     CUT_MARKER,
@@ -33,31 +34,6 @@ from reaper.domain import BrokerFacts, DeadLetter, QueueStats
 DLQ = "vibey.jobs.dead"
 OWNED = r"^vibey\."
 ORIGIN = "vibey.jobs.p1"
-
-RABBITMQ_310 = BrokerFacts(
-    product="RabbitMQ",
-    version="3.10.8",
-    policy_consumer_timeout=False,
-    policy_apply_to_queue_type=False,
-    unlimited_delivery_limit=False,
-    default_quorum_delivery_limit=None,
-)
-RABBITMQ_40 = BrokerFacts(
-    product="RabbitMQ",
-    version="4.0.5",
-    policy_consumer_timeout=True,
-    policy_apply_to_queue_type=True,
-    unlimited_delivery_limit=True,
-    default_quorum_delivery_limit=20,
-)
-LAVINMQ = BrokerFacts(
-    product="LavinMQ",
-    version="2.1.0",
-    policy_consumer_timeout=False,
-    policy_apply_to_queue_type=False,
-    unlimited_delivery_limit=False,
-    default_quorum_delivery_limit=None,
-)
 
 
 def death_headers(

@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_310
 
 from reaper.domain import (
     Action,
@@ -45,29 +46,8 @@ OTHER_PROJECT = UUID("22222222-2222-2222-2222-222222222222")
 JOB = UUID("aaaaaaaa-0000-0000-0000-000000000001")
 JOB_2 = UUID("aaaaaaaa-0000-0000-0000-000000000002")
 
-RABBIT_310 = BrokerFacts(
-    product="RabbitMQ",
-    version="3.10.8",
-    policy_consumer_timeout=False,
-    policy_apply_to_queue_type=False,
-    unlimited_delivery_limit=False,
-    default_quorum_delivery_limit=None,
-)
-RABBIT_40 = BrokerFacts(
-    product="RabbitMQ",
-    version="4.0.5",
-    policy_consumer_timeout=True,
-    policy_apply_to_queue_type=True,
-    unlimited_delivery_limit=True,
-    default_quorum_delivery_limit=20,
-)
-WIDE_TIMEOUT = BrokerFacts(
-    product="RabbitMQ",
-    version="3.10.8",
-    policy_consumer_timeout=False,
-    policy_apply_to_queue_type=False,
-    unlimited_delivery_limit=False,
-    default_quorum_delivery_limit=None,
+WIDE_TIMEOUT = replace(
+    RABBITMQ_310,
     consumer_timeout_ms=21_600_000,
     consumer_timeout_evidence="conf.d/20-vibey-reap.conf loaded",
 )
@@ -131,7 +111,7 @@ def on_job_queue(
 
 
 def on_broker(
-    *queues: QueueStats, broker: BrokerFacts | None = RABBIT_40, thresholds: Thresholds = T
+    *queues: QueueStats, broker: BrokerFacts | None = RABBITMQ_40, thresholds: Thresholds = T
 ) -> tuple[list[Verdict], list[str]]:
     judgement = judge(
         Measurements(leases=(), claimable=(), queues=queues, broker=broker), thresholds, NOW
@@ -277,7 +257,7 @@ def test_an_unreadable_job_queue_yields_nothing(measurements: Measurements) -> N
 
 
 def test_an_unreadable_broker_yields_nothing() -> None:
-    measurements = Measurements(leases=(), claimable=(), queues=None, broker=RABBIT_40)
+    measurements = Measurements(leases=(), claimable=(), queues=None, broker=RABBITMQ_40)
     judgement = judge(measurements, T, NOW)
     assert judgement.verdicts == () and judgement.notes == ()
 
@@ -286,7 +266,7 @@ def test_an_unreadable_broker_yields_nothing() -> None:
 
 
 def test_an_owned_queue_holding_messages_with_no_consumer_timeout_is_unbounded() -> None:
-    verdicts, _ = on_broker(queue("vibey.jobs.p1", unacked=3), broker=RABBIT_310)
+    verdicts, _ = on_broker(queue("vibey.jobs.p1", unacked=3), broker=RABBITMQ_310)
     verdict = only(verdicts, Condition.UNBOUNDED)
     assert verdict.action is Action.SURFACE
     assert verdict.object == verdict.queue == "vibey.jobs.p1"
@@ -299,9 +279,9 @@ def test_an_owned_queue_holding_messages_with_no_consumer_timeout_is_unbounded()
 @pytest.mark.parametrize(
     ("policy", "arguments", "broker"),
     [
-        ({"consumer-timeout": 21_600_000}, {}, RABBIT_310),
-        ({"consumer-timeout": 21_600_000.0}, {}, RABBIT_310),  # integers come back as floats
-        ({}, {"x-consumer-timeout": 3_600_000}, RABBIT_310),
+        ({"consumer-timeout": 21_600_000}, {}, RABBITMQ_310),
+        ({"consumer-timeout": 21_600_000.0}, {}, RABBITMQ_310),  # integers come back as floats
+        ({}, {"x-consumer-timeout": 3_600_000}, RABBITMQ_310),
         ({}, {}, WIDE_TIMEOUT),
     ],
 )
@@ -317,7 +297,7 @@ def test_a_consumer_timeout_in_force_bounds_the_queue(
 @pytest.mark.parametrize("value", ["21600000", True, None, 0, -1, 1.5, float("nan"), [1]])
 def test_a_consumer_timeout_that_is_not_a_positive_number_is_no_bound(value: Any) -> None:
     verdicts, _ = on_broker(
-        queue("vibey.jobs.p1", unacked=1, policy={"consumer-timeout": value}), broker=RABBIT_310
+        queue("vibey.jobs.p1", unacked=1, policy={"consumer-timeout": value}), broker=RABBITMQ_310
     )
     assert conditions(verdicts) == {Condition.UNBOUNDED}
 
@@ -329,12 +309,12 @@ def test_without_broker_facts_the_broker_wide_timeout_is_unknown_and_no_bound() 
 
 
 def test_no_unacknowledged_messages_no_unbounded_timeout_finding() -> None:
-    assert on_broker(queue("vibey.jobs.p1", ready=5), broker=RABBIT_310) == ([], [])
+    assert on_broker(queue("vibey.jobs.p1", ready=5), broker=RABBITMQ_310) == ([], [])
 
 
 def test_a_foreign_queue_is_never_judged_for_its_bounds() -> None:
     verdicts, _ = on_broker(
-        queue("celery", type="quorum", unacked=4, consumers=2), broker=RABBIT_310
+        queue("celery", type="quorum", unacked=4, consumers=2), broker=RABBITMQ_310
     )
     assert verdicts == []
 
@@ -345,11 +325,11 @@ def test_consumer_timeout_resolves_as_rabbitmq_does() -> None:
         policy={"consumer-timeout": 60_000.0},
         arguments={"x-consumer-timeout": 30_000},
     )
-    assert in_force_consumer_timeout_ms(both, RABBIT_310) == 30_000
+    assert in_force_consumer_timeout_ms(both, RABBITMQ_310) == 30_000
     bound = consumer_timeout_bound(queue("vibey.x"), WIDE_TIMEOUT)
     assert bound.value == 21_600_000
     assert "broker-wide" in bound.source and "20-vibey-reap.conf" in bound.source
-    assert in_force_consumer_timeout_ms(queue("vibey.x"), RABBIT_40) is None
+    assert in_force_consumer_timeout_ms(queue("vibey.x"), RABBITMQ_40) is None
     assert in_force_consumer_timeout_ms(queue("vibey.x"), None) is None
 
 
@@ -359,7 +339,7 @@ def test_consumer_timeout_resolves_as_rabbitmq_does() -> None:
 @pytest.mark.parametrize("name", ["vibey.jobs.p1", "celery", "amq.gen-abc", "vibey.jobs.dead"])
 def test_unacknowledged_messages_with_no_consumer_is_holder_gone(name: str) -> None:
     verdicts, _ = on_broker(
-        queue(name, unacked=2, consumers=0, policy={"consumer-timeout": 1000}), broker=RABBIT_310
+        queue(name, unacked=2, consumers=0, policy={"consumer-timeout": 1000}), broker=RABBITMQ_310
     )
     verdict = only(verdicts, Condition.HOLDER_GONE)
     assert verdict.action is Action.SURFACE
@@ -369,7 +349,7 @@ def test_unacknowledged_messages_with_no_consumer_is_holder_gone(name: str) -> N
 
 
 def test_unacknowledged_messages_held_by_a_consumer_are_not_holder_gone() -> None:
-    verdicts, _ = on_broker(queue("celery", unacked=2, consumers=1), broker=RABBIT_310)
+    verdicts, _ = on_broker(queue("celery", unacked=2, consumers=1), broker=RABBITMQ_310)
     assert verdicts == []
 
 
@@ -380,7 +360,7 @@ TIMEOUT = {"consumer-timeout": 21_600_000}
 
 def test_an_owned_quorum_queue_with_no_delivery_limit_has_unbounded_poison() -> None:
     verdicts, _ = on_broker(
-        queue("vibey.jobs.p1", type="quorum", policy=TIMEOUT), broker=RABBIT_310
+        queue("vibey.jobs.p1", type="quorum", policy=TIMEOUT), broker=RABBITMQ_310
     )
     verdict = only(verdicts, Condition.UNBOUNDED)
     assert verdict.measured is None
@@ -392,7 +372,7 @@ def test_an_owned_quorum_queue_with_no_delivery_limit_has_unbounded_poison() -> 
 def test_an_unlimited_delivery_limit_is_unbounded_poison() -> None:
     verdicts, _ = on_broker(
         queue("vibey.jobs.p1", type="quorum", policy={**TIMEOUT, "delivery-limit": -1}),
-        broker=RABBIT_40,
+        broker=RABBITMQ_40,
     )
     assert "poison is unbounded" in only(verdicts, Condition.UNBOUNDED).detail
 
@@ -411,7 +391,7 @@ def test_the_4x_default_limit_without_a_dead_letter_exchange_would_drop() -> Non
 def test_a_float_delivery_limit_is_normalised() -> None:
     verdicts, _ = on_broker(
         queue("vibey.jobs.p1", type="quorum", policy={**TIMEOUT, "delivery-limit": 20.0}),
-        broker=RABBIT_310,
+        broker=RABBITMQ_310,
     )
     detail = only(verdicts, Condition.UNBOUNDED).detail
     assert "a delivery limit of 20 (policy delivery-limit) would drop, not dead-letter" in detail
@@ -430,7 +410,7 @@ def test_a_limit_that_dead_letters_is_bounded(
 ) -> None:
     verdicts, _ = on_broker(
         queue("vibey.jobs.p1", type="quorum", policy={**TIMEOUT, **policy}, arguments=arguments),
-        broker=RABBIT_310,
+        broker=RABBITMQ_310,
     )
     assert verdicts == []
 
@@ -451,7 +431,7 @@ def test_a_queue_argument_limit_survives_an_unlimited_dead_letter_policy() -> No
         policy={**TIMEOUT, "delivery-limit": -1},
         arguments={"x-delivery-limit": 5},
     )
-    assert in_force_delivery_limit(dead, RABBIT_40) == 5
+    assert in_force_delivery_limit(dead, RABBITMQ_40) == 5
     verdicts, _ = on_broker(dead)
     assert only(verdicts, Condition.UNBOUNDED).measured == 5
 
@@ -459,9 +439,9 @@ def test_a_queue_argument_limit_survives_an_unlimited_dead_letter_policy() -> No
 @pytest.mark.parametrize(
     ("policy", "broker"),
     [
-        ({"delivery-limit": -1}, RABBIT_40),  # the dead-letter policy on 4.x
-        ({}, RABBIT_310),  # 3.x sets no default limit
-        ({"delivery-limit": 20, "dead-letter-exchange": "vibey.dlx"}, RABBIT_40),
+        ({"delivery-limit": -1}, RABBITMQ_40),  # the dead-letter policy on 4.x
+        ({}, RABBITMQ_310),  # 3.x sets no default limit
+        ({"delivery-limit": 20, "dead-letter-exchange": "vibey.dlx"}, RABBITMQ_40),
     ],
 )
 def test_a_dead_letter_queue_whose_reads_cannot_drop_is_bounded(
@@ -482,7 +462,7 @@ def test_a_classic_or_untyped_queue_has_no_delivery_limit_finding() -> None:
 
 
 def test_a_foreign_quorum_queue_has_no_delivery_limit_finding() -> None:
-    assert on_broker(queue("plane.tasks", type="quorum"), broker=RABBIT_310) == ([], [])
+    assert on_broker(queue("plane.tasks", type="quorum"), broker=RABBITMQ_310) == ([], [])
 
 
 def test_without_broker_facts_the_default_limit_is_unknown_and_noted() -> None:
@@ -497,7 +477,7 @@ def test_without_broker_facts_the_default_limit_is_unknown_and_noted() -> None:
 
 
 def test_two_missing_bounds_on_one_queue_are_one_verdict_naming_both() -> None:
-    verdicts, _ = on_broker(queue("vibey.jobs.p1", type="quorum", unacked=4), broker=RABBIT_310)
+    verdicts, _ = on_broker(queue("vibey.jobs.p1", type="quorum", unacked=4), broker=RABBITMQ_310)
     verdict = only(verdicts, Condition.UNBOUNDED)
     assert verdict.measured == 4
     assert verdict.unit is Unit.MESSAGES
@@ -506,7 +486,7 @@ def test_two_missing_bounds_on_one_queue_are_one_verdict_naming_both() -> None:
 
 
 def test_delivery_limit_resolves_as_rabbitmq_does() -> None:
-    def limit(policy: Any, arguments: Any, broker: BrokerFacts | None = RABBIT_40) -> Any:
+    def limit(policy: Any, arguments: Any, broker: BrokerFacts | None = RABBITMQ_40) -> Any:
         return in_force_delivery_limit(
             queue("q", type="quorum", policy=policy, arguments=arguments), broker
         )
@@ -516,7 +496,7 @@ def test_delivery_limit_resolves_as_rabbitmq_does() -> None:
     assert limit({"delivery-limit": -1}, {"x-delivery-limit": -1}) is None
     assert limit({}, {"x-delivery-limit": 7}) == 7
     assert limit({}, {}) == 20
-    assert limit({}, {}, RABBIT_310) is None
+    assert limit({}, {}, RABBITMQ_310) is None
     assert limit({"delivery-limit": "5"}, {}) == 20  # not a number the broker would send
 
 
@@ -525,7 +505,7 @@ def test_delivery_limit_resolves_as_rabbitmq_does() -> None:
 
 def test_a_head_message_older_than_the_threshold_with_no_consumer_is_stale() -> None:
     verdicts, notes = on_broker(
-        queue("celery", ready=3, consumers=0, head_ts=NOW_S - 901), broker=RABBIT_310
+        queue("celery", ready=3, consumers=0, head_ts=NOW_S - 901), broker=RABBITMQ_310
     )
     verdict = only(verdicts, Condition.STALE_READY)
     assert verdict.action is Action.SURFACE
@@ -538,20 +518,20 @@ def test_a_head_message_older_than_the_threshold_with_no_consumer_is_stale() -> 
 def test_a_head_message_at_the_threshold_or_with_a_consumer_is_not_stale() -> None:
     at = queue("celery", ready=3, consumers=0, head_ts=NOW_S - 900)
     consumed = queue("celery.2", ready=3, consumers=1, head_ts=NOW_S - 9000)
-    assert on_broker(at, consumed, broker=RABBIT_310) == ([], [])
+    assert on_broker(at, consumed, broker=RABBITMQ_310) == ([], [])
 
 
 def test_a_float_head_timestamp_is_read() -> None:
     verdicts, _ = on_broker(
         queue("celery", ready=1, consumers=0, head_ts=float(NOW_S - 1000)),  # type: ignore[arg-type]
-        broker=RABBIT_310,
+        broker=RABBITMQ_310,
     )
     assert only(verdicts, Condition.STALE_READY).measured == 1000.0
 
 
 def test_a_future_head_timestamp_is_not_stale_and_is_noted() -> None:
     verdicts, notes = on_broker(
-        queue("celery", ready=1, consumers=0, head_ts=NOW_S * 1000), broker=RABBIT_310
+        queue("celery", ready=1, consumers=0, head_ts=NOW_S * 1000), broker=RABBITMQ_310
     )
     assert verdicts == []
     assert notes == [
@@ -562,7 +542,7 @@ def test_a_future_head_timestamp_is_not_stale_and_is_noted() -> None:
 
 def test_a_quorum_queue_reports_no_head_age_and_the_pass_says_so() -> None:
     verdicts, notes = on_broker(
-        queue("plane.q", type="quorum", ready=5, consumers=0), broker=RABBIT_310
+        queue("plane.q", type="quorum", ready=5, consumers=0), broker=RABBITMQ_310
     )
     assert verdicts == []
     assert notes == [
@@ -572,8 +552,9 @@ def test_a_quorum_queue_reports_no_head_age_and_the_pass_says_so() -> None:
 
 
 def test_a_lavinmq_queue_has_no_type_and_no_head_age_and_the_pass_says_so() -> None:
-    lavin = BrokerFacts("LavinMQ", "2.0.0", False, False, False, None)
-    verdicts, notes = on_broker(queue("vibey.bus.q", type=None, ready=5, consumers=0), broker=lavin)
+    verdicts, notes = on_broker(
+        queue("vibey.bus.q", type=None, ready=5, consumers=0), broker=LAVINMQ
+    )
     assert verdicts == []
     assert notes == [
         "head-message age of queue 'vibey.bus.q' is not reported by the broker (no queue type "
@@ -582,7 +563,7 @@ def test_a_lavinmq_queue_has_no_type_and_no_head_age_and_the_pass_says_so() -> N
 
 
 def test_a_classic_queue_without_a_head_timestamp_is_not_measured_and_not_noted() -> None:
-    assert on_broker(queue("celery", ready=5, consumers=0), broker=RABBIT_310) == ([], [])
+    assert on_broker(queue("celery", ready=5, consumers=0), broker=RABBITMQ_310) == ([], [])
 
 
 def test_notes_are_sorted_and_unique() -> None:
@@ -590,7 +571,7 @@ def test_notes_are_sorted_and_unique() -> None:
         queue("b.q", type="quorum", ready=1, consumers=0),
         queue("a.q", type="quorum", ready=1, consumers=0),
         queue("a.q", type="quorum", ready=1, consumers=0),
-        broker=RABBIT_310,
+        broker=RABBITMQ_310,
     )
     assert notes == sorted(notes) and len(notes) == 2
 
@@ -598,7 +579,7 @@ def test_notes_are_sorted_and_unique() -> None:
 def test_a_dead_letter_queue_is_never_stale_ready() -> None:
     verdicts, notes = on_broker(
         queue("celery.dlq", type="quorum", ready=2, consumers=0, head_ts=NOW_S - 10**6),
-        broker=RABBIT_310,
+        broker=RABBITMQ_310,
     )
     assert conditions(verdicts) == {Condition.DEAD_LETTER}
     assert notes == []
@@ -651,7 +632,7 @@ def test_a_consumerless_queue_without_a_ttl_is_judged_against_stale_ready_and_sa
 def test_an_owned_dead_letter_queue_at_depth_is_parked() -> None:
     verdicts, _ = on_broker(
         queue("vibey.jobs.dead", type="quorum", ready=2, unacked=1, consumers=1, policy=TIMEOUT),
-        broker=RABBIT_310,
+        broker=RABBITMQ_310,
     )
     verdict = only(verdicts, Condition.DEAD_LETTER)
     assert verdict.action is Action.PARK
@@ -661,7 +642,7 @@ def test_an_owned_dead_letter_queue_at_depth_is_parked() -> None:
 
 
 def test_a_foreign_dead_letter_queue_is_only_surfaced() -> None:
-    verdicts, _ = on_broker(queue("celery.dlq", ready=9), broker=RABBIT_310)
+    verdicts, _ = on_broker(queue("celery.dlq", ready=9), broker=RABBITMQ_310)
     verdict = only(verdicts, Condition.DEAD_LETTER)
     assert verdict.action is Action.SURFACE
     assert "never read" in verdict.detail
@@ -686,7 +667,7 @@ def test_verdicts_come_in_a_stable_order() -> None:
             queue("celery", unacked=1, consumers=0),
             queue("a.dlq", ready=1),
         ),
-        broker=RABBIT_310,
+        broker=RABBITMQ_310,
     )
     keys = [(v.source, v.object, v.condition) for v in judge(measurements, T, NOW).verdicts]
     assert keys == [
@@ -701,7 +682,7 @@ def test_verdicts_come_in_a_stable_order() -> None:
 def test_an_empty_definition_listed_as_a_list_is_read_as_empty() -> None:
     # The management API renders an empty effective_policy_definition as [].
     verdicts, _ = on_broker(
-        queue("vibey.jobs.p1", unacked=1, policy=[], arguments=[]), broker=RABBIT_310
+        queue("vibey.jobs.p1", unacked=1, policy=[], arguments=[]), broker=RABBITMQ_310
     )
     assert conditions(verdicts) == {Condition.UNBOUNDED}
 
@@ -744,7 +725,7 @@ def test_a_queue_listed_without_statistics_is_not_measured_and_noted() -> None:
         queue("vibey.jobs.dead", type="quorum", ready=0, unacked=0, consumers=0),
         counts_known=False,
     )
-    verdicts, notes = on_broker(fresh, broker=RABBIT_310)
+    verdicts, notes = on_broker(fresh, broker=RABBITMQ_310)
     assert verdicts == []  # no holder_gone, stale_ready, dead_letter or timeout finding
     assert notes == [
         "queue 'vibey.jobs.dead' is listed without statistics yet (a new queue); its counts "
@@ -754,7 +735,7 @@ def test_a_queue_listed_without_statistics_is_not_measured_and_noted() -> None:
 
 def test_a_missing_bound_is_still_found_on_a_queue_without_statistics() -> None:
     fresh = replace(queue("vibey.jobs.p1", type="quorum", policy=TIMEOUT), counts_known=False)
-    verdicts, _ = on_broker(fresh, broker=RABBIT_310)
+    verdicts, _ = on_broker(fresh, broker=RABBITMQ_310)
     assert "poison is unbounded" in only(verdicts, Condition.UNBOUNDED).detail
 
 
@@ -762,8 +743,8 @@ def test_a_policy_not_yet_listed_is_not_read_as_no_policy() -> None:
     fresh = replace(
         queue("vibey.jobs.p1", type="quorum", unacked=2, consumers=1), policy_known=False
     )
-    assert consumer_timeout_bound(fresh, RABBIT_40).known is False
-    assert delivery_limit_bound(fresh, RABBIT_40).known is False
+    assert consumer_timeout_bound(fresh, RABBITMQ_40).known is False
+    assert delivery_limit_bound(fresh, RABBITMQ_40).known is False
     verdicts, notes = on_broker(fresh)
     assert verdicts == []
     assert notes == [
@@ -779,7 +760,7 @@ def test_a_consumerless_queue_whose_policy_is_not_listed_is_not_judged() -> None
         queue("vibey.jobs.wait.1m", ready=1, consumers=0, head_ts=NOW_S - 10**5),
         policy_known=False,
     )
-    verdicts, notes = on_broker(tier, broker=RABBIT_310)
+    verdicts, notes = on_broker(tier, broker=RABBITMQ_310)
     assert verdicts == []
     assert notes == [
         "message TTL of consumerless queue 'vibey.jobs.wait.1m' not known (the broker has not "
@@ -793,12 +774,12 @@ def test_the_delivery_limit_the_broker_reports_is_the_one_in_force() -> None:
         queue("vibey.jobs.dead", type="quorum", policy={**TIMEOUT, "delivery-limit": -1}),
         reported_delivery_limit=20,
     )
-    bound = delivery_limit_bound(reported, RABBIT_40)
+    bound = delivery_limit_bound(reported, RABBITMQ_40)
     assert bound == Bound(20, "as the broker reports it on the queue")
     assert only(on_broker(reported)[0], Condition.UNBOUNDED).measured == 20
 
     unlimited = replace(queue("vibey.jobs.dead", type="quorum"), reported_delivery_limit=-1)
-    assert in_force_delivery_limit(unlimited, RABBIT_40) is None
+    assert in_force_delivery_limit(unlimited, RABBITMQ_40) is None
     assert on_broker(replace(unlimited, effective_policy=TIMEOUT)) == ([], [])
 
 

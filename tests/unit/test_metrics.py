@@ -13,12 +13,12 @@ from pathlib import Path
 from uuid import UUID, uuid4
 
 import pytest
+from brokers import RABBITMQ_40
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from reaper.domain import (
     Action,
-    BrokerFacts,
     ClaimableHead,
     Condition,
     QueueStats,
@@ -76,14 +76,7 @@ def a_pass(**changes: object) -> PassResult:
         dry_run=False,
         started_at=NOW,
         finished_at=NOW + timedelta(seconds=1.5),
-        broker=BrokerFacts(
-            product="RabbitMQ",
-            version="4.0.5",
-            policy_consumer_timeout=True,
-            policy_apply_to_queue_type=True,
-            unlimited_delivery_limit=True,
-            default_quorum_delivery_limit=20,
-        ),
+        broker=RABBITMQ_40,
         verdicts=(
             verdict(
                 jq,

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from brokers import RABBITMQ_40, RABBITMQ_310
 
 from reaper.domain import BrokerFacts, QueueStats, Thresholds
 from reaper.errors import ConfigError
@@ -29,25 +30,11 @@ EVIDENCE = (
     "declares 21600000 ms (config_files proves the file was loaded, not its value)"
 )
 
-RABBIT_310 = BrokerFacts(
-    product="RabbitMQ",
-    version="3.10.8",
-    policy_consumer_timeout=False,
-    policy_apply_to_queue_type=False,
-    unlimited_delivery_limit=False,
-    default_quorum_delivery_limit=None,
-    consumer_timeout_ms=21_600_000,
-    consumer_timeout_evidence=EVIDENCE,
+RABBIT_310 = replace(
+    RABBITMQ_310, consumer_timeout_ms=21_600_000, consumer_timeout_evidence=EVIDENCE
 )
-RABBIT_40 = BrokerFacts(
-    product="RabbitMQ",
-    version="4.0.5",
-    policy_consumer_timeout=True,
-    policy_apply_to_queue_type=True,
-    unlimited_delivery_limit=True,
-    default_quorum_delivery_limit=20,
-    consumer_timeout_ms=1_800_000,
-    consumer_timeout_evidence="the image default",
+RABBIT_40 = replace(
+    RABBITMQ_40, consumer_timeout_ms=1_800_000, consumer_timeout_evidence="the image default"
 )
 
 PARAMS = PolicyParameters()  # the SPEC's defaults: vibey, 21600 s, 20, ^vibey\., (\.dlq|\.dead)$
@@ -278,12 +265,10 @@ def test_rabbitmq_310_dead_letter_policy_is_not_written_and_no_limit_is_the_fall
 def test_rabbitmq_310_without_a_provable_broker_wide_timeout_fails_saying_so(
     declarations: list[Declaration],
 ) -> None:
-    unknown = BrokerFacts(
-        **{
-            **RABBIT_310.__dict__,
-            "consumer_timeout_ms": None,
-            "consumer_timeout_evidence": "node rabbit@x did not load 20-vibey-reap.conf",
-        }
+    unknown = replace(
+        RABBIT_310,
+        consumer_timeout_ms=None,
+        consumer_timeout_evidence="node rabbit@x did not load 20-vibey-reap.conf",
     )
     rendered = by_source(render(declarations, PARAMS, unknown))
     for source in ("quorum.json", "classic.json"):
@@ -293,7 +278,7 @@ def test_rabbitmq_310_without_a_provable_broker_wide_timeout_fails_saying_so(
         assert "did not load 20-vibey-reap.conf" in timeout.detail
         assert not rendered[source].fallbacks_in_force
 
-    other = BrokerFacts(**{**RABBIT_310.__dict__, "consumer_timeout_ms": 1_800_000})
+    other = replace(RABBIT_310, consumer_timeout_ms=1_800_000)
     [timeout] = by_source(render(declarations, PARAMS, other))["classic.json"].unsupported
     assert not timeout.fallback_in_force
     assert "in force is 1800000 ms" in timeout.detail
