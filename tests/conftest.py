@@ -7,10 +7,13 @@ are brought up by ``scripts/services`` (``.ci/run`` calls it first).
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 import asyncpg
@@ -141,6 +144,22 @@ class BrokerUnderTest:
             r.raise_for_status()
             result: dict[str, object] = r.json()
             return result
+
+
+async def poll_until(probe: Callable[[], Any], what: str, seconds: float) -> Any:
+    """Call ``probe`` (plain or async) every 0.5 s until it returns something truthy, and
+    return that; fail the test after ``seconds``: management statistics lag behind what the
+    broker holds."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = probe()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {seconds} s for {what}")
+        await asyncio.sleep(0.5)
 
 
 def _broker_version(url: str) -> str:

@@ -30,7 +30,6 @@ Observed on RabbitMQ 3.10.8 and 4.0.5 (see each test for the detail):
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -38,7 +37,7 @@ from typing import Any
 import pytest
 
 from reaper.broker import BrokerRejected, ManagementClient
-from tests.conftest import BrokerUnderTest
+from tests.conftest import BrokerUnderTest, poll_until
 
 pytestmark = pytest.mark.broker
 
@@ -54,16 +53,8 @@ async def client(broker: BrokerUnderTest) -> AsyncIterator[ManagementClient]:
         yield c
 
 
-async def wait_for(probe: Callable[[], Any], what: str, seconds: float = STATS_WAIT_SECONDS) -> Any:
-    """Poll ``probe`` until it returns something truthy: management statistics lag."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"waited {seconds} s for {what}")
-        await asyncio.sleep(0.5)
+async def wait_for(probe: Callable[[], Any], what: str) -> Any:
+    return await poll_until(probe, what, STATS_WAIT_SECONDS)
 
 
 def depth_is(broker: BrokerUnderTest, queue: str, messages: int) -> Callable[[], bool]:

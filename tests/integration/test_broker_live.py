@@ -3,12 +3,10 @@ test's own (the ``broker`` fixture)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 import socket
 import struct
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -19,7 +17,7 @@ import pytest
 from reaper.broker import QUEUE_COLUMNS, BrokerRejected, ManagementClient, normalize_definition
 from reaper.domain import QueueStats
 from reaper.errors import BrokerRefused, BrokerUnavailable
-from tests.conftest import BrokerUnderTest
+from tests.conftest import BrokerUnderTest, poll_until
 
 pytestmark = pytest.mark.broker
 
@@ -53,18 +51,8 @@ def import_queues(broker: BrokerUnderTest, names: list[str], queue_type: str = "
         ).raise_for_status()
 
 
-async def wait_for(probe: Callable[[], Any], what: str, seconds: float = STATS_WAIT_SECONDS) -> Any:
-    """Poll ``probe`` until it returns something truthy: management statistics lag."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = probe()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"waited {seconds} s for {what}")
-        await asyncio.sleep(0.5)
+async def wait_for(probe: Callable[[], Any], what: str) -> Any:
+    return await poll_until(probe, what, STATS_WAIT_SECONDS)
 
 
 async def test_facts_report_product_version_and_capabilities(

@@ -23,7 +23,7 @@ from reaper.errors import GateError
 from reaper.gates import answer_gate
 from reaper.reap import PassResult, open_sources, reap_once
 from reaper.store import PostgresStore
-from tests.conftest import BrokerUnderTest
+from tests.conftest import BrokerUnderTest, poll_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
@@ -127,17 +127,8 @@ def depth(broker: BrokerUnderTest, queue: str) -> int | None:
     return messages if isinstance(messages, int) else None
 
 
-async def wait_for(probe: Callable[[], Any], what: str, seconds: float = STATS_WAIT_SECONDS) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        value = probe()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"waited {seconds} s for {what}")
-        await asyncio.sleep(0.5)
+async def wait_for(probe: Callable[[], Any], what: str) -> Any:
+    return await poll_until(probe, what, STATS_WAIT_SECONDS)
 
 
 async def wait_for_depth(broker: BrokerUnderTest, queue: str, expected: int) -> None:
