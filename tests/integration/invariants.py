@@ -57,7 +57,7 @@ from typing import Any
 from urllib.parse import quote
 
 import asyncpg
-from test_store_support import Job, insert_jobs
+from test_store_support import Job, insert_jobs, query
 
 import reaper
 from reaper.config import Settings
@@ -262,7 +262,7 @@ async def relet(
 
 async def requeued_jobs(dsn: str, seeded: Seeded) -> list[uuid.UUID]:
     """Seeded jobs the reaper has moved back to ready (their last episode's move is done)."""
-    rows = await fetch(
+    rows = await query(
         dsn,
         "SELECT id FROM job WHERE id = ANY($1::uuid[]) AND state = 'ready' "
         "AND lease_owner IS NULL ORDER BY id",
@@ -307,7 +307,7 @@ async def seed_scenario(
             scenario = await seed(store, client, now=now, settings=settings, **options)
     finally:
         await store.close()
-    rows = await fetch(
+    rows = await query(
         dsn,
         "SELECT id, project_id, lease_owner, lease_expires_at, attempts, max_attempts "
         "FROM job WHERE id = ANY($1::uuid[])",
@@ -325,7 +325,7 @@ async def seed_scenario(
                 r["max_attempts"],
             )
         ]
-    await fetch(
+    await query(
         dsn,
         "UPDATE job SET lease_expires_at = lease_expires_at + interval '1 day' "
         "WHERE id = ANY($1::uuid[]) RETURNING id",
@@ -358,14 +358,6 @@ async def drop_database(dsn: str) -> None:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await admin.close()
-
-
-async def fetch(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return list(await conn.fetch(sql, *args))
-    finally:
-        await conn.close()
 
 
 async def fetchval(dsn: str, sql: str, *args: Any) -> Any:

@@ -58,7 +58,6 @@ from invariants import (
     declare_dead_letter_queues,
     declare_origin,
     drop_database,
-    fetch,
     open_sightings,
     queue_path,
     reaper_env,
@@ -72,6 +71,7 @@ from invariants import (
     wait_for_depths,
     wait_for_no_reaper_backends,
 )
+from test_store_support import query
 
 from reaper.config import load_config
 from tests.conftest import BrokerUnderTest
@@ -128,7 +128,7 @@ class Trials:
 
 
 async def _events(dsn: str) -> int:
-    rows = await fetch(dsn, "SELECT count(*) AS n FROM event")
+    rows = await query(dsn, "SELECT count(*) AS n FROM event")
     return int(rows[0]["n"])
 
 
@@ -138,7 +138,7 @@ async def _converge(env: dict[str, str], workdir: Path, dsn: str, seeded: Seeded
     for _ in range(REFERENCE_PASSES):
         run = await run_reaper(env, workdir)
         runs.append(run)
-        parked = await fetch(dsn, "SELECT count(*) AS n FROM dead_letter")
+        parked = await query(dsn, "SELECT count(*) AS n FROM dead_letter")
         if (
             run.ok
             and not await count_expired_leases(dsn, datetime.now(UTC))
@@ -154,7 +154,7 @@ async def _converge(env: dict[str, str], workdir: Path, dsn: str, seeded: Seeded
 async def final_state(dsn: str, seeded: Seeded) -> dict[str, Any]:
     """What must not depend on whether passes were interrupted (ids of rows the reaper
     created are replaced by the identities that make them)."""
-    jobs = await fetch(
+    jobs = await query(
         dsn,
         "SELECT id, state, attempts, lease_owner, lease_expires_at FROM job "
         "WHERE id = ANY($1::uuid[])",
@@ -162,7 +162,7 @@ async def final_state(dsn: str, seeded: Seeded) -> dict[str, Any]:
     )
     events = [
         dict(r)
-        for r in await fetch(
+        for r in await query(
             dsn,
             "SELECT e.project_id, e.seq, e.payload::text AS payload, d.identity "
             "FROM event AS e LEFT JOIN dead_letter AS d "
@@ -181,10 +181,10 @@ async def final_state(dsn: str, seeded: Seeded) -> dict[str, Any]:
         for e in events
         if e["payload"]["action"] in ("requeue", "park")
     )
-    gates = await fetch(
+    gates = await query(
         dsn, "SELECT kind, identity, answered_at IS NOT NULL AS answered FROM human_gate"
     )
-    letters = await fetch(dsn, "SELECT identity, queue FROM dead_letter")
+    letters = await query(dsn, "SELECT identity, queue FROM dead_letter")
     return {
         "jobs": sorted(
             (str(r["id"]), r["state"], r["attempts"], r["lease_owner"], r["lease_expires_at"])
@@ -348,7 +348,7 @@ async def _chaos(
 async def _tamper(dsn: str, sql: str, *args: Any) -> str:
     """A copy of the database ``dsn`` with one statement run on it."""
     copy = await clone_database(dsn)
-    await fetch(copy, sql, *args)
+    await query(copy, sql, *args)
     return copy
 
 
@@ -465,7 +465,7 @@ async def test_the_invariants_catch_every_violation_they_promise_to(
     assert summary.lease_events == seeded.expected_moves() and summary.dead_letter_parks == 4
     # one more seeded expired lease, never reaped, for "a move without its event"
     [extra] = await seed_expired_leases([pg_dsn], seeded, 1, projects, rng, now=now)
-    await fetch(pg_dsn, "UPDATE job SET kind = 'tamper' WHERE id = $1 RETURNING id", extra.job_id)
+    await query(pg_dsn, "UPDATE job SET kind = 'tamper' WHERE id = $1 RETURNING id", extra.job_id)
     await check_invariants(pg_dsn, seeded, converged=False)
 
     for what, sql, words in TAMPERINGS:

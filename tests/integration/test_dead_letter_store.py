@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from test_store_support import NOW, insert_jobs, lease_verdict, leased
+from test_store_support import NOW, insert_jobs, lease_verdict, leased, query
 
 from reaper import deadletters
 from reaper.config import Settings, load_config
@@ -103,14 +103,6 @@ async def park(store: PostgresStore, batch: list[DeadLetter], depth: int = 5) ->
     )
 
 
-async def rows(pg_dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(pg_dsn)
-    try:
-        return list(await conn.fetch(sql, *args))
-    finally:
-        await conn.close()
-
-
 async def dead_letter_gates(store: PostgresStore) -> list[Gate]:
     return await store.list_gates(open_only=False, kind=GATE_BUS_DEAD_LETTERED)
 
@@ -130,7 +122,7 @@ async def test_a_park_writes_a_job_its_letter_a_gate_and_one_untrusted_fleet_eve
     parks = await park(store, [one], depth=3)
 
     [verdict] = parks
-    [job] = await rows(pg_dsn, "SELECT * FROM job")
+    [job] = await query(pg_dsn, "SELECT * FROM job")
     assert (job["project_id"], job["kind"], job["state"]) == (
         FLEET_PROJECT_ID,
         DEAD_LETTER_JOB_KIND,
@@ -152,7 +144,7 @@ async def test_a_park_writes_a_job_its_letter_a_gate_and_one_untrusted_fleet_eve
         one, owned_queue_pattern=OWNED, dead_letter_queue_pattern=DEAD
     )
 
-    [kept] = await rows(pg_dsn, "SELECT * FROM dead_letter")
+    [kept] = await query(pg_dsn, "SELECT * FROM dead_letter")
     assert dict(kept) == {
         "identity": "msg:m-7",
         "job_id": job["id"],
@@ -193,7 +185,7 @@ async def test_parking_again_writes_nothing_and_names_what_was_parked(
 
     assert len(await dead_letter_gates(store)) == 5
     assert len(await store.events(FLEET_PROJECT_ID)) == 5
-    [(jobs, letters_kept)] = await rows(
+    [(jobs, letters_kept)] = await query(
         pg_dsn, "SELECT (SELECT count(*) FROM job), (SELECT count(*) FROM dead_letter)"
     )
     assert (jobs, letters_kept) == (5, 5)
@@ -248,7 +240,7 @@ async def test_two_reapers_parking_the_same_letters_at_once_park_each_once(
         assert sorted(g.identity or "" for g in gates) == sorted(
             f"dead_letter:{x.identity}" for x in batch
         )
-        [(jobs,)] = await rows(pg_dsn, "SELECT count(*) FROM job")
+        [(jobs,)] = await query(pg_dsn, "SELECT count(*) FROM job")
         assert jobs == 30
     finally:
         for s in stores:
@@ -293,7 +285,7 @@ async def test_hostile_letters_are_parked_safely(pg_dsn: str, store: PostgresSto
     assert len(parks) == len(hostile)
     kept = {
         r["identity"]: r
-        for r in await rows(
+        for r in await query(
             pg_dsn,
             "SELECT identity, body, body_encoding, origin_queue, "
             "reason, message_id FROM dead_letter",
@@ -333,7 +325,7 @@ async def test_a_letter_the_database_refuses_is_named_and_the_rest_are_parked(
     assert [identity for identity, _ in parks.failed] == ["msg:bad", "msg:lone"]
     assert all(reason for _, reason in parks.failed)
     assert await store.parked_identities(["msg:bad", "msg:lone"]) == set()
-    [(jobs, kept, gates)] = await rows(
+    [(jobs, kept, gates)] = await query(
         pg_dsn,
         "SELECT (SELECT count(*) FROM job), (SELECT count(*) FROM dead_letter),"
         " (SELECT count(*) FROM human_gate)",
@@ -358,7 +350,7 @@ async def test_an_identity_half_taken_is_refused_and_rolled_back(
     assert len(parks) == 1
     [(identity, reason)] = parks.failed
     assert identity == "msg:taken" and "without its bus.dead_letter job" in reason
-    [(jobs,)] = await rows(pg_dsn, "SELECT count(*) FROM job")
+    [(jobs,)] = await query(pg_dsn, "SELECT count(*) FROM job")
     assert jobs == 1
 
 
@@ -382,7 +374,7 @@ async def test_dismiss_settles_the_job_and_keeps_the_letter(
     assert "nothing was sent" in outcome and '"vibey.jobs.dead"' in outcome
     answered = await gate_of(store, one.identity)
     assert (answered.answer, answered.answered_at) == ("dismiss", LATER)
-    [job] = await rows(pg_dsn, "SELECT * FROM job WHERE id = $1", uuid.UUID(verdict.object))
+    [job] = await query(pg_dsn, "SELECT * FROM job WHERE id = $1", uuid.UUID(verdict.object))
     assert (job["state"], job["finished_at"], job["updated_at"]) == ("cancelled", LATER, LATER)
     assert await store.parked_identities([one.identity]) == {one.identity}  # still parked
     assert await store.count_parked_dead_letters(DLQ) == 1
@@ -404,7 +396,7 @@ async def test_the_store_alone_dismisses_and_refuses_replay(
 
     answered = await store.answer_gate((await gate_of(store, two.identity)).id, "dismiss", LATER)
     assert answered.answer == "dismiss"
-    [(state,)] = await rows(pg_dsn, "SELECT state FROM job WHERE id = $1", answered.job_id)
+    [(state,)] = await query(pg_dsn, "SELECT state FROM job WHERE id = $1", answered.job_id)
     assert state == "cancelled"
 
 
@@ -481,7 +473,7 @@ async def test_replay_is_refused_unless_allowed_and_nothing_is_recorded(
     assert "nothing was sent or recorded" in str(caught.value)
     assert publisher.calls == 0
     assert (await gate_of(store, refused.identity)).is_open
-    [(state,)] = await rows(
+    [(state,)] = await query(
         pg_dsn, "SELECT state FROM job WHERE id = $1", uuid.UUID(verdict.object)
     )
     assert state == "awaiting_human"
@@ -518,7 +510,7 @@ async def test_delivery_exhausted_gates_are_answered_by_the_store(
         f"gate {gate.id} (delivery_exhausted) answered 'retry': job {job.id} is ready for "
         "exactly one more delivery"
     )
-    [(state,)] = await rows(pg_dsn, "SELECT state FROM job WHERE id = $1", job.id)
+    [(state,)] = await query(pg_dsn, "SELECT state FROM job WHERE id = $1", job.id)
     assert state == "ready"
 
 

@@ -37,7 +37,6 @@ from invariants import (
     count_expired_leases,
     dead_letter_through,
     declare_dead_letter_queues,
-    fetch,
     reaper_env,
     run_reaper,
     seed_expired_leases,
@@ -45,6 +44,7 @@ from invariants import (
     wait_for_depths,
     wait_for_no_reaper_backends,
 )
+from test_store_support import query
 
 from reaper.config import load_config
 from tests.conftest import BrokerUnderTest
@@ -104,7 +104,7 @@ async def test_eight_reapers_at_once_move_each_lease_once_and_park_each_letter_o
             assert run.report is not None and run.returncode in (0, 1), run.describe()
             assert not run.report["unreadable"], run.describe()
         rounds.append(list(runs))
-        parked = await fetch(pg_dsn, "SELECT count(*) AS n FROM dead_letter")
+        parked = await query(pg_dsn, "SELECT count(*) AS n FROM dead_letter")
         if (
             not await count_expired_leases(pg_dsn, datetime.now(UTC))
             and parked[0]["n"] == seeded.dead_letter_count

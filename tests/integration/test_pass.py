@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import jsonschema
 import pytest
+from test_store_support import query
 
 from reaper.broker import ManagementClient
 from reaper.cli import main
@@ -102,16 +102,8 @@ async def seed_scenario(pg_dsn: str, broker: BrokerUnderTest) -> Seeded:
     return Seeded(scenario, env, pg_dsn, broker)
 
 
-async def fetch(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return list(await conn.fetch(sql, *args))
-    finally:
-        await conn.close()
-
-
 async def event_count(dsn: str) -> int:
-    return int((await fetch(dsn, "SELECT count(*) FROM event"))[0][0])
+    return int((await query(dsn, "SELECT count(*) FROM event"))[0][0])
 
 
 def verdicts(report: Mapping[str, Any], **match: Any) -> list[dict[str, Any]]:
@@ -194,7 +186,7 @@ async def test_a_real_pass_does_everything_once_and_the_next_records_nothing_new
 
     # the rows: requeued ready with the lease cleared, poison awaiting a person with one
     # attempt refunded and a gate, everything else as it was
-    jobs = {str(r["id"]): r for r in await fetch(dsn, "SELECT * FROM job")}
+    jobs = {str(r["id"]): r for r in await query(dsn, "SELECT * FROM job")}
     for job in expected.requeued:
         assert jobs[job]["state"] == "ready" and jobs[job]["lease_owner"] is None
         assert jobs[job]["lease_expires_at"] is None
@@ -202,7 +194,7 @@ async def test_a_real_pass_does_everything_once_and_the_next_records_nothing_new
         assert jobs[job]["state"] == "awaiting_human" and jobs[job]["attempts"] == 6
     for job in scenario.live_leases:
         assert jobs[str(job)]["state"] == "leased"
-    gates = await fetch(dsn, "SELECT kind, job_id FROM human_gate ORDER BY kind")
+    gates = await query(dsn, "SELECT kind, job_id FROM human_gate ORDER BY kind")
     assert sorted(g["kind"] for g in gates) == sorted(
         ["delivery_exhausted"] + ["bus_dead_lettered"] * len(scenario.dead_letters)
     )

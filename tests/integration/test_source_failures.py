@@ -47,7 +47,6 @@ from invariants import (
     count_expired_leases,
     dead_letter_through,
     declare_dead_letter_queues,
-    fetch,
     open_sightings,
     queue_path,
     reaper_env,
@@ -60,6 +59,7 @@ from invariants import (
     wait_for_depths,
     wait_for_no_reaper_backends,
 )
+from test_store_support import query
 
 from tests.conftest import BrokerUnderTest
 
@@ -238,7 +238,7 @@ class World:
         )
 
     async def events(self) -> list[dict[str, Any]]:
-        rows = await fetch(
+        rows = await query(
             self.dsn,
             "SELECT project_id, seq, payload::text AS payload FROM event ORDER BY project_id, seq",
         )
@@ -307,7 +307,7 @@ async def make_world(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path, *, le
     w.opened_before = frozenset(opened)
 
     # then both conditions go away: the stale job finishes, the foreign queue is deleted
-    await fetch(
+    await query(
         pg_dsn,
         "UPDATE job SET state = 'succeeded', finished_at = $2 WHERE id = $1 RETURNING id",
         stale_job,
