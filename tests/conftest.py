@@ -8,6 +8,7 @@ are brought up by ``scripts/services`` (``.ci/run`` calls it first).
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import time
 import uuid
@@ -123,16 +124,22 @@ class BrokerUnderTest:
             r.raise_for_status()
 
     def publish(
-        self, queue: str, body: str, *, properties: dict[str, object] | None = None
+        self, queue: str, body: str | bytes, *, properties: dict[str, object] | None = None
     ) -> None:
+        """Publish ``body`` to ``queue`` through the default exchange; ``bytes`` go base64 on
+        the wire, so any bytes at all can be sent."""
+        if isinstance(body, bytes):
+            payload, encoding = base64.b64encode(body).decode("ascii"), "base64"
+        else:
+            payload, encoding = body, "string"
         with self.admin() as client:
             r = client.post(
                 f"/api/exchanges/{self.vhost_path}/amq.default/publish",
                 json={
                     "properties": properties or {},
                     "routing_key": queue,
-                    "payload": body,
-                    "payload_encoding": "string",
+                    "payload": payload,
+                    "payload_encoding": encoding,
                 },
             )
             r.raise_for_status()

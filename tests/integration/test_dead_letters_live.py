@@ -6,7 +6,6 @@ back to its owned origin queue and leaves the dead letter where it is (SPEC §1,
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -84,28 +83,6 @@ def dead_letter_through(
         )
         got.raise_for_status()
         assert len(got.json()) == len(bodies)
-
-
-def publish_raw(
-    broker: BrokerUnderTest,
-    queue: str,
-    payload: bytes,
-    *,
-    properties: dict[str, Any] | None = None,
-) -> None:
-    """Publish any bytes (base64 on the wire) with any properties."""
-    with broker.admin() as admin:
-        r = admin.post(
-            f"/api/exchanges/{broker.vhost_path}/amq.default/publish",
-            json={
-                "properties": properties or {},
-                "routing_key": queue,
-                "payload": base64.b64encode(payload).decode("ascii"),
-                "payload_encoding": "base64",
-            },
-        )
-        r.raise_for_status()
-        assert r.json()["routed"], f"not routed to {queue}"
 
 
 def read_all(broker: BrokerUnderTest, queue: str, count: int = 100) -> list[dict[str, Any]]:
@@ -375,8 +352,7 @@ async def test_hostile_dead_letters_are_parked_without_crashing_the_pass(
     dlq = "vibey.hostile.dead"
     broker.declare_queue(dlq, queue_type="quorum")
     big_headers = {f"x-junk-{i}": "\u202e\x1b[31m" + "h" * 1000 for i in range(100)}
-    publish_raw(
-        broker,
+    broker.publish(
         dlq,
         b'{"ok": true}',
         properties={
@@ -388,9 +364,9 @@ async def test_hostile_dead_letters_are_parked_without_crashing_the_pass(
             },
         },
     )
-    publish_raw(broker, dlq, bytes(range(256)) * 4, properties={"message_id": "binary"})
-    publish_raw(broker, dlq, b'{"bad": "\xff\xfe\xc3"}', properties={"message_id": "utf8"})
-    publish_raw(broker, dlq, b"", properties={})  # no id, no body, no headers
+    broker.publish(dlq, bytes(range(256)) * 4, properties={"message_id": "binary"})
+    broker.publish(dlq, b'{"bad": "\xff\xfe\xc3"}', properties={"message_id": "utf8"})
+    broker.publish(dlq, b"", properties={})  # no id, no body, no headers
     await wait_for_depth(broker, dlq, 4)
 
     await parked_after_passes(settings, dlq, 4)
