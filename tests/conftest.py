@@ -21,6 +21,8 @@ import asyncpg
 import httpx
 import pytest
 
+from reaper.store import PostgresStore
+
 PG_ADMIN_DSN = os.environ.get("REAPER_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 #: Every supported broker version and where its management API listens. Both are required.
@@ -74,6 +76,14 @@ async def pg_dsn(pg_template: str) -> AsyncIterator[str]:
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+@pytest.fixture
+async def store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
+    """A store on this test's own migrated database, closed after the test."""
+    s = await PostgresStore.connect(pg_dsn)
+    yield s
+    await s.close()
 
 
 @pytest.fixture

@@ -43,13 +43,6 @@ LATER = NOW + timedelta(minutes=10)
 
 
 @pytest.fixture
-async def store(pg_dsn: str):  # type: ignore[no-untyped-def]
-    s = await PostgresStore.connect(pg_dsn)
-    yield s
-    await s.close()
-
-
-@pytest.fixture
 def settings(pg_dsn: str) -> Settings:
     return load_config(None, environ={"REAPER_DATABASE__DSN": pg_dsn}).settings
 

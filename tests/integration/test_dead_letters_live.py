@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -52,13 +52,6 @@ def settings_for(broker: BrokerUnderTest, pg_dsn: str, config_dir: Path) -> Sett
 @pytest.fixture
 def settings(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path) -> Settings:
     return settings_for(broker, pg_dsn, tmp_path)
-
-
-@pytest.fixture
-async def store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
-    s = await PostgresStore.connect(pg_dsn)
-    yield s
-    await s.close()
 
 
 def queue_path(broker: BrokerUnderTest, name: str) -> str:

@@ -19,13 +19,6 @@ pytestmark = pytest.mark.postgres
 LATER = NOW + timedelta(minutes=10)
 
 
-@pytest.fixture
-async def store(pg_dsn: str):  # type: ignore[no-untyped-def]
-    s = await PostgresStore.connect(pg_dsn)
-    yield s
-    await s.close()
-
-
 async def _parked(pg_dsn: str, store: PostgresStore) -> tuple[uuid.UUID, Gate]:
     job = leased(uuid.uuid4(), attempts=7, max_attempts=7)
     await insert_jobs(pg_dsn, [job])

@@ -36,13 +36,6 @@ from reaper.store import LeaseReapOutcome, PostgresStore, canonical_json, canoni
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-async def store(pg_dsn: str):  # type: ignore[no-untyped-def]
-    s = await PostgresStore.connect(pg_dsn)
-    yield s
-    await s.close()
-
-
 async def test_expired_leases_are_bounded_oldest_first_past_the_grace(
     pg_dsn: str, store: PostgresStore
 ) -> None:

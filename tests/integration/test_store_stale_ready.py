@@ -19,13 +19,6 @@ pytestmark = pytest.mark.postgres
 H = timedelta(hours=1)
 
 
-@pytest.fixture
-async def store(pg_dsn: str):  # type: ignore[no-untyped-def]
-    s = await PostgresStore.connect(pg_dsn)
-    yield s
-    await s.close()
-
-
 def _by_project(heads: list[ClaimableHead]) -> dict[uuid.UUID, ClaimableHead]:
     assert len({h.project_id for h in heads}) == len(heads), "one head per project"
     return {h.project_id: h for h in heads}
