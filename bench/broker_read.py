@@ -26,7 +26,8 @@ from urllib.parse import quote
 
 import httpx
 
-from reaper.broker import DEFAULT_PAGE_SIZE, QUEUE_COLUMNS, ManagementClient
+from reaper.broker.client import DEFAULT_PAGE_SIZE, ManagementClient
+from reaper.broker.records import QUEUE_COLUMNS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import report_result

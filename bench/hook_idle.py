@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import dsn_for, report_result, scratch_database
 
 from reaper.config import load_config
-from reaper.hook import QueueReaper
-from reaper.store import PostgresStore
+from reaper.edges.hook import QueueReaper
+from reaper.jobqueue.postgres import PostgresStore
 
 CALLS = 100_000
 

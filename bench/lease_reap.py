@@ -30,15 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import dsn_for, median, report_result, scratch_database
 
-from reaper.domain import Measurements, Thresholds
-from reaper.judge import judge
-from reaper.store import (
-    LEASE_BATCH_SIZE,
-    LEASE_LANES,
-    PostgresStore,
-    canonical_json,
-    digest_of,
-)
+from reaper.core.canonical import canonical_json, digest_of
+from reaper.core.domain import Measurements, Thresholds
+from reaper.core.judge import judge
+from reaper.jobqueue.leases import LEASE_BATCH_SIZE, LEASE_LANES
+from reaper.jobqueue.postgres import PostgresStore
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
 TARGET_OF_BARE = 0.3

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import dsn_for, report_result, scratch_database
 
-from reaper.sql import QUERIES
-from reaper.store import PostgresStore
+from reaper.jobqueue.postgres import PostgresStore
+from reaper.jobqueue.sql import QUERIES
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import time
 import uuid
@@ -21,7 +22,9 @@ import asyncpg
 import httpx
 import pytest
 
-from reaper.store import PostgresStore
+from reaper.broker.client import ManagementClient
+from reaper.broker.port import BrokerPolicy
+from reaper.jobqueue.postgres import PostgresStore
 
 PG_ADMIN_DSN = os.environ.get("REAPER_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -45,8 +48,6 @@ def _dsn_for(database: str) -> str:
 @pytest.fixture(scope="session")
 async def pg_template() -> AsyncIterator[str]:
     """A database with every migration applied, built once per session and cloned per test."""
-    from reaper.store import PostgresStore
-
     name = f"qr_template_{uuid.uuid4().hex[:10]}"
     try:
         admin = await asyncpg.connect(PG_ADMIN_DSN)
@@ -65,17 +66,24 @@ async def pg_template() -> AsyncIterator[str]:
         await admin.close()
 
 
-@pytest.fixture
-async def pg_dsn(pg_template: str) -> AsyncIterator[str]:
-    """The DSN of a fresh, migrated database of this test's own."""
+@contextlib.asynccontextmanager
+async def cloned_database(template: str) -> AsyncIterator[str]:
+    """The DSN of a fresh copy of ``template``, dropped afterwards."""
     name = f"qr_test_{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(PG_ADMIN_DSN)
     try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
         yield _dsn_for(name)
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+@pytest.fixture
+async def pg_dsn(pg_template: str) -> AsyncIterator[str]:
+    """The DSN of a fresh, migrated database of this test's own."""
+    async with cloned_database(pg_template) as dsn:
+        yield dsn
 
 
 @pytest.fixture
@@ -177,6 +185,11 @@ async def poll_until(probe: Callable[[], Any], what: str, seconds: float) -> Any
         if time.monotonic() > deadline:
             pytest.fail(f"waited {seconds} s for {what}")
         await asyncio.sleep(0.5)
+
+
+async def policy_named(client: ManagementClient, name: str) -> BrokerPolicy | None:
+    """The policy ``name`` as the broker holds it (one listing), or None."""
+    return next((p for p in await client.list_policies() if p.name == name), None)
 
 
 def _broker_version(url: str) -> str:

@@ -61,15 +61,15 @@ from test_store_support import Job, insert_jobs, query
 
 import reaper
 from reaper.config import Settings
-from reaper.domain import (
+from reaper.core.canonical import canonical_json
+from reaper.core.domain import (
     DEAD_LETTER_JOB_KIND,
     EVENT_KIND,
     FLEET_PROJECT_ID,
     GATE_BUS_DEAD_LETTERED,
     GATE_DELIVERY_EXHAUSTED,
 )
-from reaper.scenario import Scenario
-from reaper.store import canonical_json
+from reaper.demo.scenario import Scenario
 from tests.conftest import BrokerUnderTest
 
 #: The directory holding the ``reaper`` package this test process imported: the processes a
@@ -295,9 +295,9 @@ async def seed_scenario(
     letters, and the queues a pass must never read (the foreign tenant's, the consumerless
     webhooks backlog). Its live leases get one more day: they must be left alone however long
     a test runs (the scenario's are 15 minutes, shorter than a long manual chaos run)."""
-    from reaper.broker import ManagementClient
-    from reaper.scenario import seed
-    from reaper.store import PostgresStore
+    from reaper.broker.client import ManagementClient
+    from reaper.demo.seed import seed
+    from reaper.jobqueue.postgres import PostgresStore
 
     store = await PostgresStore.connect(dsn)
     try:
@@ -662,7 +662,7 @@ async def run_reaper(
     limit_seconds: float = 180.0,
     args: Sequence[str] = ("reap", "--json"),
 ) -> Run:
-    """Run ``python -m reaper.cli reap --json`` to its end, or SIGKILL it: ``kill_after``
+    """Run ``python -m reaper reap --json`` to its end, or SIGKILL it: ``kill_after``
     seconds after it was started, or as soon as ``kill_when()`` (polled every few
     milliseconds) answers True, if it is still running then. Its output goes to files, so a
     large report never blocks it on a pipe."""
@@ -670,7 +670,7 @@ async def run_reaper(
     with out, err:
         started = time.monotonic()
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "reaper.cli", *args, stdout=out, stderr=err, env=env, cwd=workdir
+            sys.executable, "-m", "reaper", *args, stdout=out, stderr=err, env=env, cwd=workdir
         )
         killed = False
         deadline = started + (kill_after if kill_after is not None else limit_seconds)

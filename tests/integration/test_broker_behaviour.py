@@ -36,8 +36,9 @@ from typing import Any
 
 import pytest
 
-from reaper.broker import BrokerRejected, ManagementClient
-from tests.conftest import BrokerUnderTest, poll_until
+from reaper.broker.client import ManagementClient
+from reaper.broker.http import BrokerRejected
+from tests.conftest import BrokerUnderTest, policy_named, poll_until
 
 pytestmark = pytest.mark.broker
 
@@ -93,14 +94,14 @@ async def test_1_policy_key_consumer_timeout(
 ) -> None:
     if broker.version == "4.0":
         await put_policy(client, "ct", {"consumer-timeout": 21_600_000})
-        policy = await client.get_policy("ct")
-        assert policy is not None and policy["definition"] == {"consumer-timeout": 21_600_000}
+        policy = await policy_named(client, "ct")
+        assert policy is not None and policy.definition == {"consumer-timeout": 21_600_000}
     else:
         with pytest.raises(BrokerRejected) as caught:
             await put_policy(client, "ct", {"consumer-timeout": 21_600_000})
         assert caught.value.status == 400
         assert "not recognised policy settings" in caught.value.reason
-        assert await client.get_policy("ct") is None
+        assert await policy_named(client, "ct") is None
 
 
 @pytest.mark.parametrize("apply_to", ["quorum_queues", "classic_queues"])
@@ -109,8 +110,8 @@ async def test_2_apply_to_a_queue_type(
 ) -> None:
     if broker.version == "4.0":
         await put_policy(client, "typed", {"max-length": 1000}, apply_to=apply_to)
-        policy = await client.get_policy("typed")
-        assert policy is not None and policy["apply-to"] == apply_to
+        policy = await policy_named(client, "typed")
+        assert policy is not None and policy.apply_to == apply_to
     else:
         with pytest.raises(BrokerRejected) as caught:
             await put_policy(client, "typed", {"max-length": 1000}, apply_to=apply_to)

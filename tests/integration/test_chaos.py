@@ -5,7 +5,7 @@ projects, dependencies; on the broker an owned quorum dead-letter queue with ``x
 headers, a drifted policy, a consumerless backlog, a foreign tenant) plus thousands more
 expired leases (one in ten poison) and real dead letters (rejected on an owned work queue) in
 the owned quorum dead-letter queue and in an owned classic one, is reaped by
-``python -m reaper.cli reap --json`` processes, each killed with SIGKILL after a random delay in
+``python -m reaper reap --json`` processes, each killed with SIGKILL after a random delay in
 ``[0, T]``, where ``T`` is how long one uninterrupted pass of the same scenario took. Every
 few trials new expired leases are seeded, and that trial's process is killed as soon as the
 first batch of its lease moves has committed (a partial move, the state between the batches

@@ -19,19 +19,22 @@ import asyncpg
 import pytest
 from test_store_support import NOW, insert_jobs, lease_verdict, leased, query
 
-from reaper import deadletters
 from reaper.config import Settings, load_config
-from reaper.deadletters import decode, decoded_body, park_verdict
-from reaper.domain import (
+from reaper.core import dead_letters
+from reaper.core.canonical import canonical_json, digest_of
+from reaper.core.dead_letters.decode import decode, decoded_body
+from reaper.core.dead_letters.parking import park_verdict
+from reaper.core.domain import (
     DEAD_LETTER_JOB_KIND,
     FLEET_PROJECT_ID,
     GATE_BUS_DEAD_LETTERED,
     DeadLetter,
     Gate,
 )
+from reaper.edges.gates import answer_gate
 from reaper.errors import GateError
-from reaper.gates import answer_gate
-from reaper.store import DeadLetterParks, PostgresStore, canonical_json, digest_of
+from reaper.jobqueue.port import DeadLetterParks, ParkRules
+from reaper.jobqueue.postgres import PostgresStore
 
 pytestmark = pytest.mark.postgres
 
@@ -89,10 +92,9 @@ async def park(store: PostgresStore, batch: list[DeadLetter], depth: int = 5) ->
     return await store.park_dead_letters(
         batch,
         now=NOW,
-        depth=depth,
-        min_depth=1,
-        owned_queue_pattern=OWNED,
-        dead_letter_queue_pattern=DEAD,
+        rules=ParkRules(
+            depth=depth, min_depth=1, owned_queue_pattern=OWNED, dead_letter_queue_pattern=DEAD
+        ),
     )
 
 
@@ -114,7 +116,7 @@ async def test_a_park_writes_a_job_its_letter_a_gate_and_one_untrusted_fleet_eve
     one = letter('{"task": 7}', message_id="m-7")
     parks = await park(store, [one], depth=3)
 
-    [verdict] = parks
+    [verdict] = parks.parked
     [job] = await query(pg_dsn, "SELECT * FROM job")
     assert (job["project_id"], job["kind"], job["state"]) == (
         FLEET_PROJECT_ID,
@@ -133,7 +135,7 @@ async def test_a_park_writes_a_job_its_letter_a_gate_and_one_untrusted_fleet_eve
         "dead_letter:msg:m-7",
     )
     assert gate.choices == ("replay", "dismiss") and gate.is_open
-    assert gate.prompt == deadletters.gate_prompt(
+    assert gate.prompt == dead_letters.gate_prompt(
         one, owned_queue_pattern=OWNED, dead_letter_queue_pattern=DEAD
     )
 
@@ -166,15 +168,15 @@ async def test_parking_again_writes_nothing_and_names_what_was_parked(
 ) -> None:
     batch = letters(4)
     first = await park(store, batch)
-    assert len(first) == 4 and first.failed == [] and first.already_parked == []
+    assert len(first.parked) == 4 and first.failed == () and first.already_parked == ()
 
     for _ in range(3):
         again = await park(store, list(reversed(batch)))
-        assert again == [] and again.failed == []
-        assert again.already_parked == [x.identity for x in reversed(batch)]
+        assert again.parked == () and again.failed == ()
+        assert again.already_parked == tuple(x.identity for x in reversed(batch))
     # the same identity twice in one call parks once
     doubled = await park(store, [letter('{"new": 1}', message_id="dup")] * 2)
-    assert len(doubled) == 1 and doubled.already_parked == ["msg:dup"]
+    assert len(doubled.parked) == 1 and doubled.already_parked == ("msg:dup",)
 
     assert len(await dead_letter_gates(store)) == 5
     assert len(await store.events(FLEET_PROJECT_ID)) == 5
@@ -196,7 +198,7 @@ async def test_identities_are_global_whatever_queue_or_project(
     await park(store, [letter(message_id="same")])
     # the same message read from another dead-letter queue is the same dead letter
     elsewhere = dataclasses.replace(letter(message_id="same"), queue="vibey.other.dead")
-    assert await park(store, [elsewhere]) == []
+    assert (await park(store, [elsewhere])).parked == ()
     assert await store.count_parked_dead_letters("vibey.other.dead") == 0
     # a gate with that identity on any project counts as parked
     project = uuid.uuid4()
@@ -222,8 +224,8 @@ async def test_two_reapers_parking_the_same_letters_at_once_park_each_once(
             results = await asyncio.gather(
                 park(stores[0], batch), park(stores[1], list(reversed(batch)))
             )
-            assert all(r.failed == [] for r in results)
-        assert [list(r) for r in results] == [[], []]  # the last round found all parked
+            assert all(r.failed == () for r in results)
+        assert [r.parked for r in results] == [(), ()]  # the last round found all parked
         events = await stores[0].events(FLEET_PROJECT_ID)
         assert len(events) == 30
         assert [e.seq for e in events] == list(range(1, 31))  # gapless
@@ -245,7 +247,7 @@ async def test_the_first_round_of_two_concurrent_reapers_splits_the_parks(pg_dsn
     try:
         batch = letters(40)
         a, b = await asyncio.gather(park(stores[0], batch), park(stores[1], batch[::-1]))
-        recorded = [v.object for v in [*a, *b]]
+        recorded = [v.object for v in [*a.parked, *b.parked]]
         assert len(recorded) == len(set(recorded)) == 40  # each letter parked by one of them
         assert len(a.already_parked) + len(b.already_parked) == 40  # and seen parked by the other
         assert len(await stores[0].events(FLEET_PROJECT_ID)) == 40
@@ -274,8 +276,8 @@ async def test_hostile_letters_are_parked_safely(pg_dsn: str, store: PostgresSto
 
     parks = await park(store, hostile)
 
-    assert parks.failed == []
-    assert len(parks) == len(hostile)
+    assert parks.failed == ()
+    assert len(parks.parked) == len(hostile)
     kept = {
         r["identity"]: r
         for r in await query(
@@ -286,7 +288,8 @@ async def test_hostile_letters_are_parked_safely(pg_dsn: str, store: PostgresSto
     }
     assert set(kept) == {x.identity for x in hostile}
     for x in hostile:  # every body comes back byte for byte
-        assert decoded_body(dict(kept[x.identity])) == decoded_body(x)
+        row = kept[x.identity]
+        assert decoded_body(SimpleNamespace(**row)) == decoded_body(x)
     assert kept[nul_body.identity]["body_encoding"] == "base64"
     assert kept[binary.identity]["body_encoding"] == "base64"
     assert nul_headers.identity.startswith("msg-sha256:")
@@ -314,7 +317,9 @@ async def test_a_letter_the_database_refuses_is_named_and_the_rest_are_parked(
 
     parks = await park(store, [good[0], bad, good[1], lone, good[2]])
 
-    assert [v.detail for v in parks] == [park_verdict(x, depth=5, min_depth=1).detail for x in good]
+    assert [v.detail for v in parks.parked] == [
+        park_verdict(x, depth=5, min_depth=1).detail for x in good
+    ]
     assert [identity for identity, _ in parks.failed] == ["msg:bad", "msg:lone"]
     assert all(reason for _, reason in parks.failed)
     assert await store.parked_identities(["msg:bad", "msg:lone"]) == set()
@@ -340,7 +345,7 @@ async def test_an_identity_half_taken_is_refused_and_rolled_back(
     finally:
         await conn.close()
     parks = await park(store, [letter(message_id="taken"), letter(message_id="free")])
-    assert len(parks) == 1
+    assert len(parks.parked) == 1
     [(identity, reason)] = parks.failed
     assert identity == "msg:taken" and "without its bus.dead_letter job" in reason
     [(jobs,)] = await query(pg_dsn, "SELECT count(*) FROM job")
@@ -358,7 +363,7 @@ async def test_dismiss_settles_the_job_and_keeps_the_letter(
     pg_dsn: str, store: PostgresStore, settings: Settings
 ) -> None:
     one = letter(message_id="dismiss-me")
-    [verdict] = await park(store, [one])
+    [verdict] = (await park(store, [one])).parked
     gate = await gate_of(store, one.identity)
 
     outcome = await answer_gate(sources(store), settings, gate.id, "dismiss", clock=lambda: LATER)
@@ -371,7 +376,7 @@ async def test_dismiss_settles_the_job_and_keeps_the_letter(
     assert (job["state"], job["finished_at"], job["updated_at"]) == ("cancelled", LATER, LATER)
     assert await store.parked_identities([one.identity]) == {one.identity}  # still parked
     assert await store.count_parked_dead_letters(DLQ) == 1
-    assert await park(store, [one]) == []  # an answered letter is never parked again
+    assert (await park(store, [one])).parked == ()  # an answered letter is never parked again
 
 
 async def test_the_store_alone_dismisses_and_refuses_replay(
@@ -455,7 +460,7 @@ async def test_replay_is_refused_unless_allowed_and_nothing_is_recorded(
     refused: DeadLetter,
     why: str,
 ) -> None:
-    [verdict] = await park(store, [refused])
+    [verdict] = (await park(store, [refused])).parked
     gate = await gate_of(store, refused.identity)
     publisher = Unreachable()
 
@@ -518,7 +523,7 @@ class Unreachable:
 
 
 def test_replay_message_ids_fit_amqp() -> None:
-    from reaper.gates import replay_message_id
+    from reaper.edges.gates import replay_message_id
 
     gate = uuid.UUID(int=1)
     assert replay_message_id("msg:m-1", gate) == f"replay:msg:m-1:{gate}"

@@ -1,5 +1,5 @@
 """Dead letters end to end, on every supported RabbitMQ version and a real PostgreSQL: real
-passes (``reaper.reap.reap_once``) park what an owned dead-letter queue holds and never cost
+passes (``reaper.reap.run.reap_once``) park what an owned dead-letter queue holds and never cost
 the broker a message; a foreign dead-letter queue is never read; replay publishes the body
 back to its owned origin queue and leaves the dead letter where it is (SPEC §1, §4)."""
 
@@ -15,13 +15,15 @@ from urllib.parse import quote
 
 import pytest
 
-from reaper.broker import ManagementClient
+from reaper.broker.client import ManagementClient
 from reaper.config import Settings, load_config
-from reaper.domain import FLEET_PROJECT_ID, GATE_BUS_DEAD_LETTERED, Gate
+from reaper.core.domain import FLEET_PROJECT_ID, GATE_BUS_DEAD_LETTERED, Gate
+from reaper.edges.gates import answer_gate
 from reaper.errors import GateError
-from reaper.gates import answer_gate
-from reaper.reap import PassResult, open_sources, reap_once
-from reaper.store import PostgresStore
+from reaper.jobqueue.postgres import PostgresStore
+from reaper.reap.result import PassResult
+from reaper.reap.run import reap_once
+from reaper.reap.sources import open_sources
 from tests.conftest import BrokerUnderTest, poll_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
@@ -163,7 +165,7 @@ async def test_an_owned_quorum_dead_letter_queue_survives_fifty_passes(
     for n in range(1, PASSES + 1):
         result = await reap_once(settings)
         assert not [u for u in result.unreadable], result.unreadable
-        assert not result.failed_rows, result.failed_rows
+        assert not result.not_moved, result.not_moved
         outcome = outcome_of(result, DLQ)
         assert outcome is not None, f"pass {n}: {DLQ} not judged: {result.notes}"
         assert outcome.depth == 5, f"pass {n}: {outcome}"
@@ -367,7 +369,7 @@ async def test_hostile_dead_letters_are_parked_without_crashing_the_pass(
     outcome = outcome_of(result, dlq)
     assert outcome is not None and outcome.read_blocked is None
     assert (outcome.parked_new, outcome.already_parked, outcome.unread) == (0, 4, 0)
-    assert not result.failed_rows
+    assert not result.not_moved
 
     gates = await dead_letter_gates(store)
     assert len(gates) == 4

@@ -11,7 +11,8 @@ from collections import Counter
 import pytest
 from test_store_support import NOW, insert_jobs, lease_verdict, leased, query
 
-from reaper.store import LeaseReapOutcome, PostgresStore
+from reaper.jobqueue.port import LeaseMoves
+from reaper.jobqueue.postgres import PostgresStore
 
 pytestmark = pytest.mark.postgres
 
@@ -20,7 +21,7 @@ LEASES = 5_000
 PROJECTS = 50
 
 
-async def _reap_until_done(store: PostgresStore, seed: int) -> list[LeaseReapOutcome]:
+async def _reap_until_done(store: PostgresStore, seed: int) -> list[LeaseMoves]:
     """One reaper's passes: read a bounded batch of the oldest expired leases (the same ones
     the other reapers read), apply, until nothing is left."""
     rng = random.Random(seed)

@@ -6,7 +6,7 @@ On each broker version: the scenario of ``reaper/scenario.py`` (its drifted poli
 tenant and consumerless backlog included), plus ``LEASES`` expired leases (one in ten poison)
 spread over ``PROJECTS`` projects, plus ``DEAD_LETTERS`` real dead letters spread over
 ``DLQS`` owned quorum dead-letter queues (each within one pass's ``dead_letter_peek_limit``).
-Rounds of ``REAPERS`` real ``python -m reaper.cli reap --json`` processes started together run
+Rounds of ``REAPERS`` real ``python -m reaper reap --json`` processes started together run
 until nothing is left to move or park (a pass takes at most 20,000 leases, so 50,000 need at
 least three rounds, every reaper of a round contending for the same rows and the same dead
 letters); then one more pass alone finds nothing new, and every invariant of

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +23,17 @@ import jsonschema
 import pytest
 from test_store_support import query
 
-from reaper.broker import ManagementClient
-from reaper.cli import main
+from reaper.broker.client import ManagementClient
 from reaper.config import load_config
-from reaper.scenario import Scenario, seed
-from reaper.store import PostgresStore
+from reaper.demo.scenario import Scenario
+from reaper.demo.seed import seed
+from reaper.edges.cli import main
+from reaper.jobqueue.postgres import PostgresStore
 from tests.conftest import BrokerUnderTest
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
-SCHEMA = json.loads(
-    (Path(__file__).resolve().parents[2] / "reaper" / "schema" / "report.json").read_text()
-)
+SCHEMA = json.loads(resources.files("reaper.edges").joinpath("schema/report.json").read_text())
 
 #: A PostgreSQL port and a management port nothing listens on.
 CLOSED_PG_DSN = "postgresql://postgres@127.0.0.1:1/postgres"

@@ -12,18 +12,12 @@ from urllib.parse import quote
 
 import pytest
 
-from reaper.broker import ManagementClient
-from reaper.domain import BrokerFacts
-from reaper.policies import (
-    DesiredPolicy,
-    PolicyParameters,
-    load_declarations,
-    plan,
-    plan_json,
-    plan_text,
-    reconcile,
-    render,
-)
+from reaper.broker.client import ManagementClient
+from reaper.core.domain import BrokerFacts
+from reaper.policies.declarations import PolicyParameters, load_declarations
+from reaper.policies.reconcile import plan, reconcile
+from reaper.policies.render import DesiredPolicy, render
+from reaper.policies.report import plan_json, plan_text
 from tests.conftest import BrokerUnderTest
 
 pytestmark = pytest.mark.broker

@@ -35,10 +35,11 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from reaper.broker import normalize_definition
 from reaper.config import QueueReapSettings
-from reaper.domain import BrokerFacts
-from reaper.policies import PolicyParameters, load_declarations, render
+from reaper.core.domain import BrokerFacts
+from reaper.core.values import normalized
+from reaper.policies.declarations import PolicyParameters, load_declarations
+from reaper.policies.render import render
 from tests.conftest import BrokerUnderTest
 
 pytestmark = pytest.mark.broker
@@ -245,8 +246,8 @@ def test_e_a_policy_reads_back_as_written(broker: BrokerUnderTest) -> None:
         assert held["vhost"] == broker.vhost
         assert held["pattern"] == d.pattern
         assert held["apply-to"] == d.apply_to
-        assert normalize_definition(held["priority"]) == d.priority
-        assert normalize_definition(held["definition"]) == dict(d.definition)
+        assert normalized(held["priority"]) == d.priority
+        assert normalized(held["definition"]) == dict(d.definition)
 
 
 # --------------------------------------------------------------------------- F lag

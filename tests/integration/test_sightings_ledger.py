@@ -25,9 +25,9 @@ from hypothesis.stateful import (
 )
 from test_store_support import NOW
 
-from reaper.domain import FLEET_PROJECT_ID, Action, Condition, Source, Unit, Verdict
-from reaper.sql import QUERIES
-from reaper.store import PostgresStore
+from reaper.core.domain import FLEET_PROJECT_ID, Action, Condition, Source, Unit, Verdict
+from reaper.jobqueue.postgres import PostgresStore
+from reaper.jobqueue.sql import QUERIES
 
 pytestmark = pytest.mark.postgres
 

@@ -1,6 +1,6 @@
 """Sources failing in the middle of a pass (issue 7, item 2; SPEC §1, §3, §5).
 
-A real ``python -m reaper.cli reap --json`` process runs against this test's database and
+A real ``python -m reaper reap --json`` process runs against this test's database and
 vhost while one source fails under it, at a chosen moment:
 
 - PostgreSQL: its sessions terminated (``pg_terminate_backend``, as a restart does) once the
@@ -65,7 +65,7 @@ from tests.conftest import BrokerUnderTest
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
-#: A pass reads and moves at most this many (reaper.reap.MAX_LEASES_PER_PASS): all of them,
+#: A pass reads and moves at most this many (reaper.reap.measure.MAX_LEASES_PER_PASS): all of them,
 #: in eight batches (two lanes of four), so a failure can land between batches.
 LEASES = 20_000
 #: Where the broker fails, the job queue only has to show it was read and acted on in full.
@@ -344,9 +344,12 @@ async def failing_pass_checks(w: World, run: Run, source: str) -> Summary:
     assert (w.stale_key if source == "job_queue" else w.foreign_key) in opened
     await wait_for_no_reaper_backends(w.dsn)
     summary = await check_invariants(w.dsn, w.seeded, converged=False)
-    assert recorded_moves(run) == summary.episodes_moved, (
+    # A batch whose COMMIT was on its way when the database went away may or may not have
+    # committed: the report names such moves as unknown, never as recorded or as not moved.
+    recorded, unknown = recorded_moves(run), unknown_moves(run)
+    assert recorded <= summary.episodes_moved <= recorded + unknown, (
         f"{summary.episodes_moved} lease moves committed with their events, the report marks "
-        f"{recorded_moves(run)} lease verdicts recorded"
+        f"{recorded} lease verdicts recorded and {unknown} unknown"
     )
     return summary
 
@@ -370,6 +373,16 @@ async def next_pass_converges(w: World) -> Summary:
     assert summary.lease_events == moves and sum(moves.values()) == w.leases
     assert summary.dead_letter_gates == w.seeded.dead_letter_count == 3 + DEAD_LETTERS
     return summary
+
+
+def unknown_moves(run: Run) -> int:
+    """How many lease moves the report says it cannot know the outcome of."""
+    assert run.report is not None
+    return sum(
+        int(p["subject"].split()[0])
+        for p in run.report["problems"]
+        if p["kind"] == "outcome_unknown"
+    )
 
 
 def recorded_moves(run: Run) -> int:

@@ -10,9 +10,9 @@ import asyncpg
 import pytest
 from test_store_support import NOW, fetch_job, insert_jobs, lease_verdict, leased
 
-from reaper.domain import Gate
+from reaper.core.domain import Gate
 from reaper.errors import GateError, StoreUnavailable
-from reaper.store import PostgresStore
+from reaper.jobqueue.postgres import PostgresStore
 
 pytestmark = pytest.mark.postgres
 

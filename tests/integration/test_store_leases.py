@@ -22,7 +22,9 @@ from test_store_support import (
     query,
 )
 
-from reaper.domain import (
+import reaper.jobqueue.leases as lease_moves
+from reaper.core.canonical import canonical_json, canonical_payload
+from reaper.core.domain import (
     EVENT_KIND,
     GATE_DELIVERY_EXHAUSTED,
     Action,
@@ -31,7 +33,8 @@ from reaper.domain import (
     Unit,
     Verdict,
 )
-from reaper.store import LeaseReapOutcome, PostgresStore, canonical_json, canonical_payload
+from reaper.jobqueue.port import LeaseMoves
+from reaper.jobqueue.postgres import PostgresStore
 
 pytestmark = pytest.mark.postgres
 
@@ -73,7 +76,7 @@ async def test_requeue_moves_the_lease_back_to_ready_with_its_event(
 
     outcome = await store.apply_lease_verdicts([verdict], NOW)
 
-    assert outcome == LeaseReapOutcome(requeued=(job.id,))
+    assert outcome == LeaseMoves(requeued=(job.id,))
     row = await fetch_job(pg_dsn, job.id)
     assert (row["state"], row["lease_owner"], row["lease_expires_at"]) == ("ready", None, None)
     assert row["run_after"] == NOW and row["updated_at"] == NOW
@@ -95,9 +98,9 @@ async def test_poison_is_parked_with_one_gate_per_episode(
     verdict = lease_verdict(lease)
     assert verdict.action is Action.PARK
 
-    assert await store.apply_lease_verdicts([verdict], NOW) == LeaseReapOutcome(parked=(job.id,))
+    assert await store.apply_lease_verdicts([verdict], NOW) == LeaseMoves(parked=(job.id,))
     # a second pass over the same episode (a replay of the same verdict) moves nothing
-    assert await store.apply_lease_verdicts([verdict], NOW) == LeaseReapOutcome(skipped=(job.id,))
+    assert await store.apply_lease_verdicts([verdict], NOW) == LeaseMoves(skipped=(job.id,))
 
     row = await fetch_job(pg_dsn, job.id)
     assert (row["state"], row["attempts"], row["lease_owner"]) == ("awaiting_human", 6, None)
@@ -130,7 +133,7 @@ async def test_poison_is_parked_with_one_gate_per_episode(
     [lease2] = await store.expired_leases(later, 0, 10)
     assert lease2.attempts == 7
     assert await store.apply_lease_verdicts([lease_verdict(lease2, later)], later) == (
-        LeaseReapOutcome(parked=(job.id,))
+        LeaseMoves(parked=(job.id,))
     )
     gates = await store.list_gates(open_only=False)
     assert len(gates) == 2 and len({g.identity for g in gates}) == 2
@@ -216,7 +219,7 @@ async def test_a_row_finishing_while_the_reap_runs_is_skipped_not_waited_for(
         await tx.commit()
     finally:
         await worker.close()
-    assert outcome == LeaseReapOutcome(requeued=(other.id,), skipped=(job.id,))
+    assert outcome == LeaseMoves(requeued=(other.id,), skipped=(job.id,))
     row = await fetch_job(pg_dsn, job.id)
     assert (row["state"], row["finished_at"]) == ("succeeded", NOW)
     assert len(await store.events(project)) == 1
@@ -260,9 +263,7 @@ async def test_one_bad_row_does_not_block_the_others(pg_dsn: str, store: Postgre
 async def test_moves_span_batches_and_projects_with_gapless_streams(
     pg_dsn: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reaper.store
-
-    monkeypatch.setattr(reaper.store, "LEASE_BATCH_SIZE", 7)
+    monkeypatch.setattr(lease_moves, "LEASE_BATCH_SIZE", 7)
     projects = [uuid.uuid4() for _ in range(3)]
     jobs = [leased(projects[i % 3], expired_seconds_ago=i + 1) for i in range(40)]
     await insert_jobs(pg_dsn, jobs)
@@ -282,7 +283,7 @@ async def test_a_verdict_that_is_not_a_lease_move_is_refused(store: PostgresStor
     from test_store_support import leased as make
 
     job = make(uuid.uuid4())
-    from reaper.domain import HeldLease
+    from reaper.core.domain import HeldLease
 
     lease = HeldLease(job.id, job.project_id, "build", "w", NOW, 1, 7)
     verdict = lease_verdict(lease)
@@ -290,7 +291,7 @@ async def test_a_verdict_that_is_not_a_lease_move_is_refused(store: PostgresStor
         await store.apply_lease_verdicts([replace(verdict, action=Action.SURFACE)], NOW)
     with pytest.raises(ValueError, match="no lease"):
         await store.apply_lease_verdicts([replace(verdict, lease=None)], NOW)
-    assert await store.apply_lease_verdicts([], NOW) == LeaseReapOutcome()
+    assert await store.apply_lease_verdicts([], NOW) == LeaseMoves()
 
 
 _text = st.text(max_size=30)

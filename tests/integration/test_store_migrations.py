@@ -11,10 +11,11 @@ from importlib import resources
 import asyncpg
 import pytest
 
-from reaper.domain import FLEET_PROJECT_ID
+from reaper.core.canonical import canonical_json, digest_of
+from reaper.core.domain import FLEET_PROJECT_ID
 from reaper.errors import StoreUnavailable
-from reaper.sql import QUERIES, migrations
-from reaper.store import PostgresStore, canonical_json, digest_of
+from reaper.jobqueue.postgres import PostgresStore
+from reaper.jobqueue.sql import QUERIES, migrations
 
 pytestmark = pytest.mark.postgres
 
@@ -128,7 +129,7 @@ async def test_the_database_refuses_to_change_the_ledger(pg_dsn: str, statement:
 
 
 def test_every_query_is_named_and_described() -> None:
-    text = resources.files("reaper.sql").joinpath("queries.sql").read_text()
+    text = resources.files("reaper.jobqueue.sql").joinpath("queries.sql").read_text()
     for name, sql in QUERIES.items():
         assert sql.startswith("--"), f"{name} has no description line"
         assert "now()" not in sql.lower().replace("default now()", ""), name

@@ -10,9 +10,9 @@ import asyncpg
 import pytest
 from test_store_support import NOW, Job, add_dependency, insert_jobs
 
-from reaper.domain import ClaimableHead
-from reaper.sql import QUERIES
-from reaper.store import PostgresStore
+from reaper.core.domain import ClaimableHead
+from reaper.jobqueue.postgres import PostgresStore
+from reaper.jobqueue.sql import QUERIES
 
 pytestmark = pytest.mark.postgres
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import asyncpg
 
-from reaper.domain import Action, Condition, HeldLease, Source, Unit, Verdict
+from reaper.core.domain import Action, Condition, HeldLease, Source, Unit, Verdict
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
 

@@ -1,11 +1,11 @@
 """The capability profiles of the brokers this project measured (SPEC §4), as the unit tests
-state them. Written out rather than taken from ``reaper.broker.capabilities_for``, so a test
-never shares a mistake with the code it checks (``test_broker_http`` holds that function to
-these values). A test that needs a variant ``replace``s one field."""
+state them. Written out rather than taken from ``capabilities_for``, so a test never shares a
+mistake with the code it checks (``test_broker_http`` holds that function to these values). A
+test that needs a variant ``replace``s one field."""
 
 from __future__ import annotations
 
-from reaper.domain import BrokerFacts
+from reaper.core.domain import BrokerFacts
 
 RABBITMQ_310 = BrokerFacts(
     product="RabbitMQ",

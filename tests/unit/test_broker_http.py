@@ -14,15 +14,12 @@ import pytest
 import respx
 from brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_310
 
-from reaper.broker import (
-    QUEUE_COLUMNS,
-    REQUEUEING_ACKMODE,
-    BrokerRejected,
-    ManagementClient,
-    capabilities_for,
-    normalize_definition,
-)
-from reaper.domain import BrokerFacts
+from reaper.broker.capabilities import capabilities_for
+from reaper.broker.client import REQUEUEING_ACKMODE, ManagementClient
+from reaper.broker.http import BrokerRejected
+from reaper.broker.records import QUEUE_COLUMNS
+from reaper.core.domain import BrokerFacts
+from reaper.core.values import normalized
 from reaper.errors import BrokerRefused, BrokerUnavailable
 
 URL = "http://broker.test:15672"
@@ -445,11 +442,6 @@ async def test_get_messages_without_truncation_sends_no_truncate(
     assert "truncate" not in json.loads(route.calls.last.request.content)
 
 
-async def test_a_missing_policy_is_none(mock: respx.MockRouter, client: ManagementClient) -> None:
-    mock.get("/api/policies/%2F/vibey-reap").respond(404, json={"error": "Object Not Found"})
-    assert await client.get_policy("vibey-reap") is None
-
-
 async def test_a_missing_queue_is_unavailable_with_404(
     mock: respx.MockRouter, client: ManagementClient
 ) -> None:
@@ -576,8 +568,8 @@ def test_capabilities_are_the_profiles_the_unit_tests_judge_with(profile: Broker
 
 
 def test_normalize_definition_makes_integral_floats_ints() -> None:
-    assert normalize_definition(
+    assert normalized(
         {"delivery-limit": 20.0, "ratio": 0.5, "flag": True, "nested": {"x": [1.0, 2.5]}}
     ) == {"delivery-limit": 20, "ratio": 0.5, "flag": True, "nested": {"x": [1, 2.5]}}
-    assert normalize_definition({"a": 20.0}) == normalize_definition({"a": 20})
-    assert type(normalize_definition({"a": 20.0})["a"]) is int
+    assert normalized({"a": 20.0}) == normalized({"a": 20})
+    assert type(normalized({"a": 20.0})["a"]) is int

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import reaper.errors
-from reaper.cli import build_parser, main
+from reaper.edges.cli import build_parser, main
 
 
 @pytest.fixture(autouse=True)

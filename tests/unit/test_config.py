@@ -15,19 +15,19 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-import reaper.config as config
+import reaper.config.loading as loading
 from reaper import errors
 from reaper.config import (
     FOREIGN_QUEUE_NAMES,
-    ConfigValue,
     LoadedConfig,
     QueueReapSettings,
     Settings,
     load_config,
-    resolve_config_dir,
     show,
 )
-from reaper.domain import Thresholds
+from reaper.config.loading import resolve_config_dir
+from reaper.config.provenance import ConfigValue
+from reaper.core.domain import Thresholds
 from reaper.errors import ConfigError, scrub
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,7 +55,7 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
-    monkeypatch.setattr(config, "DEFAULT_CONFIG_DIRS", (Path("conf.d"), tmp_path / "etc"))
+    monkeypatch.setattr(loading, "DEFAULT_CONFIG_DIRS", (Path("conf.d"), tmp_path / "etc"))
     monkeypatch.setattr(errors, "_known_secrets", set())
     yield tmp_path
 
@@ -500,8 +500,10 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
         load_config(directory, environ={"REAPER_QUEUE__REAP__DELIVERY_LIMIT": "-1"})
 
     named = [p.split(" ", 1)[0] for p in caught.value.problems]
+    # the cross-field problem is reported with its key, in declaration order
     assert named == [
         "queue.reap.interval_seconds",
+        "queue.reap.consumer_timeout_seconds",
         "queue.reap.delivery_limit",
         "queue.reap.owned_queue_pattern",
         "queue.reap.dead_letter_peek_limit",
@@ -509,7 +511,6 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
         "bus.username",
         "database.dsn",
         "database.pool_size",
-        "queue.reap.consumer_timeout_seconds",
     ]
     assert all(p in str(caught.value) for p in caught.value.problems)
 

@@ -18,15 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reaper import errors
-from reaper.config import (
-    FOREIGN_QUEUE_NAMES,
-    BusSettings,
-    DatabaseSettings,
-    LoadedConfig,
-    QueueReapSettings,
-    load_config,
-    show,
-)
+from reaper.config import FOREIGN_QUEUE_NAMES, LoadedConfig, QueueReapSettings, load_config, show
+from reaper.config.model import BusSettings, DatabaseSettings
 from reaper.errors import ConfigError
 
 FUZZ = settings(

@@ -13,15 +13,12 @@ from uuid import uuid4
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reaper.domain import Action, BrokerFacts, ClaimableHead, Condition, Source, Unit, Verdict
-from reaper.metrics import ReaperMetrics
-from reaper.reap import (
-    DeadLetterOutcome,
-    PassResult,
-    PolicyOutcome,
-    RecordedVerdict,
-    Unreadable,
-)
+from reaper.core.domain import Action, BrokerFacts, ClaimableHead, Condition, Source, Unit, Verdict
+from reaper.edges.metrics import ReaperMetrics
+from reaper.policies.reconcile import PolicyOutcome
+from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.progress import RecordedVerdict, Unreadable
+from reaper.reap.result import PassResult
 
 METRICS_DIR = Path(__file__).resolve().parents[2] / "metrics"
 DASHBOARD = METRICS_DIR / "dashboard.json"

@@ -4,32 +4,32 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 from uuid import UUID
 
 import pytest
 from brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_310
 
-from reaper.deadletters import (
-    CUT_MARKER,
+from reaper.core.dead_letters.decode import decode, decoded_body
+from reaper.core.dead_letters.parking import (
     EVENT_TRUSTED,
     GATE_CHOICES,
-    READ_PAST_PARKED_CAP,
-    decode,
-    decoded_body,
     event_payload,
     gate_prompt,
     park_fields,
     park_verdict,
-    quote_untrusted,
-    read_plan,
     replay_decision,
+)
+from reaper.core.dead_letters.reading import (
+    READ_PAST_PARKED_CAP,
+    read_plan,
     select_new,
     unread_count,
     within_budget,
 )
-from reaper.domain import BrokerFacts, DeadLetter, QueueStats
+from reaper.core.dead_letters.untrusted import CUT_MARKER, quote_untrusted
+from reaper.core.domain import BrokerFacts, DeadLetter, QueueStats
 
 DLQ = "vibey.jobs.dead"
 OWNED = r"^vibey\."
@@ -397,11 +397,11 @@ def test_replay_refused_with_a_broken_pattern() -> None:
 
 
 def test_replay_decision_reads_parked_fields() -> None:
-    fields = json.loads(json.dumps(park_fields(letter())))
-    assert replay_decision(fields, OWNED)[0]
-    assert not replay_decision({**fields, "body_truncated": None}, OWNED)[0]
-    assert not replay_decision({**fields, "is_json_object": "true"}, OWNED)[0]
-    assert not replay_decision({**fields, "origin_queue": None}, OWNED)[0]
+    kept = park_fields(letter())
+    assert replay_decision(kept, OWNED)[0]
+    assert not replay_decision(replace(kept, body_truncated=True), OWNED)[0]
+    assert not replay_decision(replace(kept, is_json_object=False), OWNED)[0]
+    assert not replay_decision(replace(kept, origin_queue=None), OWNED)[0]
 
 
 # --------------------------------------------------------------------------- gate and event
@@ -477,13 +477,13 @@ def test_park_verdict_is_untrusted() -> None:
 
 def test_park_fields_are_jsonb_safe_and_round_trip_the_body() -> None:
     nul = letter(body="a\x00b", headers=death_headers(queue="vibey.a\x00"))
-    fields = park_fields(nul)
-    assert fields["body_encoding"] == "base64" and fields["origin_queue"] is None
-    assert decoded_body(fields) == b"a\x00b"
-    text = json.dumps(fields)
+    kept = park_fields(nul)
+    assert kept.body_encoding == "base64" and kept.origin_queue is None
+    assert decoded_body(kept) == b"a\x00b"
+    text = json.dumps(asdict(kept))
     assert "\\u0000" not in text
     plain = park_fields(letter())
-    assert plain["body"] == '{"job": 1}' and plain["body_encoding"] == "string"
+    assert plain.body == '{"job": 1}' and plain.body_encoding == "string"
 
 
 # --------------------------------------------------------------------------- read plan

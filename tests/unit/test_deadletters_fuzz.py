@@ -8,16 +8,15 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reaper.deadletters import (
-    CUT_MARKER,
-    decode,
+from reaper.core.dead_letters.decode import decode
+from reaper.core.dead_letters.parking import (
     event_payload,
     gate_prompt,
     park_fields,
-    quote_untrusted,
     replay_decision,
 )
-from reaper.domain import DeadLetter
+from reaper.core.dead_letters.untrusted import CUT_MARKER, quote_untrusted
+from reaper.core.domain import DeadLetter
 
 DLQ = "vibey.jobs.dead"
 SLOW = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from reaper.broker import ManagementClient
+from reaper.broker.client import ManagementClient
 from reaper.config import load_config
-from reaper.hook import QueueReaper
-from reaper.reap import Sources
+from reaper.edges.hook import QueueReaper
+from reaper.reap.sources import Sources
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -11,7 +11,17 @@ from uuid import UUID
 import pytest
 from brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_310
 
-from reaper.domain import (
+from reaper.core.bounds import (
+    Bound,
+    consumer_timeout_bound,
+    dead_letter_exchange_in_force,
+    delivery_limit_bound,
+    is_consumerless_queue,
+    is_dead_letter_queue,
+    is_owned_queue,
+    message_ttl_ms,
+)
+from reaper.core.domain import (
     Action,
     BrokerFacts,
     ClaimableHead,
@@ -24,19 +34,7 @@ from reaper.domain import (
     Unit,
     Verdict,
 )
-from reaper.judge import (
-    Bound,
-    consumer_timeout_bound,
-    dead_letter_exchange_in_force,
-    delivery_limit_bound,
-    in_force_consumer_timeout_ms,
-    in_force_delivery_limit,
-    is_consumerless_queue,
-    is_dead_letter_queue,
-    is_owned_queue,
-    judge,
-    message_ttl_ms,
-)
+from reaper.core.judge import judge
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
 NOW_S = int(NOW.timestamp())
@@ -325,12 +323,12 @@ def test_consumer_timeout_resolves_as_rabbitmq_does() -> None:
         policy={"consumer-timeout": 60_000.0},
         arguments={"x-consumer-timeout": 30_000},
     )
-    assert in_force_consumer_timeout_ms(both, RABBITMQ_310) == 30_000
+    assert consumer_timeout_bound(both, RABBITMQ_310).value == 30_000
     bound = consumer_timeout_bound(queue("vibey.x"), WIDE_TIMEOUT)
     assert bound.value == 21_600_000
     assert "broker-wide" in bound.source and "20-vibey-reap.conf" in bound.source
-    assert in_force_consumer_timeout_ms(queue("vibey.x"), RABBITMQ_40) is None
-    assert in_force_consumer_timeout_ms(queue("vibey.x"), None) is None
+    assert consumer_timeout_bound(queue("vibey.x"), RABBITMQ_40).value is None
+    assert consumer_timeout_bound(queue("vibey.x"), None).value is None
 
 
 # --------------------------------------------------------------------------- (b) holder gone
@@ -431,7 +429,7 @@ def test_a_queue_argument_limit_survives_an_unlimited_dead_letter_policy() -> No
         policy={**TIMEOUT, "delivery-limit": -1},
         arguments={"x-delivery-limit": 5},
     )
-    assert in_force_delivery_limit(dead, RABBITMQ_40) == 5
+    assert delivery_limit_bound(dead, RABBITMQ_40).value == 5
     verdicts, _ = on_broker(dead)
     assert only(verdicts, Condition.UNBOUNDED).measured == 5
 
@@ -487,9 +485,9 @@ def test_two_missing_bounds_on_one_queue_are_one_verdict_naming_both() -> None:
 
 def test_delivery_limit_resolves_as_rabbitmq_does() -> None:
     def limit(policy: Any, arguments: Any, broker: BrokerFacts | None = RABBITMQ_40) -> Any:
-        return in_force_delivery_limit(
+        return delivery_limit_bound(
             queue("q", type="quorum", policy=policy, arguments=arguments), broker
-        )
+        ).value
 
     assert limit({"delivery-limit": 10}, {"x-delivery-limit": 5}) == 5
     assert limit({"delivery-limit": 3.0}, {"x-delivery-limit": 5}) == 3
@@ -779,7 +777,7 @@ def test_the_delivery_limit_the_broker_reports_is_the_one_in_force() -> None:
     assert only(on_broker(reported)[0], Condition.UNBOUNDED).measured == 20
 
     unlimited = replace(queue("vibey.jobs.dead", type="quorum"), reported_delivery_limit=-1)
-    assert in_force_delivery_limit(unlimited, RABBITMQ_40) is None
+    assert delivery_limit_bound(unlimited, RABBITMQ_40).value is None
     assert on_broker(replace(unlimited, effective_policy=TIMEOUT)) == ([], [])
 
 

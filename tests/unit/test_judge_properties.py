@@ -13,7 +13,7 @@ from uuid import UUID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reaper.domain import (
+from reaper.core.domain import (
     Action,
     BrokerFacts,
     ClaimableHead,
@@ -25,7 +25,7 @@ from reaper.domain import (
     Source,
     Thresholds,
 )
-from reaper.judge import judge
+from reaper.core.judge import judge
 
 #: Local to this module: a loaded profile would change every other module's settings too.
 judged = settings(deadline=None, max_examples=100)

@@ -17,23 +17,12 @@ from brokers import RABBITMQ_40
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from reaper.domain import (
-    Action,
-    ClaimableHead,
-    Condition,
-    QueueStats,
-    Source,
-    Unit,
-    Verdict,
-)
-from reaper.metrics import MetricsExportError, ReaperMetrics
-from reaper.reap import (
-    DeadLetterOutcome,
-    PassResult,
-    PolicyOutcome,
-    RecordedVerdict,
-    Unreadable,
-)
+from reaper.core.domain import Action, ClaimableHead, Condition, QueueStats, Source, Unit, Verdict
+from reaper.edges.metrics import MetricsExportError, ReaperMetrics
+from reaper.policies.reconcile import PolicyOutcome
+from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.progress import RecordedVerdict, Unreadable
+from reaper.reap.result import PassResult
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 PROJECT_A = UUID("11111111-1111-1111-1111-111111111111")

@@ -12,18 +12,12 @@ from pathlib import Path
 import pytest
 from brokers import RABBITMQ_40, RABBITMQ_310
 
-from reaper.domain import BrokerFacts, QueueStats, Thresholds
+from reaper.broker.port import BrokerPolicy
+from reaper.core.domain import BrokerFacts, QueueStats, Thresholds
 from reaper.errors import ConfigError
-from reaper.policies import (
-    Declaration,
-    DesiredPolicy,
-    PolicyParameters,
-    PolicyReason,
-    check_queues,
-    differences,
-    load_declarations,
-    render,
-)
+from reaper.policies.declarations import Declaration, PolicyParameters, load_declarations
+from reaper.policies.render import DesiredPolicy, render
+from reaper.policies.verify import PolicyReason, check_queues, differences
 
 EVIDENCE = (
     "node rabbit@localhost loaded /etc/rabbitmq/conf.d/20-vibey-reap.conf at boot, which "
@@ -397,21 +391,16 @@ def test_a_pattern_python_cannot_compile_is_refused(declarations: list[Declarati
 
 def test_differences_compare_normalized_values(declarations: list[Declaration]) -> None:
     quorum = by_source(render(declarations, PARAMS, RABBIT_40))["quorum.json"]
-    as_read = {
-        "vhost": "/",
-        "name": quorum.name,
-        "pattern": quorum.pattern,
-        "apply-to": "quorum_queues",
-        "priority": 0.0,
-        "definition": {"consumer-timeout": 21_600_000.0, "delivery-limit": 20.0},
-    }
+    as_read = BrokerPolicy(
+        name=quorum.name,
+        pattern=quorum.pattern,
+        apply_to="quorum_queues",
+        priority=0.0,
+        definition={"consumer-timeout": 21_600_000.0, "delivery-limit": 20.0},
+    )
     assert differences(quorum, as_read) == ()
     assert differences(quorum, None) == ("does not exist",)
-    drifted = {
-        **as_read,
-        "priority": 3,
-        "definition": {"delivery-limit": 5, "max-length": 10},
-    }
+    drifted = replace(as_read, priority=3, definition={"delivery-limit": 5, "max-length": 10})
     assert differences(quorum, drifted) == (
         "priority 3 → 0",
         "consumer-timeout missing → 21600000",
@@ -584,7 +573,7 @@ def test_on_40_the_limit_the_broker_reports_on_the_queue_is_the_one_in_force(
 def test_the_default_declarations_are_the_top_level_policies_directory() -> None:
     """In a checkout the package's ``declared_policies`` link resolves to ``policies/`` (a
     wheel carries the same files there), so the reviewed files are the ones loaded."""
-    from reaper.policies import DEFAULT_POLICY_DIR
+    from reaper.policies.declarations import DEFAULT_POLICY_DIR
 
     top_level = Path(__file__).resolve().parents[2] / "policies"
     assert top_level.resolve() == DEFAULT_POLICY_DIR

@@ -12,11 +12,14 @@ import jsonschema
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reaper.domain import Action, BrokerFacts, Condition, Source, Unit, Verdict
-from reaper.reap import DeadLetterOutcome, PassResult, PolicyOutcome, RecordedVerdict, Unreadable
-from reaper.report import render_text, to_json
+from reaper.core.domain import Action, BrokerFacts, Condition, Source, Unit, Verdict
+from reaper.edges.report import render_text, to_json
+from reaper.policies.reconcile import PolicyOutcome
+from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.progress import RecordedVerdict, Unreadable
+from reaper.reap.result import PassResult
 
-SCHEMA = json.loads(resources.files("reaper").joinpath("schema/report.json").read_text())
+SCHEMA = json.loads(resources.files("reaper.edges").joinpath("schema/report.json").read_text())
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 FACTS = BrokerFacts("RabbitMQ", "4.0.5", True, True, True, 20, 21600000, "test")
 

@@ -19,10 +19,11 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reaper.domain import Action, Condition, Source, Unit, Verdict
-from reaper.metrics import ReaperMetrics
-from reaper.reap import PassResult, RecordedVerdict
-from reaper.serve import ListenError, parse_listen, serve
+from reaper.core.domain import Action, Condition, Source, Unit, Verdict
+from reaper.edges.metrics import ReaperMetrics
+from reaper.edges.serve import ListenError, parse_listen, serve
+from reaper.reap.progress import RecordedVerdict
+from reaper.reap.result import PassResult
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -252,9 +253,9 @@ SERVE_SCRIPT = textwrap.dedent(
     import asyncio, sys
     from datetime import UTC, datetime
     from prometheus_client import CollectorRegistry
-    from reaper.metrics import ReaperMetrics
-    from reaper.reap import PassResult
-    from reaper.serve import serve
+    from reaper.edges.metrics import ReaperMetrics
+    from reaper.edges.serve import serve
+    from reaper.reap.result import PassResult
 
     async def run_once():
         print("pass started", flush=True)

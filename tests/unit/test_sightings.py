@@ -8,8 +8,16 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reaper.domain import FLEET_PROJECT_ID, Action, Condition, SightingKey, Source, Unit, Verdict
-from reaper.sightings import (
+from reaper.core.domain import (
+    FLEET_PROJECT_ID,
+    Action,
+    Condition,
+    SightingKey,
+    Source,
+    Unit,
+    Verdict,
+)
+from reaper.core.sightings import (
     CLEARED_DETAIL,
     SightingRef,
     cleared,

@@ -1,0 +1,212 @@
+"""The one seam to the management API: one reused ``httpx.AsyncClient``, and every failure
+turned into the package's own error. The only module that imports httpx.
+
+Every httpx error, non-2xx answer, malformed or truncated body becomes a
+:class:`~reaper.errors.BrokerUnavailable` here, with a one-line reason a person can act on and
+no password in it. A 401/403 on a write becomes :class:`~reaper.errors.BrokerRefused`; a 400
+(the broker understood and said no, e.g. a policy key this version does not know) becomes
+:class:`BrokerRejected`.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+from typing import Final
+from urllib.parse import quote, urlsplit
+
+import httpx
+
+from reaper.errors import BrokerRefused, BrokerUnavailable, scrub
+
+__all__ = ["BrokerRejected", "ManagementApi", "Transport", "segment"]
+
+_WRITE_METHODS: Final = frozenset({"PUT", "POST", "DELETE", "PATCH"})
+
+#: What carries the requests: the network, or a test's stand-in (respx, a proxy).
+Transport = httpx.AsyncBaseTransport
+
+
+class BrokerRejected(BrokerUnavailable):
+    """The broker understood the request and refused it (400), e.g. a policy key or an
+    ``apply-to`` value this version does not know. ``reason`` carries the broker's words."""
+
+
+def segment(value: str) -> str:
+    """One path segment, percent-encoded: the vhost ``/`` is ``%2F``."""
+    return quote(value, safe="")
+
+
+class ManagementApi:
+    """Requests to one broker's management API, each through :meth:`request`.
+
+    ``requests_made`` counts every HTTP request sent; ``writes_made`` those with a writing
+    method (PUT/POST/DELETE), which includes a requeueing ``get``: it is a POST, and on a
+    quorum queue it changes the queue (it counts as a delivery).
+    """
+
+    def __init__(
+        self,
+        management_url: str,
+        username: str,
+        password: str,
+        *,
+        timeout_seconds: float = 10,
+        transport: Transport | None = None,
+    ) -> None:
+        parts = urlsplit(management_url)
+        if parts.username is not None or parts.password is not None:
+            raise ValueError(
+                scrub(
+                    f"management URL {management_url} carries credentials: "
+                    "give them as [bus] username/password instead",
+                    [password],
+                )
+            )
+        if timeout_seconds <= 0:
+            raise ValueError(f"timeout_seconds must be positive, not {timeout_seconds}")
+        self.management_url = management_url.rstrip("/")
+        self.username = username
+        self.timeout_seconds = timeout_seconds
+        self.requests_made = 0
+        self.writes_made = 0
+        self._password = password
+        self._http = httpx.AsyncClient(
+            base_url=self.management_url,
+            auth=httpx.BasicAuth(username, password),
+            timeout=httpx.Timeout(timeout_seconds),
+            transport=transport,
+            headers={"accept": "application/json"},
+            follow_redirects=False,
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        json: object = None,
+        missing: str | None = None,
+    ) -> object:
+        """Send one request and return its decoded JSON body (None for an empty body).
+        Every failure leaves here as a ``BrokerUnavailable`` (or subclass); ``missing`` names
+        what a 404 means ("queue 'x'")."""
+        write = method in _WRITE_METHODS
+        self.requests_made += 1
+        if write:
+            self.writes_made += 1
+        what = f"{method} {path}"
+        try:
+            response = await self._http.request(method, path, params=params, json=json)
+        except httpx.TimeoutException as exc:
+            raise self.unavailable(
+                f"timed out after {self.timeout_seconds:g} s on {what} ({type(exc).__name__})"
+            ) from None
+        except httpx.ConnectError as exc:
+            raise self.unavailable(
+                f"could not be reached on {what}: connection refused or unreachable ({exc}): "
+                "is the broker running and the management plugin enabled?"
+            ) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.DecodingError) as exc:
+            raise self.unavailable(
+                f"returned a truncated or broken body on {what} ({exc}): retry; if it persists, "
+                "check the broker's log and any proxy in between"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise self.unavailable(f"failed on {what}: {type(exc).__name__}: {exc}") from None
+
+        status = response.status_code
+        if status >= 300:
+            raise self._status_error(status, what, response, write=write, missing=missing)
+        if not response.content:
+            return None
+        self._check_complete(response, what)
+        try:
+            body: object = response.json()
+        except ValueError:
+            start = response.text[:60].replace("\n", " ")
+            raise self.unavailable(
+                f"returned a body that is not JSON on {what} (starts {start!r}): "
+                "is the URL the management API and not some other service?",
+                status,
+            ) from None
+        return body
+
+    def mapping(self, body: object, path: str) -> Mapping[str, object]:
+        """``body`` if it is a JSON object, else the API answered something it should not."""
+        if not isinstance(body, Mapping):
+            raise self.unavailable(f"answered {path} with something that is not a JSON object")
+        return body
+
+    def unavailable(self, problem: str, status: int | None = None) -> BrokerUnavailable:
+        return BrokerUnavailable(self._line(problem), status)
+
+    def _check_complete(self, response: httpx.Response, what: str) -> None:
+        encoding = response.headers.get("content-encoding", "identity").lower()
+        declared = response.headers.get("content-length")
+        if encoding != "identity" or declared is None or not declared.isdigit():
+            return
+        if int(declared) != len(response.content):
+            raise self.unavailable(
+                f"returned a truncated body on {what} (received {len(response.content)} of "
+                f"{declared} bytes): retry; if it persists, check any proxy in between",
+                response.status_code,
+            )
+
+    def _status_error(
+        self, status: int, what: str, response: httpx.Response, *, write: bool, missing: str | None
+    ) -> BrokerUnavailable:
+        said = _broker_reason(response)
+        user = f"user {self.username!r}"
+        if status in (401, 403) and write:
+            return BrokerRefused(
+                self._line(
+                    f"refused {what} for {user} ({status}{said}): the user needs the "
+                    "'policymaker' (or 'administrator') tag and write permission on the vhost"
+                ),
+                status,
+            )
+        if status == 401:
+            return self.unavailable(
+                f"refused the credentials for {user} ({status}{said}) on {what}: "
+                "check [bus] username/password",
+                status,
+            )
+        if status == 403:
+            return self.unavailable(
+                f"denied {user} access ({status}{said}) on {what}: the user needs the "
+                "'monitoring' (or 'management') tag and permissions on the vhost",
+                status,
+            )
+        if status == 404:
+            thing = missing or "such resource"
+            return self.unavailable(f"has no {thing} (404) on {what}", status)
+        if status == 400:
+            return BrokerRejected(self._line(f"rejected {what} ({status}{said})"), status)
+        return self.unavailable(
+            f"answered {status} {response.reason_phrase} on {what}{said}", status
+        )
+
+    def _line(self, problem: str) -> str:
+        return scrub(
+            f"RabbitMQ management API at {self.management_url} {problem}", [self._password]
+        )
+
+
+def _broker_reason(response: httpx.Response) -> str:
+    """The broker's own words for an error, on one line, prefixed ``": "`` (or empty)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    if not isinstance(body, Mapping):
+        return ""
+    text = body.get("reason") or body.get("error") or ""
+    if not isinstance(text, str):
+        text = str(text)
+    text = " ".join(html.unescape(text).split())
+    return f": {text[:300]}" if text else ""

@@ -1,0 +1,103 @@
+"""The broker as the pass sees it: a Protocol over RabbitMQ's management API, and the typed
+records it returns.
+
+:class:`~reaper.broker.client.ManagementClient` is the real implementation (the only importer
+of httpx). The pass, the reconciler and the gate answers depend only on this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from reaper.core.domain import BrokerFacts, QueueStats
+
+__all__ = ["Broker", "BrokerPolicy", "RawMessage"]
+
+#: One message as a requeueing ``get`` returns it: the management API's own object, untouched
+#: (``reaper.core.dead_letters.decode`` reads it, whatever it holds).
+RawMessage = Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class BrokerPolicy:
+    """A policy as the broker holds it, values as read (numbers may come back as floats:
+    compare through :func:`reaper.core.values.normalized`)."""
+
+    name: str
+    pattern: object
+    apply_to: object
+    priority: object
+    definition: Mapping[str, object]
+
+    def body(self) -> dict[str, object]:
+        """The policy as the management API writes it."""
+        return {
+            "pattern": self.pattern,
+            "apply-to": self.apply_to,
+            "priority": self.priority,
+            "definition": dict(self.definition),
+        }
+
+
+class Broker(Protocol):
+    """RabbitMQ's management API, as the pass reads (and for policies, writes) it."""
+
+    @property
+    def requests_made(self) -> int:
+        """Every HTTP request sent so far."""
+        ...
+
+    @property
+    def writes_made(self) -> int:
+        """Those with a writing method (a requeueing read is one)."""
+        ...
+
+    async def facts(self, *, declared_consumer_timeout_ms: int | None = None) -> BrokerFacts:
+        """What the broker is, what it accepts, and the broker-wide consumer timeout."""
+        ...
+
+    async def list_queues(self, vhost: str | None = None) -> list[QueueStats]:
+        """Every queue of the vhost, column-projected, in pages."""
+        ...
+
+    async def queue(self, name: str, vhost: str | None = None) -> QueueStats:
+        """One queue, column-projected."""
+        ...
+
+    async def get_messages(
+        self, queue: str, count: int, *, vhost: str | None = None, truncate: int | None = 50000
+    ) -> list[RawMessage]:
+        """Read up to ``count`` messages and put them back (``reject_requeue_true``)."""
+        ...
+
+    async def publish(
+        self,
+        queue: str,
+        body: str,
+        *,
+        properties: Mapping[str, object] | None = None,
+        vhost: str | None = None,
+    ) -> bool:
+        """Publish ``body`` to ``queue`` through the default exchange; True if routed."""
+        ...
+
+    async def list_policies(self, vhost: str | None = None) -> list[BrokerPolicy]:
+        """Every policy of the vhost."""
+        ...
+
+    async def put_policy(
+        self,
+        name: str,
+        definition: Mapping[str, object],
+        *,
+        pattern: str,
+        apply_to: str,
+        priority: int,
+        vhost: str | None = None,
+    ) -> None:
+        """Create or replace a policy (refusals raise ``BrokerRefused``/``BrokerRejected``)."""
+        ...
+
+    async def aclose(self) -> None: ...

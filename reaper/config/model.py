@@ -1,0 +1,461 @@
+"""The declared configuration's model (SPEC §2): every key, its default, its bounds and why
+each bound exists, side by side.
+
+The judging thresholds take their defaults from :class:`reaper.core.domain.Thresholds`, the one
+home of those values; a bound's reasons (``below``/``above``) travel with its field, and
+:mod:`reaper.config.problems` reads them from there when it tells an operator what is wrong.
+Sections are strict (``"600"`` is not a number in a file) and forbid unknown keys: a typo is a
+problem, never a silent default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from typing import Any, Final
+from urllib.parse import SplitResult, parse_qs, urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from reaper.config.sources import ENV_DELIMITER, ENV_PREFIX, DropInSource, EnvironSource, inputs
+from reaper.core.domain import Thresholds
+
+__all__ = [
+    "FOREIGN_QUEUE_NAMES",
+    "BusSettings",
+    "DatabaseSettings",
+    "QueueReapSettings",
+    "QueueSettings",
+    "Settings",
+    "bound_reasons",
+]
+
+#: Queues of other systems on a shared broker: Celery's default queue, a server-named queue,
+#: an agent's inbox. An owned pattern matching one of them would reap what is not ours.
+FOREIGN_QUEUE_NAMES: Final = ("celery", "amq.gen-JzTY20BRgKO-HjmUJj0wLg", "agent.x.inbox")
+
+#: Varied queue names (short, so a careless pattern cannot backtrack for long). A pattern
+#: matching every one of them is a catch-all. Queue names are never empty, so ``""`` is not
+#: among them: ``.`` matches every real queue and is refused as a catch-all.
+_PROBE_QUEUE_NAMES: Final = (
+    "x",
+    "Q",
+    "7",
+    "_",
+    "-",
+    ".",
+    "celery",
+    "zz.top",
+    "amq.gen-abc",
+    "agent.x.inbox",
+    "vibey.jobs",
+    "vibey.jobs.dlq",
+    "vibey.wait.30s",
+    "jobs.dead",
+    "UPPER_CASE",
+    "a b",
+    "очередь",
+    "队列",
+    "ü-β.λ",
+)
+
+#: Longest period accepted where the SPEC names no maximum: a year is already a typo.
+_YEAR: Final = 365 * 24 * 3600
+#: Largest count accepted: the broker's and PostgreSQL's integer.
+_MAX_COUNT: Final = 2**31 - 1
+
+_SECTION = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+_DEFAULTS = Thresholds()
+
+
+def _bounded(
+    default: Any,
+    *,
+    description: str,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    below: str = "",
+    above: str = "",
+    finite: bool = False,
+) -> Any:
+    """A bounded key: its default, its bounds, and why each bound exists (``below``: why a
+    smaller value is refused; ``above``: why a larger one is)."""
+    return Field(
+        default=default,
+        ge=ge,
+        gt=gt,
+        le=le,
+        description=description,
+        allow_inf_nan=False if finite else None,
+        json_schema_extra={"below": below, "above": above},
+    )
+
+
+def bound_reasons(model: type[BaseModel], name: str) -> tuple[str, str]:
+    """Why the key ``name`` of ``model`` refuses a value below, and above, its bounds."""
+    extra = model.model_fields[name].json_schema_extra
+    if not isinstance(extra, dict):
+        return "", ""
+    return str(extra.get("below") or ""), str(extra.get("above") or "")
+
+
+class QueueReapSettings(BaseModel):
+    """``[queue.reap]``: the thresholds the pass judges against and how it runs."""
+
+    model_config = _SECTION
+
+    enabled: bool = Field(
+        default=True,
+        description="run the automatic hook in workers' idle loops "
+        "(on-demand passes and the lease reap always run)",
+    )
+    interval_seconds: int = _bounded(
+        60,
+        ge=1,
+        le=86400,
+        description="a pass every so often; also the consumerless slack",
+        below="a pass needs a period of at least a second",
+        above="a pass less than daily would leave stuck work unseen for days",
+    )
+    lease_grace_seconds: int = _bounded(
+        _DEFAULTS.lease_grace_seconds,
+        ge=0,
+        le=86400,
+        description="how long past its expiry a lease is left alone",
+        below="a grace cannot be negative",
+        above="a grace over a day leaves a dead holder's job unreaped for longer than anyone waits",
+    )
+    stale_ready_seconds: int = _bounded(
+        _DEFAULTS.stale_ready_seconds,
+        ge=1,
+        le=_YEAR,
+        description="a claimable job unclaimed this long (or a head message) is stale",
+        below="every claimable job would be stale the moment it became claimable",
+        above="a threshold over a year is a typo, not a threshold",
+    )
+    longest_lease_seconds: int = _bounded(
+        _DEFAULTS.longest_lease_seconds,
+        ge=1,
+        le=_YEAR,
+        description="the longest lease a handler holds",
+        below="a lease lasts at least a second",
+        above="a lease over a year is a typo, not a lease",
+    )
+    consumer_timeout_seconds: int = _bounded(
+        _DEFAULTS.consumer_timeout_seconds,
+        ge=1,
+        le=_YEAR,
+        description="the broker's consumer timeout on owned queues (by policy)",
+        below="the broker would cancel every consumer at once",
+        above="a timeout over a year is no bound at all",
+    )
+    delivery_limit: int = _bounded(
+        _DEFAULTS.delivery_limit,
+        ge=1,
+        le=_MAX_COUNT,
+        description="deliveries of a quorum message before it dies",
+        below="a message must be deliverable at least once",
+        above="the broker's limit is a 32-bit integer",
+    )
+    owned_queue_pattern: str = Field(
+        default=_DEFAULTS.owned_queue_pattern,
+        description="queues we own (re.search): their dead letters are parked",
+    )
+    dead_letter_queue_pattern: str = Field(
+        default=_DEFAULTS.dead_letter_queue_pattern, description="dead-letter queues (re.search)"
+    )
+    consumerless_queue_pattern: str = Field(
+        default=_DEFAULTS.consumerless_queue_pattern,
+        description="queues that hold messages with no consumer on purpose",
+    )
+    dead_letter_min_depth: int = _bounded(
+        _DEFAULTS.dead_letter_min_depth,
+        ge=1,
+        le=_MAX_COUNT,
+        description="a dead-letter queue this deep is reported",
+        below="a depth of 0 would report every empty dead-letter queue",
+        above="the depth is a 32-bit integer",
+    )
+    dead_letter_peek_limit: int = _bounded(
+        _DEFAULTS.dead_letter_peek_limit,
+        ge=1,
+        le=1000,
+        description="new dead letters parked per queue per pass",
+        below="a pass must be able to park at least one dead letter",
+        above="a pass reads at most 1000 dead letters per queue, so that it stays bounded",
+    )
+    policy_priority: int = _bounded(
+        0,
+        ge=0,
+        le=_MAX_COUNT,
+        description="priority of the reconciled broker policies",
+        below="RabbitMQ policy priorities are not negative",
+        above="the priority is a 32-bit integer",
+    )
+    policy_verify_wait_seconds: float = _bounded(
+        10.0,
+        ge=0,
+        le=120,
+        finite=True,
+        description="how long verification waits for the broker's statistics",
+        below="a wait cannot be negative",
+        above="a pass waits at most two minutes for the broker's statistics",
+    )
+    known_phases: list[str] = Field(
+        default_factory=list,
+        description="only jobs in these phases are claimable; empty: every phase",
+    )
+
+    @field_validator("owned_queue_pattern")
+    @classmethod
+    def _owned_pattern(cls, pattern: str) -> str:
+        rx = _compiled(pattern)
+        _refuse_catch_all(rx, "every queue would be ours, another system's included")
+        for foreign in FOREIGN_QUEUE_NAMES:
+            if rx.search(foreign):
+                raise refused(
+                    f"matches the foreign queue '{foreign}': the reaper would treat another "
+                    "system's queue as its own and park its dead letters"
+                )
+        return pattern
+
+    @field_validator("dead_letter_queue_pattern")
+    @classmethod
+    def _dead_letter_pattern(cls, pattern: str) -> str:
+        _refuse_catch_all(_compiled(pattern), "every queue would be read as a dead-letter queue")
+        return pattern
+
+    @field_validator("consumerless_queue_pattern")
+    @classmethod
+    def _consumerless_pattern(cls, pattern: str) -> str:
+        _refuse_catch_all(
+            _compiled(pattern),
+            "no queue would ever be judged stale (to declare no consumerless queue, "
+            "use a pattern that matches nothing, such as '(?!)')",
+        )
+        return pattern
+
+    @field_validator("known_phases")
+    @classmethod
+    def _phases(cls, phases: list[str]) -> list[str]:
+        if any(not phase.strip() for phase in phases):
+            raise refused("holds an empty phase name, which no job has")
+        return phases
+
+    @field_validator("consumer_timeout_seconds")
+    @classmethod
+    def _timeout_outlasts_lease(cls, timeout: int, info: ValidationInfo) -> int:
+        # Fields validate in order and longest_lease_seconds comes first: it is in info.data
+        # only when it is valid itself, so this runs beside every other key's problems.
+        lease = info.data.get("longest_lease_seconds")
+        if isinstance(lease, int) and timeout < lease:
+            raise PydanticCustomError(
+                "reaper_cross_field",
+                "queue.reap.consumer_timeout_seconds = {timeout} is below "
+                "queue.reap.longest_lease_seconds = {lease}: the broker would cancel a "
+                "consumer still inside its lease",
+                {"timeout": timeout, "lease": lease},
+            )
+        return timeout
+
+    def thresholds(self) -> Thresholds:
+        """The judging subset, as the pure judge takes it."""
+        return Thresholds(
+            lease_grace_seconds=self.lease_grace_seconds,
+            stale_ready_seconds=self.stale_ready_seconds,
+            longest_lease_seconds=self.longest_lease_seconds,
+            consumer_timeout_seconds=self.consumer_timeout_seconds,
+            delivery_limit=self.delivery_limit,
+            owned_queue_pattern=self.owned_queue_pattern,
+            dead_letter_queue_pattern=self.dead_letter_queue_pattern,
+            consumerless_queue_pattern=self.consumerless_queue_pattern,
+            dead_letter_min_depth=self.dead_letter_min_depth,
+            dead_letter_peek_limit=self.dead_letter_peek_limit,
+            consumerless_slack_seconds=self.interval_seconds,
+            known_phases=frozenset(self.known_phases),
+        )
+
+
+class QueueSettings(BaseModel):
+    """``[queue]``: holds only ``[queue.reap]``."""
+
+    model_config = _SECTION
+
+    reap: QueueReapSettings = Field(default_factory=lambda: QueueReapSettings())
+
+
+class BusSettings(BaseModel):
+    """``[bus]``: the broker's management HTTP API."""
+
+    model_config = _SECTION
+
+    management_url: str = Field(
+        default="http://127.0.0.1:15672", description="the management API, http(s), no credentials"
+    )
+    username: str = Field(default="guest", min_length=1, description="management API user")
+    password: SecretStr = Field(default=SecretStr("guest"), description="management API password")
+    vhost: str = Field(default="/", min_length=1, description="the virtual host the reaper judges")
+    prefix: str = Field(
+        default="vibey",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="prefix of the policy names the reaper owns",
+    )
+    timeout_seconds: float = _bounded(
+        10.0,
+        gt=0,
+        le=600,
+        finite=True,
+        description="per-request HTTP timeout",
+        below="a request needs time to be answered",
+        above="a request waiting over ten minutes is a hung pass",
+    )
+
+    @field_validator("management_url")
+    @classmethod
+    def _management_url(cls, url: str) -> str:
+        if "@" in url:
+            raise refused(
+                "carries credentials (an '@' in the URL): set bus.username and bus.password "
+                "(REAPER_BUS__PASSWORD) instead, so that no log line can print the password"
+            )
+        parts = split_url(url)
+        if parts is None:
+            raise refused("is not a valid URL")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise refused("must be an http:// or https:// URL with a host")
+        return url
+
+
+class DatabaseSettings(BaseModel):
+    """``[database]``: the PostgreSQL that holds the job queue and the ledger."""
+
+    model_config = _SECTION
+
+    dsn: str = Field(
+        default="postgresql://127.0.0.1:5432/postgres",
+        description="a postgresql:// URL; a user is fine, a password is refused",
+    )
+    password: SecretStr | None = Field(
+        default=None, description="the database password (else PGPASSWORD or ~/.pgpass)"
+    )
+    pool_size: int = _bounded(
+        4,
+        ge=1,
+        le=100,
+        description="connections in the pool",
+        below="the store needs at least one connection",
+        above="a reaper needs no more than a hundred connections",
+    )
+    statement_timeout_seconds: float = _bounded(
+        30.0,
+        gt=0,
+        le=86400,
+        finite=True,
+        description="per-statement timeout",
+        below="a statement needs time to run",
+        above="a statement running over a day is a hung pass",
+    )
+
+    @field_validator("dsn")
+    @classmethod
+    def _dsn(cls, dsn: str) -> str:
+        parts = split_url(dsn)
+        if parts is None:
+            raise refused("is not a valid postgresql:// URL")
+        if parts.password is not None or any(
+            k.lower() == "password" for k in parse_qs(parts.query)
+        ):
+            raise refused(
+                "carries a password; put it in database.password (REAPER_DATABASE__PASSWORD), "
+                "PGPASSWORD or ~/.pgpass instead, so that no log line can print it"
+            )
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise refused("must be a postgresql:// URL")
+        return dsn
+
+
+class Settings(BaseSettings):
+    """The effective configuration. ``Settings()`` alone reads only the process environment;
+    :func:`reaper.config.load_config` adds the drop-ins and reports every problem."""
+
+    # Each section is strict itself; the environment's strings are converted by
+    # ``EnvironSource`` before they reach it.
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_DELIMITER,
+        case_sensitive=False,
+        extra="forbid",
+        frozen=True,
+    )
+
+    queue: QueueSettings = Field(default_factory=lambda: QueueSettings())
+    bus: BusSettings = Field(default_factory=lambda: BusSettings())
+    database: DatabaseSettings = Field(default_factory=lambda: DatabaseSettings())
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        loading = inputs(os.environ)
+        # Earlier wins: arguments, then the environment, then the merged drop-ins.
+        return (
+            init_settings,
+            EnvironSource(settings_cls, loading.environ),
+            DropInSource(settings_cls, loading.files),
+        )
+
+    def thresholds(self) -> Thresholds:
+        """The judging subset, as the pure judge takes it."""
+        return self.queue.reap.thresholds()
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def refused(reason: str) -> PydanticCustomError:
+    """A value refused for ``reason`` (the problem text names the key and the value)."""
+    return PydanticCustomError("reaper_refused", "{reason}", {"reason": reason})
+
+
+def split_url(url: str) -> SplitResult | None:
+    """The URL's parts, or None when it cannot be parsed (a bad port, a broken IPv6 host)."""
+    try:
+        parts = urlsplit(url)
+        if parts.port is not None and parts.port < 1:
+            return None
+    except ValueError:
+        return None
+    return parts
+
+
+def _compiled(pattern: str) -> re.Pattern[str]:
+    """The compiled pattern, or a refusal naming why it is not one."""
+    if pattern == "":
+        raise refused("is empty: an empty pattern matches every queue name")
+    try:
+        # A pattern Python warns about (a possible nested set) means something else in a
+        # later Python: ambiguous, so refused rather than guessed.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            return re.compile(pattern)
+    except re.error as exc:
+        raise refused(f"is not a valid regular expression ({exc})") from None
+    except Warning as exc:
+        raise refused(f"is an ambiguous regular expression ({exc})") from None
+    except (OverflowError, RecursionError, ValueError, MemoryError) as exc:
+        raise refused(f"is not a valid regular expression ({type(exc).__name__})") from None
+
+
+def _refuse_catch_all(rx: re.Pattern[str], consequence: str) -> None:
+    if all(rx.search(name) for name in _PROBE_QUEUE_NAMES):
+        raise refused(f"matches every queue name: {consequence}")

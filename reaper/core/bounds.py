@@ -1,0 +1,151 @@
+"""Which bound is in force on a queue, and which queues are whose: the rules the judge, the
+policy verifier and the dead-letter read plan all ask, answered in one place. Pure.
+
+Each rule reads the queue the way the broker resolves it (policy key, queue argument,
+broker-wide value, version default), so that what the reaper says is in force is what the
+broker would apply. "Unknown" is a value (:class:`Bound` with ``known=False``), never a
+``None`` that could be mistaken for "no bound".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from reaper.core.domain import BrokerFacts, QueueStats, Thresholds
+from reaper.core.values import mapping, positive, whole
+
+__all__ = [
+    "POLICY_NOT_LISTED",
+    "Bound",
+    "consumer_timeout_bound",
+    "dead_letter_exchange_in_force",
+    "delivery_limit_bound",
+    "is_consumerless_queue",
+    "is_dead_letter_queue",
+    "is_owned_queue",
+    "message_ttl_ms",
+]
+
+POLICY_NOT_LISTED = "the broker has not yet listed the queue's policy"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A bound the broker enforces on one queue, and where it was found.
+
+    ``value`` is None when no finite bound is in force. ``known`` is False when that cannot be
+    told (the broker's facts were not read, or the broker has not yet listed the queue's
+    policy), so None never stands for "unknown" by accident.
+    """
+
+    value: int | None
+    source: str
+    known: bool = True
+
+
+def consumer_timeout_bound(queue: QueueStats, broker: BrokerFacts | None) -> Bound:
+    """The consumer timeout (ms) the broker shows in force on ``queue``.
+
+    As RabbitMQ resolves it: the lower of the policy key ``consumer-timeout`` and the queue
+    argument ``x-consumer-timeout`` when either is set, else the broker-wide
+    ``consumer_timeout``. Only a positive whole number counts as a bound. Not known while the
+    broker has not yet listed the queue's policy.
+    """
+    if not queue.policy_known:
+        return Bound(None, POLICY_NOT_LISTED, known=False)
+    policy = positive(mapping(queue.effective_policy).get("consumer-timeout"))
+    argument = positive(mapping(queue.arguments).get("x-consumer-timeout"))
+    if policy is not None and argument is not None:
+        return Bound(
+            min(policy, argument), "policy consumer-timeout and argument x-consumer-timeout"
+        )
+    if policy is not None:
+        return Bound(policy, "policy consumer-timeout")
+    if argument is not None:
+        return Bound(argument, "argument x-consumer-timeout")
+    if broker is None:
+        return Bound(None, "broker-wide consumer_timeout not known, broker facts not read")
+    wide = positive(broker.consumer_timeout_ms)
+    if wide is not None:
+        evidence = (
+            f" ({broker.consumer_timeout_evidence})" if broker.consumer_timeout_evidence else ""
+        )
+        return Bound(wide, f"broker-wide consumer_timeout{evidence}")
+    return Bound(None, "no broker-wide consumer_timeout in force")
+
+
+def delivery_limit_bound(queue: QueueStats, broker: BrokerFacts | None) -> Bound:
+    """The delivery limit in force on a quorum ``queue``; ``value`` None means unlimited.
+
+    Where the broker reports the limit it resolved (4.x lists ``delivery_limit``), that is the
+    answer. Otherwise as RabbitMQ resolves it (``rabbit_quorum_queue:resolve_delivery_limit``):
+    with both the policy key ``delivery-limit`` and the argument ``x-delivery-limit`` set, the
+    lower of the two, unless either is negative, then the higher; with neither, the broker's
+    default (20 on 4.x, none on 3.x). A negative limit is unlimited. So a dead-letter policy of
+    -1 does not lift a queue's own ``x-delivery-limit`` of 5: 5 stays in force.
+    """
+    reported = whole(queue.reported_delivery_limit)
+    if reported is not None:
+        return Bound(None if reported < 0 else reported, "as the broker reports it on the queue")
+    if not queue.policy_known:
+        return Bound(None, POLICY_NOT_LISTED, known=False)
+    policy = whole(mapping(queue.effective_policy).get("delivery-limit"))
+    argument = whole(mapping(queue.arguments).get("x-delivery-limit"))
+    if policy is not None and argument is not None:
+        both = max(policy, argument) if policy < 0 or argument < 0 else min(policy, argument)
+        limit, source = both, "policy delivery-limit and argument x-delivery-limit"
+    elif policy is not None:
+        limit, source = policy, "policy delivery-limit"
+    elif argument is not None:
+        limit, source = argument, "argument x-delivery-limit"
+    elif broker is None:
+        return Bound(None, "no delivery-limit policy or argument, and broker facts not read", False)
+    elif broker.default_quorum_delivery_limit is None:
+        return Bound(
+            None, f"no delivery-limit policy or argument, and {broker.name} sets no default"
+        )
+    else:
+        limit = broker.default_quorum_delivery_limit
+        source = f"{broker.name} default for quorum queues"
+    return Bound(None if limit < 0 else limit, source)
+
+
+def dead_letter_exchange_in_force(queue: QueueStats) -> str | None:
+    """The dead-letter exchange in force (the queue argument wins, as on RabbitMQ), or None.
+    An empty name is the default exchange, which still dead-letters. Callers check
+    ``queue.policy_known``: an unlisted policy may hold one."""
+    for value in (
+        mapping(queue.arguments).get("x-dead-letter-exchange"),
+        mapping(queue.effective_policy).get("dead-letter-exchange"),
+    ):
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def message_ttl_ms(queue: QueueStats) -> int | None:
+    """The per-queue message TTL in force (ms): the lower of ``x-message-ttl`` and the policy
+    key ``message-ttl``, as RabbitMQ resolves it; None when neither is a whole number >= 0.
+    Callers check ``queue.policy_known``: an unlisted policy may hold a lower one."""
+    values = [
+        ttl
+        for ttl in (
+            whole(mapping(queue.arguments).get("x-message-ttl")),
+            whole(mapping(queue.effective_policy).get("message-ttl")),
+        )
+        if ttl is not None and ttl >= 0
+    ]
+    return min(values) if values else None
+
+
+def is_owned_queue(name: str, thresholds: Thresholds) -> bool:
+    return re.search(thresholds.owned_queue_pattern, name) is not None
+
+
+def is_dead_letter_queue(name: str, thresholds: Thresholds) -> bool:
+    return re.search(thresholds.dead_letter_queue_pattern, name) is not None
+
+
+def is_consumerless_queue(name: str, thresholds: Thresholds) -> bool:
+    return re.search(thresholds.consumerless_queue_pattern, name) is not None

@@ -1,0 +1,189 @@
+"""Reading a dead-letter queue without losing a letter (SPEC §1 (e), §4): whether a
+requeueing read is proven safe and how much to read (:func:`read_plan`), which letters read are
+new (:func:`select_new`), and what stays unread (:func:`unread_count`). Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from reaper.core.bounds import dead_letter_exchange_in_force, delivery_limit_bound
+from reaper.core.dead_letters.untrusted import quote_untrusted
+from reaper.core.domain import BrokerFacts, DeadLetter, QueueStats
+from reaper.core.values import mapping
+
+__all__ = [
+    "BUDGET_MARGIN",
+    "READ_PAST_PARKED_CAP",
+    "ReadPlan",
+    "read_plan",
+    "select_new",
+    "unread_count",
+    "within_budget",
+]
+
+#: How many already-parked dead letters one pass reads past, at most. The read is bounded by
+#: ``peek_limit`` plus this; new letters beyond it stay unread and are surfaced as unread.
+READ_PAST_PARKED_CAP = 1_000
+
+#: Deliveries kept in reserve after the next read of a letter (see ``within_budget``).
+BUDGET_MARGIN = 2
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """What one pass may read from a dead-letter queue.
+
+    ``count`` is how many messages to ``get`` (0 when blocked). ``blocked`` is None when the
+    read is proven safe, else why it is not (for ``dead_letters[].read_blocked``). ``budget``
+    is the finite delivery limit in force when reads spend deliveries, else None. ``basis``
+    says what the proof rests on.
+    """
+
+    count: int
+    blocked: str | None
+    budget: int | None
+    basis: str = ""
+
+
+def read_plan(
+    queue: QueueStats, facts: BrokerFacts, peek_limit: int, already_parked_hint: int = 0
+) -> ReadPlan:
+    """Whether and how much of an owned dead-letter queue a pass may read (SPEC §1, §4).
+
+    The read is ``get`` with ``ackmode=reject_requeue_true``, which returns each message to
+    the queue. It must not cost a message:
+
+    - classic queue (RabbitMQ): a requeueing read counts nothing. Safe.
+    - quorum queue with no finite delivery limit in force (the reconciled dead-letter policy's
+      ``delivery-limit: -1`` on 4.x; no policy, argument or default on 3.x): safe.
+    - quorum queue with a finite limit in force (policy, ``x-delivery-limit``, or 4.x's default
+      of 20): every requeueing read counts as a delivery (measured on 3.10 and 4.0). With no
+      dead-letter exchange the broker drops a message once the limit is spent; with one, it
+      dead-letters it onward, off this queue. Either way the letter would no longer be where it
+      was, so the plan is blocked. Each message's delivery count is unknown until it is read,
+      so no read is proven safe up front; ``budget`` carries the limit for ``within_budget``.
+    - a queue with no type (LavinMQ) is classic unless its ``x-queue-type`` says otherwise, but
+      a delivery limit set on it by policy or argument blocks it too (LavinMQ enforces
+      delivery limits on its ordinary queues).
+    - a stream or an unknown type: blocked (``get`` cannot read a stream; an unknown type
+      proves nothing).
+
+    ``count``: the pass reads past what is already parked (by identity, not position), so it
+    needs up to ``already_parked_hint + peek_limit`` messages, the parked part capped at
+    ``READ_PAST_PARKED_CAP``, and never more than the messages listed. Listed, not ready: a
+    statistics sample taken while an earlier read had the letters checked out shows them
+    unacknowledged for seconds after they are back (measured on 3.10 quorum queues), and
+    asking ``get`` for more than is ready costs nothing: it stops at an empty queue.
+    """
+    name = quote_untrusted(queue.name)
+    kind = queue.kind
+    if kind == "stream":
+        return ReadPlan(0, f"{name} is a stream: a requeueing get cannot read it", None)
+    if kind not in ("classic", "quorum"):
+        reason = f"{name} has queue type {quote_untrusted(kind)}: reading it is not proven safe"
+        return ReadPlan(0, reason, None)
+
+    count = _read_count(queue, peek_limit, already_parked_hint)
+    policy = mapping(queue.effective_policy)
+    arguments = mapping(queue.arguments)
+    limit_set = "delivery-limit" in policy or "x-delivery-limit" in arguments
+    lavinmq = queue.type is None or facts.product.lower() == "lavinmq"
+    if kind == "classic" and not (lavinmq and limit_set):
+        return ReadPlan(count, None, None, "classic queue: a requeueing read counts no delivery")
+
+    bound = delivery_limit_bound(queue, facts)
+    label = "quorum queue" if kind == "quorum" else "queue"
+    if not bound.known:
+        return ReadPlan(0, f"{label} {name}: the delivery limit in force is unknown", None)
+    if bound.value is None:
+        return ReadPlan(
+            count, None, None, f"{label} with no delivery limit in force: {bound.source}"
+        )
+
+    exchange = dead_letter_exchange_in_force(queue)
+    consequence = (
+        f"reading could dead-letter a message onward through exchange "
+        f"{quote_untrusted(exchange)}, off this queue"
+        if exchange is not None
+        else "reading could drop a dead letter"
+    )
+    if facts.unlimited_delivery_limit:
+        remedy = "the reconciled dead-letter policy (delivery-limit -1) is not in force"
+    else:
+        remedy = (
+            "the reconciled dead-letter policy, which sets no delivery limit here "
+            f"({facts.product} {facts.version} refuses delivery-limit -1), is not the one in force"
+        )
+    blocked = (
+        f"{label} {name} has a delivery limit of {bound.value} in force ({bound.source}) and a "
+        f"requeueing read counts as a delivery: {consequence}; {remedy}"
+    )
+    return ReadPlan(0, blocked, bound.value)
+
+
+def within_budget(letters: Sequence[DeadLetter], limit: int, margin: int = BUDGET_MARGIN) -> bool:
+    """After a read (a probe), whether reading these letters once more stays inside ``limit``.
+
+    A letter's ``delivery_count`` (``x-delivery-count``) counts the deliveries before the read
+    that showed it; absent means none (the broker writes it over any value a publisher set from
+    the second delivery on). That read spent one more, the next read another: ``count + 2``.
+    Reading again is inside the budget when at least ``margin`` deliveries remain after it:
+    ``count + 2 + margin <= limit``. ``margin`` is at least 1, so no letter is ever read at its
+    last permitted delivery; the default 2 also covers one off-by-one between broker versions
+    (whether the limit counts the first delivery) or one concurrent reader. A negative limit is
+    unlimited.
+
+    This sees only the letters read. It is sound for the queue only when the caller also stops
+    probing once it has answered False (every probe spends a delivery on the head); without
+    that state across passes, do not probe: ``read_plan`` blocks such queues.
+    """
+    if limit < 0:
+        return True
+    reserve = max(1, margin)
+    return all((letter.delivery_count or 0) + 2 + reserve <= limit for letter in letters)
+
+
+def select_new(
+    letters: Iterable[DeadLetter], parked_identities: set[str], peek_limit: int
+) -> tuple[list[DeadLetter], int]:
+    """The letters to park now, and how many distinct letters read were already parked.
+
+    By identity, never by position: on 3.x a requeueing read moves a quorum message to the
+    back, so the order changes from read to read. A letter read twice in one read (same
+    identity) counts once. At most ``peek_limit`` new letters, in the order read; new letters
+    past that are left for ``unread_count``.
+    """
+    limit = max(0, peek_limit)
+    new: list[DeadLetter] = []
+    seen: set[str] = set()
+    already = 0
+    for letter in letters:
+        if letter.identity in seen:
+            continue
+        seen.add(letter.identity)
+        if letter.identity in parked_identities:
+            already += 1
+        elif len(new) < limit:
+            new.append(letter)
+    return new, already
+
+
+def unread_count(
+    depth: int,
+    letters: Iterable[DeadLetter],
+    parked_identities: set[str],
+    new: Iterable[DeadLetter],
+) -> int:
+    """How many of the queue's ``depth`` messages are neither parked nor being parked now:
+    never read, or read but past ``peek_limit``. Measured and surfaced, never assumed parked."""
+    accounted = set(parked_identities) | {letter.identity for letter in new}
+    covered = sum(1 for letter in letters if letter.identity in accounted)
+    return max(0, depth - covered)
+
+
+def _read_count(queue: QueueStats, peek_limit: int, already_parked_hint: int) -> int:
+    listed = max(0, queue.messages) if queue.counts_known else 0
+    past = min(max(0, already_parked_hint), READ_PAST_PARKED_CAP)
+    return min(listed, max(0, peek_limit) + past)

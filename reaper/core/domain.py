@@ -1,0 +1,347 @@
+"""The reaper's vocabulary: what is measured, what is judged, what is recorded.
+
+Everything here is a frozen value. Nothing in this module reads a clock, logs or does I/O;
+the adapters (:mod:`reaper.jobqueue`, :mod:`reaper.broker`) build these values and the pure
+judge (:mod:`reaper.core.judge`) reads them.
+The string values of the enums are the exact words that appear in ledger events, reports
+and metric labels (SPEC §1), so they must never be renamed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+
+from reaper.core.values import mapping
+
+#: The reserved project id of the fleet stream: broker sightings and dead-letter parks,
+#: which belong to no single project, are recorded here.
+FLEET_PROJECT_ID = UUID("00000000-0000-0000-0000-000000000000")
+
+#: The ledger event kind every verdict is recorded as.
+EVENT_KIND = "QueueReaped"
+
+#: Gate kinds the reaper raises.
+GATE_DELIVERY_EXHAUSTED = "delivery_exhausted"
+GATE_BUS_DEAD_LETTERED = "bus_dead_lettered"
+
+#: The kind of the parked job a dead letter becomes.
+DEAD_LETTER_JOB_KIND = "bus.dead_letter"
+
+
+class Source(StrEnum):
+    JOB_QUEUE = "job_queue"
+    BROKER = "broker"
+
+
+class Condition(StrEnum):
+    HUNG_HANDLER = "hung_handler"
+    LEASE_EXPIRED = "lease_expired"
+    HOLDER_GONE = "holder_gone"
+    POISON = "poison"
+    STALE_READY = "stale_ready"
+    DEAD_LETTER = "dead_letter"
+    UNBOUNDED = "unbounded"
+
+
+class Action(StrEnum):
+    REQUEUE = "requeue"
+    PARK = "park"
+    SURFACE = "surface"
+    CLEARED = "cleared"
+    NONE = "none"
+
+
+class Unit(StrEnum):
+    SECONDS = "seconds"
+    ATTEMPTS = "attempts"
+    MESSAGES = "messages"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The judging subset of ``[queue.reap]`` (SPEC §2), already validated. These defaults are
+    the defaults: :mod:`reaper.config` declares each key with the value given here, beside its
+    bounds and the reason for each."""
+
+    lease_grace_seconds: int = 0
+    stale_ready_seconds: int = 900
+    longest_lease_seconds: int = 7200
+    consumer_timeout_seconds: int = 21600
+    delivery_limit: int = 20
+    owned_queue_pattern: str = r"^vibey\."
+    dead_letter_queue_pattern: str = r"(\.dlq|\.dead)$"
+    consumerless_queue_pattern: str = r"\.wait\."
+    dead_letter_min_depth: int = 1
+    dead_letter_peek_limit: int = 100
+    #: Slack granted to a consumerless-by-design queue beyond its own ``x-message-ttl``:
+    #: one pass period, since a message can expire just after a pass looked at it.
+    consumerless_slack_seconds: int = 60
+    known_phases: frozenset[str] = frozenset()
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+@dataclass(frozen=True)
+class HeldLease:
+    """A ``leased`` job as read from PostgreSQL (normally only those already expired)."""
+
+    job_id: UUID
+    project_id: UUID
+    kind: str
+    lease_owner: str | None
+    lease_expires_at: datetime
+    attempts: int
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class ClaimableHead:
+    """The oldest claimable job of one project and the moment it became claimable:
+    the later of its ``run_after`` and its last dependency's success."""
+
+    project_id: UUID
+    job_id: UUID
+    kind: str
+    claimable_since: datetime
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """One queue as the management API lists it (column-projected).
+
+    ``type`` is None where the broker does not say (LavinMQ). ``effective_policy`` is the
+    ``effective_policy_definition`` the broker reports as in force (empty when none or not
+    reported); ``arguments`` are the queue's declared ``x-`` arguments.
+    """
+
+    vhost: str
+    name: str
+    type: str | None
+    messages_ready: int
+    messages_unacknowledged: int
+    consumers: int
+    head_message_timestamp: int | None = None
+    policy: str | None = None
+    effective_policy: Mapping[str, Any] = field(default_factory=dict)
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    #: False when the broker listed the queue before its statistics arrived (a queue a few
+    #: seconds old): it then shows no message or consumer counts, and the zeros above are not
+    #: a measurement.
+    counts_known: bool = True
+    #: False when the broker did not list ``policy``/``effective_policy_definition`` for the
+    #: queue: on RabbitMQ these arrive with the statistics too, so a fresh queue's ``policy``
+    #: of None means "not yet known", not "no policy".
+    policy_known: bool = True
+    #: The delivery limit in force as the broker itself reports it on the queue (RabbitMQ 4.x
+    #: lists ``delivery_limit``: the resolved value of policy, argument and the default 20;
+    #: ``"unlimited"`` is given here as -1). None where the broker does not report it (3.x,
+    #: classic queues, LavinMQ).
+    reported_delivery_limit: int | None = None
+
+    @property
+    def messages(self) -> int:
+        return self.messages_ready + self.messages_unacknowledged
+
+    @property
+    def kind(self) -> str:
+        """The queue's type as the reaper reads it: the type listed, else the declared
+        ``x-queue-type`` argument, else ``classic`` (LavinMQ lists no type; its queues are
+        classic ones)."""
+        if self.type is not None:
+            return self.type
+        declared = mapping(self.arguments).get("x-queue-type")
+        return declared if isinstance(declared, str) and declared else "classic"
+
+
+@dataclass(frozen=True)
+class BrokerFacts:
+    """What the broker is and what is in force broker-wide, read from ``/api/overview``
+    and the node."""
+
+    product: str  # "RabbitMQ" or "LavinMQ"
+    version: str
+    #: Whether the policy key ``consumer-timeout`` is accepted.
+    policy_consumer_timeout: bool
+    #: Whether ``apply-to`` accepts ``classic_queues``/``quorum_queues``.
+    policy_apply_to_queue_type: bool
+    #: Whether ``delivery-limit: -1`` (unlimited) is accepted.
+    unlimited_delivery_limit: bool
+    #: Whether quorum queues get a delivery limit (20) with no policy at all (4.x).
+    default_quorum_delivery_limit: int | None
+    #: The broker-wide ``consumer_timeout`` in force, milliseconds; None when unknown/none.
+    consumer_timeout_ms: int | None = None
+    #: How the broker-wide timeout was established (e.g. the loaded config file).
+    consumer_timeout_evidence: str | None = None
+
+    @property
+    def name(self) -> str:
+        """Product and version, as a person reads them: ``RabbitMQ 4.0.5``."""
+        return f"{self.product} {self.version}".strip()
+
+    def capabilities(self) -> dict[str, Any]:
+        return {
+            "policy_consumer_timeout": self.policy_consumer_timeout,
+            "policy_apply_to_queue_type": self.policy_apply_to_queue_type,
+            "unlimited_delivery_limit": self.unlimited_delivery_limit,
+            "default_quorum_delivery_limit": self.default_quorum_delivery_limit,
+            "consumer_timeout_ms": self.consumer_timeout_ms,
+            "consumer_timeout_evidence": self.consumer_timeout_evidence,
+        }
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One message read (and requeued) from a dead-letter queue, decoded by
+    ``reaper.deadletters.decode``.
+
+    ``queue`` is ours: the dead-letter queue the pass read. ``message_id``, ``origin_queue``
+    and ``reason`` come from properties and headers the message's publisher could write
+    (``x-first-death-*``, ``x-death``): untrusted, shown only quoted and cut. ``body`` is the
+    payload as the management API gave it (``body_encoding`` "string" or "base64");
+    ``body_truncated`` is True whenever the body held is not provably the whole message.
+    ``identity`` is stable across re-reads; ``delivery_count`` and ``redelivered`` are not,
+    and are never part of it.
+    """
+
+    queue: str
+    identity: str
+    message_id: str | None
+    origin_queue: str | None
+    reason: str | None
+    body: str
+    body_encoding: str
+    body_bytes: int
+    body_truncated: bool
+    is_json_object: bool
+    delivery_count: int | None
+    redelivered: bool
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """Everything one pass read. A source that could not be read is ``None`` (its list is
+    not empty: it is unknown), so nothing is concluded from it."""
+
+    leases: tuple[HeldLease, ...] | None = ()
+    claimable: tuple[ClaimableHead, ...] | None = ()
+    queues: tuple[QueueStats, ...] | None = ()
+    broker: BrokerFacts | None = None
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One judged measurement. ``object`` is a job id or a queue name (SPEC §1)."""
+
+    source: Source
+    object: str
+    condition: Condition
+    measured: float | int | None
+    threshold: float | int | None
+    unit: Unit
+    action: Action
+    queue: str | None = None
+    project_id: UUID | None = None
+    detail: str = ""
+    trusted: bool = True
+    #: For lease verdicts: the row as read, so the write can re-check it (still leased,
+    #: still expired, same owner).
+    lease: HeldLease | None = None
+
+    @property
+    def sighting_key(self) -> SightingKey:
+        scope = sighting_scope(self.source, self.stream, self.queue, self.object)
+        return SightingKey(self.source, self.condition, scope)
+
+    @property
+    def stream(self) -> UUID:
+        """The ledger stream this verdict is recorded on."""
+        if self.source is Source.BROKER or self.project_id is None:
+            return FLEET_PROJECT_ID
+        return self.project_id
+
+    def payload(self) -> dict[str, Any]:
+        """The ``QueueReaped`` event payload (SPEC §3)."""
+        return {
+            "object": self.object,
+            "queue": self.queue,
+            "source": self.source.value,
+            "condition": self.condition.value,
+            "measured": self.measured,
+            "threshold": self.threshold,
+            "unit": self.unit.value,
+            "action": self.action.value,
+            "detail": self.detail,
+        }
+
+
+def sighting_scope(source: Source, stream: UUID, queue: str | None, object_: str) -> str:
+    """What one sighting is about within its stream and condition: on the broker, the queue
+    (its ``queue``, else its ``object``); on the job queue, the project whose stream holds it.
+    The SQL function ``reaper_sighting_scope`` (migration 0003) computes the same from a stored
+    event, and a test holds the two to the same answers."""
+    if source is Source.BROKER:
+        return queue or object_
+    return str(stream)
+
+
+@dataclass(frozen=True, order=True)
+class SightingKey:
+    """What makes two surfaced verdicts the same sighting: a broker queue's condition, or a
+    project's condition on the job queue."""
+
+    source: Source
+    condition: Condition
+    scope: str
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdicts: tuple[Verdict, ...]
+    notes: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A ``human_gate`` row: a question a person answers (a parked job waits on it)."""
+
+    id: UUID
+    project_id: UUID
+    job_id: UUID | None
+    kind: str
+    prompt: str
+    choices: tuple[str, ...]
+    answer: str | None
+    answered_at: datetime | None
+    identity: str | None
+    created_at: datetime
+    answered_by: str | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.answered_at is None
+
+
+@dataclass(frozen=True)
+class LedgerEvent:
+    """One ledger ``event`` row: ``seq`` is gapless per ``project_id`` (its stream), and
+    ``digest`` is the sha256 of the payload's canonical JSON as written."""
+
+    project_id: UUID
+    seq: int
+    kind: str
+    payload: Mapping[str, Any]
+    digest: str
+    trusted: bool
+    created_at: datetime

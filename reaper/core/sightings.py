@@ -1,0 +1,125 @@
+"""The sighting rule: what a surfaced condition records (SPEC §1 "Sightings").
+
+A surfaced condition is recorded when first seen and again only after it has cleared. A
+sighting is identified by its :class:`SightingRef` (the ledger stream it lives on and its
+:class:`~reaper.domain.SightingKey`); it is open while the latest record for that ref is a
+``surface`` record, and closed by a ``cleared`` record. An open sighting that this pass did
+not observe is cleared only if its source was read (and, for the job queue, only within the
+project the pass measured): a source that could not be read clears nothing.
+
+The ledger decides, not the process: the store hands this rule the latest record of every
+ref in question, read under a lock, and writes what it returns. Pure: no clock, no I/O.
+
+When one pass observes several surfaced verdicts for the same ref (two queues' findings can
+never share a ref, but two job-queue verdicts of one project and condition do), the first
+in the order given is the one recorded: the judge lists findings in a stable order, so the
+same observation always records the same verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from uuid import UUID
+
+from reaper.core.domain import (
+    FLEET_PROJECT_ID,
+    Action,
+    Condition,
+    SightingKey,
+    Source,
+    Unit,
+    Verdict,
+)
+
+#: The detail of a ``cleared`` record.
+CLEARED_DETAIL = "no longer observed"
+
+
+@dataclass(frozen=True, order=True)
+class SightingRef:
+    """Where a sighting lives: its ledger stream and its key there."""
+
+    stream: UUID
+    key: SightingKey
+
+
+def ref_of(verdict: Verdict) -> SightingRef:
+    """The ref of a verdict as the ledger sees it: its stream, and its key there (the scope
+    is :func:`reaper.core.domain.sighting_scope`)."""
+    return SightingRef(verdict.stream, verdict.sighting_key)
+
+
+def observed_sightings(verdicts: Iterable[Verdict]) -> dict[SightingRef, Verdict]:
+    """The surfaced verdicts of one pass, one per ref: the first in order wins. Verdicts
+    with any other action (requeue, park, none, cleared) are not sightings."""
+    observed: dict[SightingRef, Verdict] = {}
+    for verdict in verdicts:
+        if verdict.action is Action.SURFACE:
+            observed.setdefault(ref_of(verdict), verdict)
+    return observed
+
+
+def is_read(ref: SightingRef, sources_read: frozenset[Source], project_id: UUID | None) -> bool:
+    """Whether this pass read the source that would show ``ref``'s condition: its source was
+    read and, for the job queue in a pass scoped to one project, it is that project's."""
+    if ref.key.source not in sources_read:
+        return False
+    return not (
+        ref.key.source is Source.JOB_QUEUE and project_id is not None and ref.stream != project_id
+    )
+
+
+def cleared(verdict: Verdict) -> Verdict:
+    """The ``cleared`` record that closes the sighting ``verdict`` opened."""
+    return replace(verdict, measured=None, action=Action.CLEARED, detail=CLEARED_DETAIL, lease=None)
+
+
+def is_open(latest: Verdict | None) -> bool:
+    """A sighting is open while its latest record is a surface record."""
+    return latest is not None and latest.action is Action.SURFACE
+
+
+def records_to_write(
+    observed: Mapping[SightingRef, Verdict],
+    latest: Mapping[SightingRef, Verdict],
+    sources_read: frozenset[Source],
+    project_id: UUID | None = None,
+) -> list[Verdict]:
+    """The records one pass writes, given what it observed (one verdict per ref, see
+    :func:`observed_sightings`) and the latest record of each ref in question (refs with no
+    record are absent). A new episode's surface record for every observed ref not open; a
+    ``cleared`` record for every open ref not observed whose source was read. Observed refs
+    come first in their given order, then clears in ref order."""
+    records = [v for ref, v in observed.items() if not is_open(latest.get(ref))]
+    for ref in sorted(latest):
+        if ref not in observed and is_open(latest[ref]) and is_read(ref, sources_read, project_id):
+            records.append(cleared(latest[ref]))
+    return records
+
+
+def verdict_from_record(stream: UUID, payload: Mapping[str, object], trusted: bool) -> Verdict:
+    """Rebuild the verdict a stored ``QueueReaped`` sighting record was written from: enough
+    of it to compute its ref and the ``cleared`` record that closes it."""
+    source = Source(str(payload["source"]))
+    queue = payload.get("queue")
+    return Verdict(
+        source=source,
+        object=str(payload["object"]),
+        condition=Condition(str(payload["condition"])),
+        measured=_number(payload.get("measured")),
+        threshold=_number(payload.get("threshold")),
+        unit=Unit(str(payload["unit"])),
+        action=Action(str(payload["action"])),
+        queue=None if queue is None else str(queue),
+        project_id=None if source is Source.BROKER or stream == FLEET_PROJECT_ID else stream,
+        detail=str(payload.get("detail") or ""),
+        trusted=trusted,
+    )
+
+
+def _number(value: object) -> float | int | None:
+    """A number as this reaper wrote it into a payload (JSON numbers only)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value

@@ -1,0 +1,198 @@
+"""A realistic scenario, seeded on both sides of a job queue: what `reaper demo` shows, what
+the dry-run proof audits, and what chaos and load tests start from.
+
+:func:`reaper.demo.seed.seed` writes into a database and a vhost the caller made for it
+(migrated, empty) and returns a :class:`Scenario` naming everything it put there and what a
+real pass must do with it (:attr:`Scenario.expected`). Every time is relative to the ``now``
+given, and every age is scaled to the configured thresholds, so a first real pass finds each
+condition below and a second pass soon after finds nothing new:
+
+PostgreSQL (one row set per project; the first projects have workers, the last has none):
+
+- expired leases across the worker projects, most with an owner, some without, expired from
+  minutes to hours ago: ``lease_expired``, requeued;
+- a poison job (``attempts == max_attempts``, lease expired): ``poison``, parked with a
+  ``delivery_exhausted`` gate;
+- live leases (expiring later) and fresh ready work: left alone, not stale;
+- stale ready work with dependencies: a job whose dependency succeeded long ago (its project's
+  stale head) and an older one whose dependency is still running (not claimable, so not the
+  head); ``stale_ready``, surfaced once;
+- a project with no worker at all: ready work nobody has claimed for long, ``stale_ready``.
+
+RabbitMQ (the vhost of the client given):
+
+- a quorum work queue per project, ``{prefix}.jobs.<project>``, dead-lettering to the owned
+  quorum dead-letter queue ``{prefix}.jobs.dead``, which holds dead letters with realistic
+  ``x-death`` headers (JSON bodies with and without a message id, and a body that is not
+  JSON): each parked as a ``bus.dead_letter`` job, never deleted;
+- an owned classic queue with a consumerless backlog of old messages, ``{prefix}.webhooks``:
+  ``stale_ready`` (head-message age), surfaced;
+- a delay tier, ``{prefix}.jobs.wait.w5m``, with ``x-message-ttl`` and messages younger than
+  it: not stale;
+- a foreign tenant: ``celery`` with old messages and no consumer (surfaced, never touched) and
+  its dead-letter queue ``celery.dead`` (surfaced, never read);
+- the declared policies as a first reconcile wrote them, then one drifted by hand: the quorum
+  policy's ``delivery-limit`` changed, which the next real pass puts back.
+
+What no management API call can produce is left out: ``holder_gone`` and the missing consumer
+timeout both need unacknowledged messages, that is a live AMQP consumer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from reaper.core.domain import BrokerFacts
+
+__all__ = [
+    "DELAY_TTL_MS",
+    "PROJECT_NAMES",
+    "Expected",
+    "Scenario",
+    "SeededLetter",
+    "SeededProject",
+]
+
+#: The projects' names, in order; past these, ``p<n>``.
+PROJECT_NAMES = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
+
+#: The delay tier's message TTL (5 minutes).
+DELAY_TTL_MS = 300_000
+
+
+@dataclass(frozen=True)
+class SeededProject:
+    name: str
+    id: UUID
+    #: Its quorum work queue on the broker.
+    work_queue: str
+    #: False for the project nobody works on.
+    has_worker: bool
+
+
+@dataclass(frozen=True)
+class SeededLetter:
+    """A dead letter published to the owned dead-letter queue."""
+
+    message_id: str | None
+    body: str
+    is_json: bool
+    origin_queue: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a real pass over the fresh scenario must do (and a dry run must only report)."""
+
+    #: Job ids requeued (``lease_expired``).
+    requeued: frozenset[str]
+    #: Job ids parked (``poison``).
+    parked: frozenset[str]
+    #: Project id -> the job surfaced as its stale claimable head (``stale_ready``).
+    stale_heads: Mapping[str, str]
+    #: ``(condition, queue)`` of every broker verdict surfaced.
+    surfaced_queues: frozenset[tuple[str, str]]
+    #: Owned dead-letter queue -> how many dead letters a pass parks from it.
+    parked_dead_letters: Mapping[str, int]
+    #: The policy a real pass updates (drifted), if any.
+    updated_policy: str | None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    now: datetime
+    vhost: str
+    broker: BrokerFacts
+    projects: tuple[SeededProject, ...]
+    #: Every job row inserted.
+    jobs: int
+    expired_leases: tuple[UUID, ...]
+    poison: tuple[UUID, ...]
+    #: Leased, not expired: left alone.
+    live_leases: tuple[UUID, ...]
+    #: Project id -> the job that is its stale claimable head.
+    stale_heads: Mapping[UUID, UUID]
+    #: Ready and due, but a dependency is still running: not claimable.
+    not_claimable: tuple[UUID, ...]
+    #: Ready and due, recently: claimable, not stale.
+    fresh_ready: tuple[UUID, ...]
+    #: Every queue declared: name -> type.
+    queues: Mapping[str, str]
+    #: Messages published per queue.
+    messages: Mapping[str, int]
+    dead_letter_queue: str
+    dead_letters: tuple[SeededLetter, ...]
+    #: Queues of another tenant: never read, never touched.
+    foreign_queues: tuple[str, ...]
+    foreign_dead_letter_queue: str
+    #: Queues whose head message is older than the threshold, with no consumer.
+    stale_queues: tuple[str, ...]
+    delay_queue: str
+    #: The policies written as a first reconcile would, and the one then changed by hand.
+    policies_written: tuple[str, ...]
+    drifted_policy: str | None
+    drift: str = ""
+
+    @property
+    def no_worker_project(self) -> SeededProject:
+        return next(p for p in self.projects if not p.has_worker)
+
+    @property
+    def expected(self) -> Expected:
+        surfaced = {("stale_ready", q) for q in self.stale_queues}
+        surfaced.add(("dead_letter", self.foreign_dead_letter_queue))
+        return Expected(
+            requeued=frozenset(str(j) for j in self.expired_leases),
+            parked=frozenset(str(j) for j in self.poison),
+            stale_heads={str(p): str(j) for p, j in self.stale_heads.items()},
+            surfaced_queues=frozenset(surfaced),
+            parked_dead_letters={self.dead_letter_queue: len(self.dead_letters)},
+            updated_policy=self.drifted_policy,
+        )
+
+    def describe(self) -> list[str]:
+        """A few lines saying what was seeded, for a person."""
+        worker = [p.name for p in self.projects if p.has_worker]
+        idle = [p.name for p in self.projects if not p.has_worker]
+        broker_lines = [
+            f"  {name} ({kind}): {self.messages.get(name, 0)} message(s)" + _queue_role(self, name)
+            for name, kind in self.queues.items()
+        ]
+        return [
+            f"PostgreSQL: {self.jobs} jobs in {len(self.projects)} projects "
+            f"({', '.join(worker)} with workers; {', '.join(idle)} with none)",
+            "  "
+            + ", ".join(
+                f"{p.name} = {p.id}" + ("" if p.has_worker else " (no worker)")
+                for p in self.projects
+            ),
+            f"  {len(self.expired_leases)} expired lease(s), {len(self.poison)} poison job(s), "
+            f"{len(self.live_leases)} live lease(s), {len(self.fresh_ready)} fresh ready job(s)",
+            f"  {len(self.stale_heads)} project(s) with stale claimable work (one behind a "
+            f"dependency that succeeded long ago), {len(self.not_claimable)} job(s) waiting on a "
+            "dependency still running",
+            f"RabbitMQ {self.broker.version}, vhost {self.vhost!r}: {len(self.queues)} queues",
+            *broker_lines,
+            "  policies: "
+            + (", ".join(self.policies_written) or "none writable on this version")
+            + (f"; drifted by hand: {self.drift}" if self.drifted_policy else ""),
+        ]
+
+
+def _queue_role(scenario: Scenario, name: str) -> str:
+    if name == scenario.dead_letter_queue:
+        return ", owned dead-letter queue (x-death headers; JSON and non-JSON bodies)"
+    if name == scenario.foreign_dead_letter_queue:
+        return ", a foreign tenant's dead-letter queue"
+    if name in scenario.foreign_queues:
+        return ", a foreign tenant's queue, no consumer, old messages"
+    if name == scenario.delay_queue:
+        return f", delay tier (x-message-ttl {DELAY_TTL_MS} ms), messages younger than it"
+    if name in scenario.stale_queues:
+        return ", owned, no consumer, old messages"
+    idle = scenario.no_worker_project.work_queue
+    return ", work queue of the project with no worker" if name == idle else ", work queue"

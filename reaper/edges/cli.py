@@ -1,0 +1,249 @@
+"""The ``reaper`` command.
+
+Exit codes (SPEC §5): 0 the pass is ok; 1 the pass ran but is not ok (a source unreadable, a
+policy not verified or refused, a dead-letter queue that could not be read safely, a row that
+could not be moved); 2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from uuid import UUID
+
+from reaper.config import LoadedConfig, load_config, show
+from reaper.edges import commands
+from reaper.edges.commands import EXIT_NOT_OK, EXIT_OK, EXIT_USAGE
+from reaper.errors import ConfigError, GateError, ReaperError, scrub
+from reaper.version import __version__
+
+log = logging.getLogger("reaper")
+
+DESCRIPTION = """\
+queue-reaper: measures what a job queue holds in PostgreSQL and RabbitMQ against declared
+thresholds, requeues expired leases, parks poison jobs and dead letters as human gates (it
+never deletes anything), reconciles the declared broker policies, and records every verdict
+in an append-only ledger and as Prometheus metrics.
+
+Configuration comes from conf.d/*.toml drop-ins (--config-dir, default ./conf.d, then
+/etc/queue-reaper/conf.d) overlaid by REAPER_* environment variables, e.g.
+REAPER_QUEUE__REAP__STALE_READY_SECONDS=600. `reaper config show` prints what is in force.
+"""
+
+EPILOG = """\
+examples:
+  reaper reap --dry-run          judge everything, write nothing, print the report
+  reaper reap --json             one real pass, the report as JSON (exit 0/1/2)
+  reaper gates list              what waits for a person (poison jobs, dead letters)
+  reaper gates answer GATE --choice retry
+  reaper policies plan           desired broker policies against what is in force
+  reaper serve                   a pass every interval_seconds, /metrics on 127.0.0.1:9464
+  reaper demo                    a realistic pass against the local services
+
+exit codes: 0 ok, 1 the pass ran but is not ok, 2 usage or configuration error
+"""
+
+
+def _project(value: str) -> UUID:
+    try:
+        return UUID(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a project id (a UUID): {value!r}") from None
+
+
+def _gate(value: str) -> UUID:
+    try:
+        return UUID(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a gate id (a UUID): {value!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reaper",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"queue-reaper {__version__}")
+    parser.add_argument(
+        "--config-dir",
+        type=Path,
+        help="directory of *.toml drop-ins (default: ./conf.d, then /etc/queue-reaper/conf.d; "
+        "none: environment only)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    reap = commands.add_parser(
+        "reap",
+        help="run one whole pass and print its report",
+        description="Run one whole pass: measure both sources, judge, act, reconcile the "
+        "policies, record, report. Exit 0 when the pass is ok, 1 when it ran but is not ok.",
+    )
+    reap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="judge everything and write nothing: no row, event, gate, policy or message moved",
+    )
+    reap.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    reap.add_argument("--project", type=_project, help="only this project's job-queue work")
+    reap.add_argument(
+        "--metrics-textfile",
+        type=Path,
+        metavar="PATH",
+        help="write the pass's metrics for node-exporter's textfile collector (atomic)",
+    )
+    reap.add_argument(
+        "--pushgateway", metavar="URL", help="push the pass's metrics to a Pushgateway"
+    )
+
+    config = commands.add_parser("config", help="check or show the effective configuration")
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    config_commands.add_parser("check", help="validate; exit 2 naming every problem, 0 when valid")
+    config_show = config_commands.add_parser(
+        "show", help="the effective configuration, secrets masked, with where each value came from"
+    )
+    config_show.add_argument("--json", action="store_true")
+
+    db = commands.add_parser("db", help="the PostgreSQL schema")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    db_commands.add_parser(
+        "migrate", help="apply the shipped migrations (idempotent, under an advisory lock)"
+    )
+
+    policies = commands.add_parser("policies", help="the declared broker policies")
+    policy_commands = policies.add_subparsers(dest="policies_command", required=True)
+    plan = policy_commands.add_parser(
+        "plan", help="desired policies against what the broker has, per queue; writes nothing"
+    )
+    plan.add_argument("--json", action="store_true")
+
+    gates = commands.add_parser("gates", help="what waits for a person")
+    gate_commands = gates.add_subparsers(dest="gates_command", required=True)
+    gates_list = gate_commands.add_parser("list", help="open gates (--all: answered ones too)")
+    gates_list.add_argument("--json", action="store_true")
+    gates_list.add_argument("--all", action="store_true", help="include answered gates")
+    answer = gate_commands.add_parser(
+        "answer",
+        help="answer a gate",
+        description="Answer a gate. delivery_exhausted: retry (the job is re-readied with one "
+        "more delivery). bus_dead_lettered: replay (publish the body back to the owned queue "
+        "it died on) or dismiss (settle it, send nothing). The broker's copy stays either way.",
+    )
+    answer.add_argument("gate", type=_gate, metavar="GATE", help="the gate id")
+    answer.add_argument("--choice", required=True, help="one of the gate's choices")
+
+    serve = commands.add_parser(
+        "serve", help="a pass every interval_seconds; /metrics and /healthz over HTTP"
+    )
+    serve.add_argument(
+        "--listen", default="127.0.0.1:9464", metavar="HOST:PORT", help="default %(default)s"
+    )
+
+    commands.add_parser(
+        "demo",
+        help="seed a realistic scenario in its own database and vhost, then audit and reap it",
+    )
+    return parser
+
+
+def _print_json(value: object) -> None:
+    print(json.dumps(value, indent=2, default=str))
+
+
+def _config_show(loaded: LoadedConfig, as_json: bool) -> int:
+    values = show(loaded)
+    if as_json:
+        _print_json(
+            {
+                "config_dir": str(loaded.config_dir) if loaded.config_dir else None,
+                "files": [str(f) for f in loaded.files],
+                "values": [{"key": v.key, "value": v.value, "origin": v.origin} for v in values],
+            }
+        )
+        return EXIT_OK
+    where = str(loaded.config_dir) if loaded.config_dir else "none (environment only)"
+    print(f"config dir: {where}")
+    for f in loaded.files:
+        print(f"  file: {f}")
+    width = max((len(v.key) for v in values), default=0)
+    for v in values:
+        print(f"{v.key:<{width}}  {json.dumps(v.value, default=str):<24}  {v.origin}")
+    return EXIT_OK
+
+
+async def _run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
+    if args.command == "reap":
+        return await commands.reap(
+            loaded,
+            dry_run=args.dry_run,
+            as_json=args.json,
+            project_id=args.project,
+            metrics_textfile=args.metrics_textfile,
+            pushgateway=args.pushgateway,
+        )
+    if args.command == "db":
+        return await commands.migrate(loaded)
+    if args.command == "policies":
+        return await commands.policies_plan(loaded, as_json=args.json)
+    if args.command == "gates" and args.gates_command == "list":
+        return await commands.gates_list(loaded, as_json=args.json, include_answered=args.all)
+    if args.command == "gates":
+        return await commands.gates_answer(loaded, args.gate, args.choice)
+    if args.command == "serve":
+        return await commands.serve(loaded, args.listen)
+    if args.command == "demo":
+        return await commands.demo(loaded)
+    raise AssertionError(f"unhandled command {args.command}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # One line per HTTP request is noise at INFO; the report says what the pass saw.
+    logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+    try:
+        loaded = load_config(args.config_dir)
+    except ConfigError as exc:
+        print("configuration is invalid:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.command == "config":
+        if args.config_command == "check":
+            where = loaded.config_dir or "environment only"
+            print(f"configuration is valid ({len(loaded.files)} file(s) from {where})")
+            return EXIT_OK
+        return _config_show(loaded, args.json)
+    try:
+        return asyncio.run(_run(args, loaded))
+    except GateError as exc:
+        print(f"reaper: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as exc:
+        print(f"reaper: configuration is invalid: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ReaperError as exc:
+        print(f"reaper: {exc}", file=sys.stderr)
+        return EXIT_NOT_OK
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # the last line of defence: one line, scrubbed, never a traceback
+        log.debug("unexpected error", exc_info=True)
+        print(f"reaper: unexpected {type(exc).__name__}: {scrub(str(exc))}", file=sys.stderr)
+        return EXIT_NOT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Answering a gate: what ``reaper gates answer GATE --choice CHOICE`` does (SPEC §1).
+
+- ``delivery_exhausted``, ``retry``: the store re-readies the parked job for exactly one more
+  delivery (:meth:`PostgresStore.answer_gate`).
+- ``bus_dead_lettered``, ``dismiss``: the gate is answered and the parked ``bus.dead_letter``
+  job settles ``cancelled``; nothing is sent.
+- ``bus_dead_lettered``, ``replay``: only when ``deadletters.replay_decision`` allows it (a
+  whole JSON object, an origin queue we own that is not a dead-letter queue), the body is
+  published back to its origin queue with a new message id (``replay:<identity>:<gate id>``,
+  so a second death is a new dead letter with a gate of its own), and only once the broker
+  says it routed the message are the answer recorded and the job settled ``succeeded``. The
+  gate row stays locked from before the check until the answer commits, so two people
+  answering at once publish once. A refused, failed or unrouted replay records nothing.
+
+Neither answer touches the dead-letter queue: the broker's copy stays where it is, and
+clearing that queue is a person's act.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from datetime import UTC, datetime
+from uuid import UUID
+
+from reaper.config import Settings
+from reaper.core.dead_letters import GATE_CHOICES, decoded_body, quote_untrusted, replay_decision
+from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, Gate
+from reaper.errors import BrokerUnavailable, GateError, StoreUnavailable
+from reaper.jobqueue.port import ParkedDeadLetter
+from reaper.reap.sources import Sources
+
+__all__ = ["REPLAY_CONTENT_TYPE", "answer_gate", "replay_message_id"]
+
+#: The content type a replayed body is published with: replay only sends whole JSON objects.
+REPLAY_CONTENT_TYPE = "application/json"
+
+#: AMQP's ``message_id`` is a shortstr: at most 255 bytes.
+_SHORTSTR_BYTES = 255
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def replay_message_id(identity: str, gate_id: UUID) -> str:
+    """The message id a replay is published with: ``replay:<identity>:<gate id>``, or, where
+    that would not fit AMQP's 255 bytes, the identity's sha256 in its place."""
+    message_id = f"replay:{identity}:{gate_id}"
+    if len(message_id.encode("utf-8", "surrogatepass")) <= _SHORTSTR_BYTES:
+        return message_id
+    digest = hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"replay:sha256:{digest}:{gate_id}"
+
+
+async def answer_gate(
+    sources: Sources,
+    settings: Settings,
+    gate_id: UUID,
+    choice: str,
+    *,
+    clock: Callable[[], datetime] = _utcnow,
+    answered_by: str | None = None,
+) -> str:
+    """Answer gate ``gate_id`` with ``choice`` and return a one-line outcome for a person.
+
+    ``sources.broker`` is used only by ``replay``. Raises :class:`GateError` for an answer that
+    cannot be taken (unknown gate, answered already, a choice it does not offer, a replay
+    refused or not routed) and
+    :class:`BrokerUnavailable` / :class:`StoreUnavailable` when a source fails; in every such
+    case nothing was recorded, except where the message says the body was published.
+    """
+    store = sources.store
+    if store is None:
+        reason = sources.store_error or "not connected"
+        raise GateError(f"cannot answer gate {gate_id}: the store is unavailable ({reason})")
+    now = clock()
+    if choice not in GATE_CHOICES:
+        gate = await store.answer_gate(gate_id, choice, now, answered_by=answered_by)
+        return _answered(gate)
+
+    reap = settings.queue.reap
+    broker = sources.broker
+    published: list[str] = []
+
+    async def replay(gate: Gate, parked: ParkedDeadLetter) -> None:
+        kept = parked.letter
+        allowed, why = replay_decision(
+            kept, reap.owned_queue_pattern, reap.dead_letter_queue_pattern
+        )
+        if not allowed:
+            raise GateError(
+                f"gate {gate.id}: replay refused, {why}; nothing was sent or recorded "
+                "(answer dismiss to settle it)"
+            )
+        if broker is None:
+            raise GateError(f"gate {gate.id}: replay needs the broker, which is not connected")
+        origin = kept.origin_queue or ""  # never empty: replay_decision refuses that
+        message_id = replay_message_id(kept.identity, gate.id)
+        # a whole JSON object: strict UTF-8 (replay_decision checked it)
+        body = decoded_body(kept).decode("utf-8")
+        try:
+            routed = await broker.publish(
+                origin,
+                body,
+                properties={
+                    "message_id": message_id,
+                    "content_type": REPLAY_CONTENT_TYPE,
+                    "delivery_mode": 2,
+                },
+            )
+        except BrokerUnavailable as exc:
+            raise BrokerUnavailable(
+                f"gate {gate.id}: replay to {quote_untrusted(origin)} was not confirmed "
+                f"({exc.reason}); nothing was recorded and the gate stays open",
+                exc.status,
+            ) from None
+        if not routed:
+            raise GateError(
+                f"gate {gate.id}: replay to {quote_untrusted(origin)} was not routed: the "
+                f"broker has no such queue on vhost {settings.bus.vhost!r}; nothing was "
+                "delivered or recorded and the gate stays open"
+            )
+        published.append(message_id)
+
+    try:
+        gate, parked = await store.answer_dead_letter_gate(
+            gate_id, choice, now, replay=replay, answered_by=answered_by
+        )
+    except StoreUnavailable as exc:
+        if not published:
+            raise
+        raise StoreUnavailable(
+            f"gate {gate_id}: the body WAS published (message id {published[0]!r}) but "
+            f"recording the answer failed: {exc.reason}. The gate is still open: answering "
+            "replay again publishes the body again"
+        ) from None
+    return _answered(gate, parked, published[0] if published else None)
+
+
+def _answered(
+    gate: Gate, parked: ParkedDeadLetter | None = None, message_id: str | None = None
+) -> str:
+    head = f"gate {gate.id} ({gate.kind}) answered {gate.answer!r}"
+    if gate.kind == GATE_DELIVERY_EXHAUSTED:
+        return f"{head}: job {gate.job_id} is ready for exactly one more delivery"
+    if parked is None:
+        return f"{head}: job {gate.job_id} settled; nothing was sent"
+    letter = parked.letter
+    stays = f"the broker's copy stays on {quote_untrusted(letter.queue)}"
+    if message_id is not None:
+        return (
+            f"{head}: {letter.body_bytes} bytes published to "
+            f"{quote_untrusted(letter.origin_queue)} as message {message_id!r}; "
+            f"job {gate.job_id} succeeded; {stays}"
+        )
+    return f"{head}: job {gate.job_id} cancelled, nothing was sent; {stays}"

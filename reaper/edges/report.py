@@ -1,0 +1,182 @@
+"""The pass's report: one JSON object for machines (SPEC §5), and a human report that reads
+like a good ``kubectl describe``: what is wrong first, one line each, the numbers against
+their thresholds, then what was done."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from reaper.core.domain import Action, Gate, Verdict
+from reaper.core.values import display_number
+from reaper.reap.result import PassResult
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def verdict_json(verdict: Verdict, recorded: bool) -> dict[str, object]:
+    return {
+        "source": verdict.source.value,
+        "object": verdict.object,
+        "queue": verdict.queue,
+        "project_id": str(verdict.project_id) if verdict.project_id else None,
+        "condition": verdict.condition.value,
+        "measured": display_number(verdict.measured),
+        "threshold": display_number(verdict.threshold),
+        "unit": verdict.unit.value,
+        "action": verdict.action.value,
+        "detail": verdict.detail,
+        "trusted": verdict.trusted,
+        "recorded": recorded,
+    }
+
+
+def to_json(result: PassResult) -> dict[str, object]:
+    """The report object of SPEC §5."""
+    broker = (
+        {
+            "product": result.broker.product,
+            "version": result.broker.version,
+            "capabilities": result.broker.capabilities(),
+        }
+        if result.broker
+        else None
+    )
+    return {
+        "ok": result.ok,
+        "dry_run": result.dry_run,
+        "started_at": _iso(result.started_at),
+        "finished_at": _iso(result.finished_at),
+        "broker": broker,
+        "verdicts": [verdict_json(r.verdict, r.recorded) for r in result.verdicts],
+        "policies": [
+            {
+                "name": p.name,
+                "action": p.action,
+                "verified": p.verified,
+                "queues_checked": p.queues_checked,
+                "queues_failing": list(p.queues_failing),
+                "detail": p.detail,
+            }
+            for p in result.policies
+        ],
+        "dead_letters": [
+            {
+                "queue": d.queue,
+                "depth": d.depth,
+                "parked_new": d.parked_new,
+                "already_parked": d.already_parked,
+                "unread": d.unread,
+                "read_blocked": d.read_blocked,
+            }
+            for d in result.dead_letters
+        ],
+        "unreadable": [{"source": u.source, "error": u.error} for u in result.unreadable],
+        "problems": [
+            {"kind": p.kind, "subject": p.subject, "detail": p.detail} for p in result.problems()
+        ],
+        "notes": list(result.notes),
+    }
+
+
+def render_json(result: PassResult) -> str:
+    return json.dumps(to_json(result), indent=2, sort_keys=False)
+
+
+def _measure(verdict: Verdict) -> str:
+    measured = display_number(verdict.measured)
+    threshold = display_number(verdict.threshold)
+    unit = verdict.unit.value
+    if measured is None:
+        return ""
+    if threshold is None:
+        return f"{measured} {unit}"
+    return f"{measured} {unit} (threshold {threshold})"
+
+
+def _where(verdict: Verdict) -> str:
+    if verdict.queue and verdict.object != verdict.queue:
+        return f"{verdict.object} from queue {verdict.queue}"
+    if verdict.queue:
+        return f"queue {verdict.queue}"
+    return f"job {verdict.object} (project {verdict.project_id})"
+
+
+def render_text(result: PassResult) -> str:
+    """The human report: problems first, then what was done, then context."""
+    lines: list[str] = []
+    mode = "dry-run audit (nothing written)" if result.dry_run else "pass"
+    status = "OK" if result.ok else "NOT OK"
+    lines.append(
+        f"queue-reaper {mode}: {status}   {_iso(result.started_at)}  "
+        f"({result.duration_seconds:.2f} s)"
+    )
+    if result.broker:
+        lines.append(f"Broker:      {result.broker.product} {result.broker.version}")
+
+    problems = [p.line() for p in result.problems()]
+    findings = [r for r in result.verdicts if r.verdict.action is Action.SURFACE]
+    lines.append("")
+    lines.append(f"Problems ({len(problems) + len(findings)}):")
+    if not problems and not findings:
+        lines.append("  none")
+    lines += [f"  {p}" for p in problems]
+    for r in findings:
+        v = r.verdict
+        new = "new" if r.recorded else ("seen" if not result.dry_run else "would record")
+        lines.append(f"  {v.condition.value:<13} {_where(v)}: {_measure(v)}  [{new}]")
+        if v.detail:
+            lines.append(f"  {'':<13} {v.detail}")
+
+    acted = [r for r in result.verdicts if r.verdict.action is not Action.SURFACE]
+    lines.append("")
+    verb = "Would do" if result.dry_run else "Done"
+    lines.append(f"{verb} ({len(acted)}):")
+    if not acted:
+        lines.append("  nothing")
+    for r in acted:
+        v = r.verdict
+        lines.append(f"  {v.action.value:<8} {v.condition.value:<13} {_where(v)}: {_measure(v)}")
+
+    if result.dead_letters:
+        lines.append("")
+        lines.append("Dead-letter queues:")
+        for d in result.dead_letters:
+            state = f"read blocked: {d.read_blocked}" if d.read_blocked else "read safely"
+            lines.append(
+                f"  {d.queue}: depth {d.depth}, parked {d.parked_new} new, "
+                f"{d.already_parked} already parked, {d.unread} unread; {state}"
+            )
+    if result.policies:
+        lines.append("")
+        lines.append("Policies:")
+        for p in result.policies:
+            verified = {True: "verified", False: "NOT verified", None: "not checked"}[p.verified]
+            lines.append(
+                f"  {p.name}: {p.action}, {verified} on {p.queues_checked} queue(s)"
+                + (f"; failing: {', '.join(p.queues_failing)}" if p.queues_failing else "")
+            )
+            if p.detail:
+                lines.append(f"    {p.detail}")
+    if result.notes:
+        lines.append("")
+        lines.append("Notes:")
+        lines += [f"  - {n}" for n in result.notes]
+    return "\n".join(lines)
+
+
+def gate_json(gate: Gate) -> dict[str, object]:
+    """One gate as ``reaper gates list --json`` prints it."""
+    return {
+        "id": str(gate.id),
+        "project_id": str(gate.project_id),
+        "job_id": str(gate.job_id) if gate.job_id else None,
+        "kind": gate.kind,
+        "prompt": gate.prompt,
+        "choices": list(gate.choices),
+        "answer": gate.answer,
+        "answered_at": gate.answered_at.isoformat() if gate.answered_at else None,
+        "created_at": gate.created_at.isoformat() if gate.created_at else None,
+    }

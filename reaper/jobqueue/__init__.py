@@ -1,0 +1,10 @@
+"""The job queue (SPEC §3): the host's PostgreSQL record and the ledger.
+
+- :mod:`~reaper.jobqueue.port`: the :class:`JobQueue` Protocol the pass depends on, and its
+  typed results;
+- :mod:`~reaper.jobqueue.postgres`: :class:`PostgresStore`, the real one, one module per
+  concern beside it (leases, sightings, gates, dead letters, ledger, migrations), its SQL in
+  ``sql/``, and the only import of the driver in :mod:`~reaper.jobqueue.database`;
+- :mod:`~reaper.jobqueue.memory`: :class:`MemoryJobQueue`, an in-memory double held to the
+  same contract tests.
+"""

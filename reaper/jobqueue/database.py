@@ -1,0 +1,220 @@
+"""The one seam to PostgreSQL: a pool of asyncpg connections, and every driver failure turned
+into the package's own error.
+
+The only module of the package that imports asyncpg. Every other part of the store borrows a
+connection through :meth:`Database.session`, inside which any driver or network failure becomes
+:class:`~reaper.errors.StoreUnavailable` with a scrubbed one-line reason a person can act on;
+nothing above the store sees a driver type.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import asyncpg
+
+from reaper.errors import ReaperError, StoreUnavailable, scrub
+
+__all__ = [
+    "CONNECT_TIMEOUT_SECONDS",
+    "Connection",
+    "Database",
+    "PostgresError",
+    "Record",
+    "execute_once",
+    "first_line",
+    "is_row_failure",
+    "where",
+]
+
+#: A connection of the pool and a row it returns (asyncpg's; typed loosely, as asyncpg ships
+#: no type information).
+Connection = Any
+Record = Any
+
+#: The driver's error for a statement the server refused; callers tell a row's fault from
+#: the database's with :func:`is_row_failure`.
+PostgresError: Final = asyncpg.PostgresError
+
+#: Seconds to wait for a connection before calling the store unavailable.
+CONNECT_TIMEOUT_SECONDS: Final = 10.0
+
+#: ``work_mem`` of the store's sessions (a batch of lease moves needs a few MB).
+WORK_MEM: Final = "64MB"
+
+#: SQLSTATE classes that say the database, not one row, is the problem: the store is then
+#: unavailable, instead of the row failing (connection exception, insufficient resources,
+#: operator intervention incl. statement timeout, system error, internal error).
+_STORE_FAILURE_CLASSES: Final = frozenset({"08", "53", "57", "58", "XX"})
+
+#: A database name the administration helper accepts: plain, so it is safe inside "..." as is.
+_PLAIN_DATABASE_NAME: Final = r"[a-z_][a-z0-9_]{0,62}"
+
+
+class Database:
+    """A pool of at most ``pool_size`` connections to one database, behind one seam."""
+
+    def __init__(self, dsn: str, password: str | None, statement_timeout: float) -> None:
+        self.where = where(dsn)
+        self.password = password or _dsn_password(dsn)
+        self.statement_timeout = statement_timeout
+        self._dsn = dsn
+        self._pool: Any = None
+        self.pool_size = 1
+
+    @classmethod
+    async def connect(
+        cls,
+        dsn: str,
+        *,
+        password: str | None = None,
+        pool_size: int = 4,
+        statement_timeout_seconds: float = 30,
+    ) -> Database:
+        """Open the pool; every statement is bounded by ``statement_timeout_seconds``. Raises
+        :class:`StoreUnavailable` when it cannot."""
+        database = cls(dsn, password, statement_timeout_seconds)
+        database.pool_size = max(1, pool_size)
+        async with database.seam("connecting"):
+            database._pool = await asyncpg.create_pool(
+                dsn,
+                password=password,
+                min_size=1,
+                max_size=database.pool_size,
+                timeout=CONNECT_TIMEOUT_SECONDS,
+                server_settings={
+                    "application_name": "queue-reaper",
+                    "statement_timeout": str(int(statement_timeout_seconds * 1000)),
+                    # a batch of moves carries each event's payload through sorts and CTEs:
+                    # keep them in memory rather than spilling to temporary files
+                    "work_mem": WORK_MEM,
+                    # short statements: compiling them would cost more than running them
+                    "jit": "off",
+                },
+            )
+        return database
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            with contextlib.suppress(Exception):
+                await pool.close()
+
+    @contextlib.asynccontextmanager
+    async def session(self, doing: str) -> AsyncIterator[Connection]:
+        """A pooled connection for ``doing`` (words for a person: "reading expired leases"),
+        with every failure inside turned into :class:`StoreUnavailable`."""
+        async with self.seam(doing), self.connection() as conn:
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Connection]:
+        """A pooled connection, outside the seam (the caller has entered one)."""
+        if self._pool is None:
+            raise StoreUnavailable(f"the store for {self.where} is closed")
+        async with self._pool.acquire() as conn:
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def seam(self, doing: str) -> AsyncIterator[None]:
+        """Turn every driver and network failure into :class:`StoreUnavailable`."""
+        try:
+            yield
+        except ReaperError:
+            raise
+        except (
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+            # A connection killed in the middle of a statement can leave the protocol in a
+            # state asyncpg reports as its own internal error: the database went away all
+            # the same.
+            asyncpg.InternalClientError,
+            ConnectionError,
+            OSError,
+        ) as exc:
+            raise StoreUnavailable(self.reason(doing, exc)) from None
+
+    def reason(self, doing: str, exc: BaseException) -> str:
+        """Why ``doing`` failed, for a person, scrubbed of the password."""
+        if isinstance(exc, ConnectionRefusedError):
+            hint = "connection refused: is PostgreSQL running and listening there?"
+        elif isinstance(exc, TimeoutError):
+            hint = f"no answer within {CONNECT_TIMEOUT_SECONDS:g} s: is the host reachable?"
+        elif isinstance(
+            exc, asyncpg.InvalidPasswordError | asyncpg.InvalidAuthorizationSpecificationError
+        ):
+            hint = f"authentication failed: check the user and password ({first_line(exc)})"
+        elif isinstance(exc, asyncpg.InvalidCatalogNameError):
+            hint = f"{first_line(exc)}: create it or correct the DSN"
+        elif isinstance(exc, asyncpg.QueryCanceledError):
+            hint = f"a statement ran past the statement timeout of {self.statement_timeout:g} s"
+        elif isinstance(exc, asyncpg.UndefinedTableError | asyncpg.UndefinedFunctionError):
+            hint = f"{first_line(exc)}: the schema is missing or old, run `reaper db migrate`"
+        else:
+            hint = f"{type(exc).__name__}: {first_line(exc)}"
+        return scrub(f"PostgreSQL at {self.where}, {doing}: {hint}", [self.password])
+
+    def row_reason(self, exc: BaseException) -> str:
+        """Why one row could not be written, for a person, scrubbed."""
+        sqlstate = getattr(exc, "sqlstate", None) or "?"
+        return scrub(f"{first_line(exc)} (SQLSTATE {sqlstate})", [self.password])
+
+
+def is_row_failure(exc: BaseException) -> bool:
+    """Whether an error is about the rows of a statement (a trigger raising, a constraint
+    violated), as opposed to the database being unavailable."""
+    if not isinstance(exc, asyncpg.PostgresError):
+        return False
+    sqlstate = str(getattr(exc, "sqlstate", "") or "")
+    return sqlstate[:2] not in _STORE_FAILURE_CLASSES
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _dsn_password(dsn: str) -> str | None:
+    try:
+        return urlsplit(dsn).password
+    except ValueError:
+        return None
+
+
+def where(dsn: str) -> str:
+    """Where a DSN points, without credentials: ``host:port/database``."""
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return "the configured database"
+    if not parts.scheme.startswith("postgres"):
+        return "the configured database"
+    host = parts.hostname or "localhost"
+    try:
+        port = parts.port or 5432
+    except ValueError:
+        port = 5432
+    database = parts.path.lstrip("/") or "postgres"
+    return f"{host}:{port}/{database}"
+
+
+async def execute_once(
+    dsn: str, statement: str, *, doing: str, password: str | None = None, database: str
+) -> None:
+    """Run one administrative ``statement`` naming ``database`` (``{database}`` in it is
+    replaced by the quoted name) on a connection of its own, for the demo's and the tests' own
+    databases: ``CREATE DATABASE {database}``. Raises ``ValueError`` for a name that is not
+    plain and :class:`StoreUnavailable` when the server refuses."""
+    if re.fullmatch(_PLAIN_DATABASE_NAME, database) is None:
+        raise ValueError(f"not a plain database name (lower case, digits, _): {database!r}")
+    seam = Database(dsn, password, CONNECT_TIMEOUT_SECONDS)
+    async with seam.seam(doing):
+        conn = await asyncpg.connect(dsn, password=password, timeout=CONNECT_TIMEOUT_SECONDS)
+        try:
+            await conn.execute(statement.format(database=f'"{database}"'))
+        finally:
+            await conn.close()

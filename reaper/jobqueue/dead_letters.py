@@ -1,0 +1,222 @@
+"""Dead letters parked as jobs (SPEC §1 (e)): the store's half.
+
+A dead letter read from an owned dead-letter queue is parked once, by its identity (global:
+across projects and passes): a ``bus.dead_letter`` job on the fleet project, its
+``dead_letter`` row (what it was: migration 0004), a ``bus_dead_lettered`` gate and an
+untrusted ``QueueReaped`` event on the fleet stream, in one transaction. Nothing here ever
+deletes a letter, on the broker or in the database.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Final
+from uuid import UUID
+
+from reaper.core import dead_letters
+from reaper.core.domain import (
+    DEAD_LETTER_JOB_KIND,
+    FLEET_PROJECT_ID,
+    GATE_BUS_DEAD_LETTERED,
+    DeadLetter,
+    Gate,
+    Verdict,
+)
+from reaper.errors import GateError, scrub
+from reaper.jobqueue import ledger
+from reaper.jobqueue.database import (
+    Connection,
+    Database,
+    PostgresError,
+    Record,
+    first_line,
+    is_row_failure,
+)
+from reaper.jobqueue.gates import open_gate_for_answer, record_answer, settle_dead_letter
+from reaper.jobqueue.port import DeadLetterParks, ParkedDeadLetter, ParkRules, ReplaySender
+from reaper.jobqueue.rules import (
+    DEAD_LETTER_KEY_PREFIX,
+    DEAD_LETTER_REPLAY,
+    DEAD_LETTER_SETTLED,
+    REPLAY_NEEDS_BROKER,
+    dead_letter_key,
+)
+from reaper.jobqueue.sql import QUERIES
+
+__all__ = ["answer_gate", "count_parked", "park", "parked_identities"]
+
+_CHOICES_JSON: Final = json.dumps(list(dead_letters.GATE_CHOICES))
+
+
+class _Refused(Exception):
+    """A park found its identity half taken (a ``dead_letter`` row or gate without the job)."""
+
+
+async def parked_identities(db: Database, identities: Sequence[str]) -> set[str]:
+    """Which of these identities are parked (their gate raised, answered or not)."""
+    if not identities:
+        return set()
+    keys = sorted({dead_letter_key(i) for i in identities})
+    async with db.session("reading parked dead letters") as conn:
+        rows = await conn.fetch(QUERIES["parked_dead_letters"], keys)
+    return {row["identity"].removeprefix(DEAD_LETTER_KEY_PREFIX) for row in rows}
+
+
+async def count_parked(db: Database, queue: str) -> int:
+    """How many dead letters read from ``queue`` are parked (answered or not: the broker's
+    copy stays either way), so a read knows how far to reach."""
+    async with db.session("counting parked dead letters") as conn:
+        count = await conn.fetchval(
+            QUERIES["count_parked_dead_letters"], queue, GATE_BUS_DEAD_LETTERED
+        )
+    return int(count)
+
+
+async def park(
+    db: Database, letters: Sequence[DeadLetter], *, now: datetime, rules: ParkRules
+) -> DeadLetterParks:
+    """Park each letter not parked yet, each in its own transaction. A letter already parked
+    (by this call, an earlier pass or another reaper at the same moment) writes nothing; a
+    letter the database refuses is rolled back alone and named in ``failed``. Raises
+    :class:`~reaper.errors.StoreUnavailable` only when the database itself is the problem."""
+    parked: list[Verdict] = []
+    already: list[str] = []
+    failed: list[tuple[str, str]] = []
+    if not letters:
+        return DeadLetterParks()
+    async with db.session("parking dead letters") as conn:
+        for letter in letters:
+            try:
+                verdict = await _park_one(conn, letter, now=now, rules=rules)
+            except PostgresError as exc:
+                if not is_row_failure(exc):
+                    raise
+                failed.append((letter.identity, db.row_reason(exc)))
+                continue
+            except (_Refused, UnicodeError, ValueError, TypeError) as exc:
+                # a value the driver cannot send (a lone surrogate), or an inconsistent row
+                reason = scrub(f"{type(exc).__name__}: {first_line(exc)}", [db.password])
+                failed.append((letter.identity, reason))
+                continue
+            if verdict is None:
+                already.append(letter.identity)
+            else:
+                parked.append(verdict)
+    return DeadLetterParks(tuple(parked), tuple(already), tuple(failed))
+
+
+async def _park_one(
+    conn: Connection, letter: DeadLetter, *, now: datetime, rules: ParkRules
+) -> Verdict | None:
+    """Park one letter and append its event, in one transaction; None if already parked."""
+    kept = dead_letters.park_fields(letter)
+    prompt = dead_letters.gate_prompt(
+        letter,
+        owned_queue_pattern=rules.owned_queue_pattern,
+        dead_letter_queue_pattern=rules.dead_letter_queue_pattern,
+    )
+    key = dead_letter_key(letter.identity)
+    async with conn.transaction():
+        row = await conn.fetchrow(
+            QUERIES["park_dead_letter"],
+            now,
+            key,
+            kept.identity,
+            kept.queue,
+            kept.message_id,
+            kept.origin_queue,
+            kept.reason,
+            kept.body,
+            kept.body_encoding,
+            kept.body_bytes,
+            kept.body_truncated,
+            kept.is_json_object,
+            prompt,
+            FLEET_PROJECT_ID,
+            DEAD_LETTER_JOB_KIND,
+            GATE_BUS_DEAD_LETTERED,
+            _CHOICES_JSON,
+        )
+        job_id = row["job_id"]
+        if job_id is None:
+            return None  # parked before: the job's idempotency key decided
+        if row["letter_job_id"] is None or row["gate_id"] is None:
+            taken = "dead_letter row" if row["letter_job_id"] is None else "gate"
+            raise _Refused(
+                f"a {taken} with identity {key!r} exists without its {DEAD_LETTER_JOB_KIND} job"
+            )
+        verdict = dead_letters.park_verdict(
+            letter, depth=rules.depth, min_depth=rules.min_depth, job_id=job_id
+        )
+        await ledger.append(conn, [ledger.event_of(verdict)], now)
+    return verdict
+
+
+async def answer_gate(
+    db: Database,
+    gate_id: UUID,
+    choice: str,
+    now: datetime,
+    *,
+    replay: ReplaySender | None,
+    answered_by: str | None,
+) -> tuple[Gate, ParkedDeadLetter | None]:
+    """Answer a ``bus_dead_lettered`` gate, with the gate row locked throughout.
+
+    ``dismiss``: the answer is recorded and the parked job settles ``cancelled``; nothing is
+    sent. ``replay``: ``replay(gate, letter)`` runs first, still under the lock (so a second
+    answer waits, then finds the gate answered: one replay, never two); it publishes the body
+    or raises (a :class:`GateError` saying why), and only when it returns are the answer
+    recorded and the job settled ``succeeded``. If it raises, nothing is recorded. ``replay``
+    None refuses a replay. Refused like any gate answer: an unknown gate, one already
+    answered, a choice it does not offer, and a gate of another kind.
+    """
+    async with db.session("answering a dead-letter gate") as conn, conn.transaction():
+        gate = await open_gate_for_answer(conn, gate_id, choice)
+        if gate.kind != GATE_BUS_DEAD_LETTERED:
+            raise GateError(
+                f"gate {gate.id} is a {gate.kind} gate, not a {GATE_BUS_DEAD_LETTERED} gate"
+            )
+        parked = None
+        if gate.job_id is not None:
+            found = await conn.fetchrow(QUERIES["dead_letter_of_job"], gate.job_id)
+            parked = None if found is None else _parked(found)
+        if choice == DEAD_LETTER_REPLAY:
+            if replay is None:
+                raise GateError(REPLAY_NEEDS_BROKER.format(gate=gate.id))
+            if parked is None:
+                raise GateError(
+                    f"gate {gate.id}: its job keeps no dead letter, so there is nothing to replay"
+                )
+            await replay(gate, parked)
+            await conn.fetchval(
+                QUERIES["settle_parked_job"],
+                now,
+                parked.job_id,
+                DEAD_LETTER_SETTLED[DEAD_LETTER_REPLAY],
+            )
+        else:
+            await settle_dead_letter(conn, gate, choice, now)
+        return await record_answer(conn, gate_id, choice, now, answered_by), parked
+
+
+def _parked(row: Record) -> ParkedDeadLetter:
+    return ParkedDeadLetter(
+        letter=dead_letters.ParkedLetter(
+            queue=row["queue"],
+            identity=row["identity"],
+            message_id=row["message_id"],
+            origin_queue=row["origin_queue"],
+            reason=row["reason"],
+            body=row["body"],
+            body_encoding=row["body_encoding"],
+            body_bytes=row["body_bytes"],
+            body_truncated=row["body_truncated"],
+            is_json_object=row["is_json_object"],
+        ),
+        job_id=row["job_id"],
+        parked_at=row["parked_at"],
+        job_state=row["job_state"],
+    )

@@ -1,0 +1,126 @@
+"""Gates: questions a person answers (SPEC §1). Listing them, and answering one: the answer is
+recorded and what it means for its kind is done, in one transaction, with the gate row locked
+so two people answering at once cannot both act.
+
+What an answer does, by kind (:data:`ANSWERS`):
+
+- ``delivery_exhausted``, ``retry``: the parked job is re-readied for exactly one more delivery
+  (the attempt refunded when it was parked pays for it);
+- ``bus_dead_lettered``, ``dismiss``: the parked ``bus.dead_letter`` job settles ``cancelled``;
+  ``replay`` needs the broker and is taken by :func:`reaper.jobqueue.dead_letters.answer_gate`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
+from typing import Final
+from uuid import UUID
+
+from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Gate
+from reaper.errors import GateError
+from reaper.jobqueue.database import Connection, Database, Record
+from reaper.jobqueue.rules import DEAD_LETTER_REPLAY, DEAD_LETTER_SETTLED, REPLAY_NEEDS_BROKER
+from reaper.jobqueue.sql import QUERIES
+
+__all__ = [
+    "ANSWERS",
+    "answer_gate",
+    "gate_of",
+    "list_gates",
+    "open_gate_for_answer",
+]
+
+#: What answering a gate does beyond recording the answer: runs inside the answer's
+#: transaction, with the gate row locked.
+Answer = Callable[[Connection, Gate, str, datetime], Awaitable[None]]
+
+
+async def list_gates(db: Database, *, open_only: bool, kind: str | None) -> list[Gate]:
+    async with db.session("listing gates") as conn:
+        rows = await conn.fetch(QUERIES["list_gates"], open_only, kind)
+    return [gate_of(r) for r in rows]
+
+
+async def answer_gate(
+    db: Database, gate_id: UUID, choice: str, now: datetime, *, answered_by: str | None
+) -> Gate:
+    """Answer a gate and do what the answer means for its kind (:data:`ANSWERS`), in one
+    transaction. Raises :class:`GateError` for an unknown gate, one already answered, a
+    choice it does not offer, or a kind this store cannot answer."""
+    async with db.session("answering a gate") as conn, conn.transaction():
+        gate = await open_gate_for_answer(conn, gate_id, choice)
+        answer = ANSWERS.get(gate.kind)
+        if answer is None:
+            raise GateError(f"gate {gate.id} is a {gate.kind} gate: this store cannot answer it")
+        await answer(conn, gate, choice, now)
+        return await record_answer(conn, gate_id, choice, now, answered_by)
+
+
+async def open_gate_for_answer(conn: Connection, gate_id: UUID, choice: str) -> Gate:
+    """Lock the gate (its row, for the rest of the transaction) and refuse an answer it
+    cannot take: an unknown gate, one already answered, a choice it does not offer."""
+    row = await conn.fetchrow(QUERIES["gate_for_answer"], gate_id)
+    if row is None:
+        raise GateError(f"gate {gate_id} does not exist")
+    gate = gate_of(row)
+    if gate.answered_at is not None:
+        raise GateError(
+            f"gate {gate.id} was already answered at {gate.answered_at.isoformat()} "
+            f"with {gate.answer!r}"
+        )
+    if choice not in gate.choices:
+        offered = ", ".join(repr(c) for c in gate.choices) or "nothing"
+        raise GateError(f"{choice!r} is not an answer gate {gate.id} offers: choose {offered}")
+    return gate
+
+
+async def record_answer(
+    conn: Connection, gate_id: UUID, choice: str, now: datetime, answered_by: str | None
+) -> Gate:
+    """Record the answer of a gate locked by :func:`open_gate_for_answer`."""
+    return gate_of(await conn.fetchrow(QUERIES["answer_gate"], now, gate_id, choice, answered_by))
+
+
+async def _retry_delivery(conn: Connection, gate: Gate, choice: str, now: datetime) -> None:
+    # The attempt refunded at the park buys exactly one more delivery; a job no longer
+    # awaiting a human (cancelled meanwhile) is left as it is.
+    if gate.job_id is not None:
+        await conn.fetchval(QUERIES["ready_parked_job"], now, gate.job_id)
+
+
+async def settle_dead_letter(conn: Connection, gate: Gate, choice: str, now: datetime) -> None:
+    """``dismiss`` settles the parked job (a job no longer awaiting a human is left as it
+    is); ``replay`` needs the broker, so only ``dead_letters.answer_gate`` takes it."""
+    if choice == DEAD_LETTER_REPLAY:
+        raise GateError(REPLAY_NEEDS_BROKER.format(gate=gate.id))
+    if gate.job_id is not None:
+        await conn.fetchval(
+            QUERIES["settle_parked_job"], now, gate.job_id, DEAD_LETTER_SETTLED[choice]
+        )
+
+
+#: What answering a gate of each kind does; a kind without an entry cannot be answered here.
+ANSWERS: Final[Mapping[str, Answer]] = {
+    GATE_DELIVERY_EXHAUSTED: _retry_delivery,
+    GATE_BUS_DEAD_LETTERED: settle_dead_letter,
+}
+
+
+def gate_of(row: Record) -> Gate:
+    """A ``human_gate`` row as a :class:`Gate`."""
+    choices = json.loads(row["choices"]) if row["choices"] else []
+    return Gate(
+        id=row["id"],
+        project_id=row["project_id"],
+        job_id=row["job_id"],
+        kind=row["kind"],
+        prompt=row["prompt"],
+        choices=tuple(str(c) for c in choices) if isinstance(choices, list) else (),
+        answer=row["answer"],
+        answered_at=row["answered_at"],
+        identity=row["identity"],
+        created_at=row["created_at"],
+        answered_by=row["answered_by"],
+    )

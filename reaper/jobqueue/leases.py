@@ -1,0 +1,309 @@
+"""Leases: reading what expired and what is claimable, and moving expired leases (SPEC §1 (a),
+(c), (d); §3).
+
+A move is guarded: a lease is moved only while it is still exactly as it was read (still
+leased, in the same project, by the same owner, with the same expiry and attempts), each move
+commits with its ledger event, and one row that cannot be moved is named instead of blocking
+the rest. Moves run in set-based batches (one statement and one transaction each) on a few
+lanes at once, split by project so that no two lanes share a ledger stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final
+from uuid import UUID
+
+from reaper.core.canonical import canonical_payload
+from reaper.core.domain import Action, ClaimableHead, HeldLease, Verdict
+from reaper.errors import StoreUnavailable
+from reaper.jobqueue import ledger
+from reaper.jobqueue.database import Connection, Database, PostgresError, is_row_failure
+from reaper.jobqueue.port import LeaseMoves, MovesInterrupted
+from reaper.jobqueue.rules import (
+    DELIVERY_EXHAUSTED_CHOICES,
+    check_lease_move,
+    park_identity,
+    park_prompt,
+)
+from reaper.jobqueue.sql import QUERIES
+
+__all__ = [
+    "LEASE_BATCH_SIZE",
+    "LEASE_LANES",
+    "apply_lease_verdicts",
+    "claimable_heads",
+    "count_expired_leases",
+    "expired_leases",
+]
+
+#: Leases moved per batch (one statement, one transaction). Large enough that a pass of
+#: 10,000 leases is a handful of round trips; small enough that a batch spoiled by one bad
+#: row is cheap to split down to that row.
+LEASE_BATCH_SIZE: Final = 2500
+
+#: Lanes one pass's lease moves run in at once, split by project (so no two lanes share a
+#: ledger stream), each on its own pooled connection (at most the pool's size). Two keep
+#: both of a small machine's cores busy. Lanes are safe together for the reasons several
+#: reapers are: SKIP LOCKED rows, re-checked guards, streams locked in order.
+LEASE_LANES: Final = 2
+
+_DELIVERY_EXHAUSTED_CHOICES_JSON: Final = json.dumps(list(DELIVERY_EXHAUSTED_CHOICES))
+
+
+async def expired_leases(
+    db: Database, now: datetime, grace_seconds: int, limit: int, project_id: UUID | None
+) -> list[HeldLease]:
+    async with db.session("reading expired leases") as conn:
+        rows = await conn.fetch(QUERIES["expired_leases"], now, grace_seconds, limit, project_id)
+    return [HeldLease(*r) for r in rows]  # the query's columns are HeldLease's fields
+
+
+async def count_expired_leases(
+    db: Database, now: datetime, grace_seconds: int, project_id: UUID | None
+) -> int:
+    async with db.session("counting expired leases") as conn:
+        count = await conn.fetchval(QUERIES["count_expired_leases"], now, grace_seconds, project_id)
+    return int(count)
+
+
+async def claimable_heads(
+    db: Database, now: datetime, known_phases: frozenset[str], project_id: UUID | None
+) -> list[ClaimableHead]:
+    async with db.session("reading claimable work") as conn:
+        rows = await conn.fetch(QUERIES["claimable_heads"], now, sorted(known_phases), project_id)
+    return [ClaimableHead(*r) for r in rows]  # likewise
+
+
+# --------------------------------------------------------------------------- moves
+
+
+@dataclass
+class _Progress:
+    """What the lanes have done so far, as their batches commit."""
+
+    moved: dict[UUID, str] = field(default_factory=dict)
+    failed: list[tuple[UUID, str]] = field(default_factory=list)
+    unknown: list[UUID] = field(default_factory=list)
+
+    def outcome(self, job_ids: Sequence[UUID], duplicates: Sequence[UUID]) -> LeaseMoves:
+        failed_ids = {job_id for job_id, _ in self.failed}
+        unknown = set(self.unknown)
+        return LeaseMoves(
+            requeued=tuple(j for j in job_ids if self.moved.get(j) == "requeue"),
+            parked=tuple(j for j in job_ids if self.moved.get(j) == "park"),
+            skipped=tuple(
+                [
+                    j
+                    for j in job_ids
+                    if j not in self.moved and j not in failed_ids and j not in unknown
+                ]
+                + list(duplicates)
+            ),
+            failed=tuple(self.failed),
+            unknown=tuple(j for j in job_ids if j in unknown),
+        )
+
+
+class _CommitUnknown(Exception):
+    """A batch's COMMIT got no answer: the connection was lost while it was committing."""
+
+    def __init__(self, job_ids: Sequence[UUID], cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.job_ids = list(job_ids)
+        self.cause = cause
+
+
+async def apply_lease_verdicts(
+    db: Database, verdicts: Sequence[Verdict], now: datetime
+) -> LeaseMoves:
+    """Requeue or park each lease verdict's job, if it is still as read, with its event.
+
+    The verdicts are split into :data:`LEASE_LANES` lanes by project, each lane on its own
+    pooled connection, all at once; a lane works in set-based batches of
+    :data:`LEASE_BATCH_SIZE`, each one transaction (its moves, gates and events). A batch
+    that fails on a row (a trigger raising, a constraint violated) is split in halves and
+    retried down to single rows, so one bad row never blocks the rest: it is named in
+    ``failed``. Raises ``ValueError``, before writing anything, for a verdict that is not a
+    lease move, and :class:`MovesInterrupted` (carrying what had committed) when the
+    database goes away part-way.
+    """
+    for verdict in verdicts:
+        check_lease_move(verdict)
+    lanes: list[list[Verdict]] = [[] for _ in range(max(1, min(LEASE_LANES, db.pool_size)))]
+    job_ids: list[UUID] = []
+    duplicates: list[UUID] = []
+    seen: set[UUID] = set()
+    for verdict in verdicts:
+        lease = check_lease_move(verdict)
+        if lease.job_id in seen:
+            duplicates.append(lease.job_id)  # a job judged twice is moved once
+            continue
+        seen.add(lease.job_id)
+        job_ids.append(lease.job_id)
+        lanes[lease.project_id.int % len(lanes)].append(verdict)
+    progress = _Progress()
+    try:
+        async with db.seam("moving expired leases"):
+            done = await asyncio.gather(
+                *(_move_lane(db, lane, now, progress) for lane in lanes if lane),
+                return_exceptions=True,
+            )
+            for result in done:
+                if isinstance(result, _CommitUnknown):
+                    raise result.cause
+                if isinstance(result, BaseException):
+                    raise result
+    except StoreUnavailable as exc:
+        # The batches that committed before the failure stay moved, each with its event: the
+        # pass must report them, so what is known travels with the error.
+        raise MovesInterrupted(exc.reason, progress.outcome(job_ids, duplicates)) from None
+    return progress.outcome(job_ids, duplicates)
+
+
+async def _move_lane(
+    db: Database, verdicts: list[Verdict], now: datetime, progress: _Progress
+) -> None:
+    async with db.connection() as conn:
+        for start in range(0, len(verdicts), LEASE_BATCH_SIZE):
+            moves = _lease_moves(verdicts[start : start + LEASE_BATCH_SIZE])
+            try:
+                moved = await _move_or_split(db, conn, moves, 0, len(moves), now, progress)
+            except _CommitUnknown as exc:
+                progress.unknown.extend(exc.job_ids)
+                raise
+            progress.moved.update(moved)
+
+
+async def _move_or_split(
+    db: Database,
+    conn: Connection,
+    moves: _LeaseMoves,
+    start: int,
+    stop: int,
+    now: datetime,
+    progress: _Progress,
+) -> dict[UUID, str]:
+    """Move ``start:stop``; if a row spoils it, halve and retry until the bad row is alone,
+    then name it in ``failed``."""
+    try:
+        return await _move_leases(conn, moves, start, stop, now)
+    except PostgresError as exc:
+        if not is_row_failure(exc):
+            raise
+        if stop - start == 1:
+            progress.failed.append((moves.job_ids[start], db.row_reason(exc)))
+            return {}
+    middle = (start + stop) // 2
+    moved = await _move_or_split(db, conn, moves, start, middle, now, progress)
+    moved.update(await _move_or_split(db, conn, moves, middle, stop, now, progress))
+    return moved
+
+
+async def _move_leases(
+    conn: Connection, moves: _LeaseMoves, start: int, stop: int, now: datetime
+) -> dict[UUID, str]:
+    """Moves ``start:stop`` and their events, in one transaction; returns ``{job: action}``
+    of the rows moved (the others changed since they were read, or are held elsewhere)."""
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        row = await conn.fetchrow(QUERIES["move_leases"], *moves.args(start, stop, now))
+        job_ids = moves.job_ids[start:stop]
+        moved = set(job_ids if row["moved"] is None else row["moved"])
+        if moved:
+            # the guard held the project as read, so each event goes on the stream read
+            await ledger.append(
+                conn,
+                [
+                    ledger.Event(moves.projects[i], moves.payloads[i], moves.digests[i], True)
+                    for i, job_id in enumerate(job_ids, start)
+                    if job_id in moved
+                ],
+                now,
+            )
+    except BaseException:
+        with contextlib.suppress(Exception):  # a dead connection rolls back on its own
+            if not conn.is_closed():
+                await transaction.rollback()
+        raise
+    try:
+        await transaction.commit()
+    except PostgresError:
+        raise  # the server answered: the transaction did not commit
+    except Exception as exc:
+        # No answer to the COMMIT: it may or may not have been applied.
+        raise _CommitUnknown(sorted(moved), exc) from exc
+    parked = set(row["parked"] or ())
+    return {job_id: "park" if job_id in parked else "requeue" for job_id in moved}
+
+
+@dataclass
+class _LeaseMoves:
+    """A batch of lease moves as the columns ``move_leases`` takes (one entry per job), and
+    each move's event: its canonical payload and digest, computed here, in Python."""
+
+    job_ids: list[UUID] = field(default_factory=list)
+    projects: list[UUID] = field(default_factory=list)
+    owners: list[str | None] = field(default_factory=list)
+    expiries: list[datetime] = field(default_factory=list)
+    attempts: list[int] = field(default_factory=list)
+    payloads: list[str] = field(default_factory=list)
+    digests: list[str] = field(default_factory=list)
+    #: The jobs to park (the rest are requeued), each with its gate's identity and prompt.
+    parks: list[UUID] = field(default_factory=list)
+    gate_identities: list[str] = field(default_factory=list)
+    gate_prompts: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.job_ids)
+
+    def args(self, start: int, stop: int, now: datetime) -> list[object]:
+        """The parameters of ``move_leases`` for moves ``start:stop``."""
+        if start == 0 and stop == len(self.job_ids):
+            parks, identities, prompts = self.parks, self.gate_identities, self.gate_prompts
+        else:
+            wanted = set(self.job_ids[start:stop])
+            chosen = [i for i, job_id in enumerate(self.parks) if job_id in wanted]
+            parks = [self.parks[i] for i in chosen]
+            identities = [self.gate_identities[i] for i in chosen]
+            prompts = [self.gate_prompts[i] for i in chosen]
+        return [
+            now,
+            self.job_ids[start:stop],
+            self.owners[start:stop],
+            self.expiries[start:stop],
+            self.attempts[start:stop],
+            parks,
+            identities,
+            prompts,
+            _DELIVERY_EXHAUSTED_CHOICES_JSON,
+            self.projects[start:stop],
+        ]
+
+
+def _lease_moves(verdicts: Sequence[Verdict]) -> _LeaseMoves:
+    """The moves of checked lease verdicts, one job each."""
+    moves = _LeaseMoves()
+    sha256 = hashlib.sha256
+    for verdict in verdicts:
+        lease = check_lease_move(verdict)
+        canonical = canonical_payload(verdict)
+        moves.job_ids.append(lease.job_id)
+        moves.projects.append(lease.project_id)
+        moves.owners.append(lease.lease_owner)
+        moves.expiries.append(lease.lease_expires_at)
+        moves.attempts.append(lease.attempts)
+        moves.payloads.append(canonical)
+        moves.digests.append(sha256(canonical.encode("utf-8")).hexdigest())
+        if verdict.action is Action.PARK:
+            moves.parks.append(lease.job_id)
+            moves.gate_identities.append(park_identity(lease))
+            moves.gate_prompts.append(park_prompt(lease))
+    return moves

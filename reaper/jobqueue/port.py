@@ -1,0 +1,188 @@
+"""The job queue as the pass sees it, in the domain's words: a Protocol and its typed results.
+
+:class:`~reaper.jobqueue.postgres.PostgresStore` is the real implementation and
+:class:`~reaper.jobqueue.memory.MemoryJobQueue` the in-memory double; both are held to the same
+contract tests (``tests/contract/``). The pass depends only on this module, so it never imports
+a driver. Every method returns a named, typed result; a failure of the database itself is
+:class:`~reaper.errors.StoreUnavailable`, and a write cut short carries what it had committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+from uuid import UUID
+
+from reaper.core.dead_letters import ParkedLetter
+from reaper.core.domain import (
+    ClaimableHead,
+    DeadLetter,
+    Gate,
+    HeldLease,
+    LedgerEvent,
+    Source,
+    Verdict,
+)
+from reaper.errors import StoreUnavailable
+
+__all__ = [
+    "DeadLetterParks",
+    "JobQueue",
+    "LeaseMoves",
+    "MovesInterrupted",
+    "ParkRules",
+    "ParkedDeadLetter",
+    "ReplaySender",
+]
+
+
+@dataclass(frozen=True)
+class LeaseMoves:
+    """What became of each lease verdict given to :meth:`JobQueue.apply_lease_verdicts`."""
+
+    #: Moved back to ready (lease cleared, ``run_after`` = now), each with its event.
+    requeued: tuple[UUID, ...] = ()
+    #: Parked awaiting a human, one attempt refunded, a gate raised, each with its event.
+    parked: tuple[UUID, ...] = ()
+    #: Left alone: the row changed since it was read (finished, re-leased, extended, moved
+    #: by another reaper) or another reaper holds it right now.
+    skipped: tuple[UUID, ...] = ()
+    #: Rows that could not be moved, each with the reason; the others were moved.
+    failed: tuple[tuple[UUID, str], ...] = ()
+    #: Moves whose outcome cannot be known: the database went away while their transaction
+    #: was committing. Each is either moved with its event or not moved at all; the next pass
+    #: finds out (a moved one is no longer an expired lease).
+    unknown: tuple[UUID, ...] = ()
+
+    @property
+    def moved(self) -> int:
+        return len(self.requeued) + len(self.parked)
+
+
+class MovesInterrupted(StoreUnavailable):
+    """The database went away in the middle of the lease moves; ``moves`` says what had been
+    committed by then (each with its event) and what is unknown."""
+
+    def __init__(self, reason: str, moves: LeaseMoves) -> None:
+        super().__init__(reason)
+        self.moves = moves
+
+
+@dataclass(frozen=True)
+class DeadLetterParks:
+    """What :meth:`JobQueue.park_dead_letters` did with the letters given."""
+
+    #: The ``park`` verdicts recorded, in the order given (the job's id as ``object``).
+    parked: tuple[Verdict, ...] = ()
+    #: Identities parked before (an earlier pass, or another reaper just now): nothing written.
+    already_parked: tuple[str, ...] = ()
+    #: Identities the database refused, each with the reason; each rolled back alone.
+    failed: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ParkRules:
+    """What a dead-letter park needs to know of the configuration: the depth it records
+    against ``min_depth``, and the patterns the gate's replay answer is judged by."""
+
+    depth: int
+    min_depth: int
+    owned_queue_pattern: str
+    dead_letter_queue_pattern: str
+
+
+@dataclass(frozen=True)
+class ParkedDeadLetter:
+    """A parked ``bus.dead_letter`` job: what it keeps of its letter, and the job's state."""
+
+    letter: ParkedLetter
+    job_id: UUID
+    parked_at: datetime
+    job_state: str
+
+
+#: Publishes a parked dead letter's body back (``reaper gates answer``); raises to refuse.
+ReplaySender = Callable[[Gate, ParkedDeadLetter], Awaitable[None]]
+
+
+class JobQueue(Protocol):
+    """The job queue's record and the ledger (SPEC §3)."""
+
+    async def expired_leases(
+        self, now: datetime, grace_seconds: int, limit: int, project_id: UUID | None = None
+    ) -> list[HeldLease]:
+        """Leased jobs past ``lease_expires_at + grace``, oldest first, at most ``limit``."""
+        ...
+
+    async def count_expired_leases(
+        self, now: datetime, grace_seconds: int, project_id: UUID | None = None
+    ) -> int:
+        """How many leases are expired beyond the grace."""
+        ...
+
+    async def claimable_heads(
+        self, now: datetime, known_phases: frozenset[str], project_id: UUID | None = None
+    ) -> list[ClaimableHead]:
+        """Per project with ready work, the claimable job that has waited longest."""
+        ...
+
+    async def apply_lease_verdicts(self, verdicts: Sequence[Verdict], now: datetime) -> LeaseMoves:
+        """Requeue or park each lease verdict's job if it is still as read, each with its
+        event. Raises :class:`MovesInterrupted` when the database goes away part-way."""
+        ...
+
+    async def record_sightings(
+        self,
+        observed: Sequence[Verdict],
+        *,
+        now: datetime,
+        sources_read: frozenset[Source],
+        project_id: UUID | None = None,
+    ) -> list[Verdict]:
+        """Record what this pass's surfaced verdicts mean for the ledger's sightings; return
+        the records written (opened sightings and ``cleared`` records)."""
+        ...
+
+    async def count_parked_dead_letters(self, queue: str) -> int:
+        """How many dead letters read from ``queue`` are parked, answered or not."""
+        ...
+
+    async def parked_identities(self, identities: Sequence[str]) -> set[str]:
+        """Which of these dead-letter identities are already parked."""
+        ...
+
+    async def park_dead_letters(
+        self, letters: Sequence[DeadLetter], *, now: datetime, rules: ParkRules
+    ) -> DeadLetterParks:
+        """Park each letter not parked yet, once, each with its gate and event."""
+        ...
+
+    async def list_gates(self, *, open_only: bool = True, kind: str | None = None) -> list[Gate]:
+        """Gates, oldest first."""
+        ...
+
+    async def answer_gate(
+        self, gate_id: UUID, choice: str, now: datetime, *, answered_by: str | None = None
+    ) -> Gate:
+        """Answer a gate and do what the answer means for its kind."""
+        ...
+
+    async def answer_dead_letter_gate(
+        self,
+        gate_id: UUID,
+        choice: str,
+        now: datetime,
+        *,
+        replay: ReplaySender | None = None,
+        answered_by: str | None = None,
+    ) -> tuple[Gate, ParkedDeadLetter | None]:
+        """Answer a ``bus_dead_lettered`` gate (``replay`` publishes first)."""
+        ...
+
+    async def events(self, project_id: UUID) -> list[LedgerEvent]:
+        """One stream's events, in sequence order."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,148 @@
+"""``PostgresStore``: the job queue's record and the ledger in PostgreSQL, as the
+:class:`~reaper.jobqueue.port.JobQueue` port says.
+
+Each concern has its own module, and this class only holds the pool and hands each call to its
+module: leases (:mod:`~reaper.jobqueue.leases`), sightings (:mod:`~reaper.jobqueue.sightings`),
+gates (:mod:`~reaper.jobqueue.gates`), dead-letter parks (:mod:`~reaper.jobqueue.dead_letters`),
+the ledger (:mod:`~reaper.jobqueue.ledger`) and migrations (:mod:`~reaper.jobqueue.migrations`).
+Every query is named in ``sql/queries.sql``; every query that depends on time takes ``now``
+from the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+from reaper.core.domain import (
+    ClaimableHead,
+    DeadLetter,
+    Gate,
+    HeldLease,
+    LedgerEvent,
+    Source,
+    Verdict,
+)
+from reaper.jobqueue import dead_letters, gates, leases, ledger, migrations, sightings
+from reaper.jobqueue.database import Database
+from reaper.jobqueue.port import (
+    DeadLetterParks,
+    LeaseMoves,
+    ParkedDeadLetter,
+    ParkRules,
+    ReplaySender,
+)
+
+__all__ = ["PostgresStore"]
+
+
+class PostgresStore:
+    """The job queue and ledger in PostgreSQL, over an asyncpg pool."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    @classmethod
+    async def connect(
+        cls,
+        dsn: str,
+        *,
+        password: str | None = None,
+        pool_size: int = 4,
+        statement_timeout_seconds: float = 30,
+    ) -> PostgresStore:
+        """Open a pool of at most ``pool_size`` connections; every statement is bounded by
+        ``statement_timeout_seconds``. Raises :class:`~reaper.errors.StoreUnavailable` when
+        it cannot."""
+        return cls(
+            await Database.connect(
+                dsn,
+                password=password,
+                pool_size=pool_size,
+                statement_timeout_seconds=statement_timeout_seconds,
+            )
+        )
+
+    async def close(self) -> None:
+        await self.database.close()
+
+    async def migrate(self) -> list[str]:
+        """Apply the shipped migrations not yet applied; their names (empty: up to date)."""
+        return await migrations.migrate(self.database)
+
+    # ----------------------------------------------------------------------- leases
+
+    async def expired_leases(
+        self, now: datetime, grace_seconds: int, limit: int, project_id: UUID | None = None
+    ) -> list[HeldLease]:
+        return await leases.expired_leases(self.database, now, grace_seconds, limit, project_id)
+
+    async def count_expired_leases(
+        self, now: datetime, grace_seconds: int, project_id: UUID | None = None
+    ) -> int:
+        return await leases.count_expired_leases(self.database, now, grace_seconds, project_id)
+
+    async def claimable_heads(
+        self, now: datetime, known_phases: frozenset[str], project_id: UUID | None = None
+    ) -> list[ClaimableHead]:
+        return await leases.claimable_heads(self.database, now, known_phases, project_id)
+
+    async def apply_lease_verdicts(self, verdicts: Sequence[Verdict], now: datetime) -> LeaseMoves:
+        return await leases.apply_lease_verdicts(self.database, verdicts, now)
+
+    # ----------------------------------------------------------------------- sightings
+
+    async def record_sightings(
+        self,
+        observed: Sequence[Verdict],
+        *,
+        now: datetime,
+        sources_read: frozenset[Source],
+        project_id: UUID | None = None,
+    ) -> list[Verdict]:
+        return await sightings.record_sightings(
+            self.database, observed, now=now, sources_read=sources_read, project_id=project_id
+        )
+
+    # ----------------------------------------------------------------------- dead letters
+
+    async def count_parked_dead_letters(self, queue: str) -> int:
+        return await dead_letters.count_parked(self.database, queue)
+
+    async def parked_identities(self, identities: Sequence[str]) -> set[str]:
+        return await dead_letters.parked_identities(self.database, identities)
+
+    async def park_dead_letters(
+        self, letters: Sequence[DeadLetter], *, now: datetime, rules: ParkRules
+    ) -> DeadLetterParks:
+        return await dead_letters.park(self.database, letters, now=now, rules=rules)
+
+    # ----------------------------------------------------------------------- gates
+
+    async def list_gates(self, *, open_only: bool = True, kind: str | None = None) -> list[Gate]:
+        return await gates.list_gates(self.database, open_only=open_only, kind=kind)
+
+    async def answer_gate(
+        self, gate_id: UUID, choice: str, now: datetime, *, answered_by: str | None = None
+    ) -> Gate:
+        return await gates.answer_gate(self.database, gate_id, choice, now, answered_by=answered_by)
+
+    async def answer_dead_letter_gate(
+        self,
+        gate_id: UUID,
+        choice: str,
+        now: datetime,
+        *,
+        replay: ReplaySender | None = None,
+        answered_by: str | None = None,
+    ) -> tuple[Gate, ParkedDeadLetter | None]:
+        return await dead_letters.answer_gate(
+            self.database, gate_id, choice, now, replay=replay, answered_by=answered_by
+        )
+
+    # ----------------------------------------------------------------------- ledger
+
+    async def events(self, project_id: UUID) -> list[LedgerEvent]:
+        async with self.database.session("reading the ledger") as conn:
+            return await ledger.stream(conn, project_id)

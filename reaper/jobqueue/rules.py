@@ -1,0 +1,76 @@
+"""What any job-queue store writes, whichever it is: the gate a park raises and its identity,
+what a gate's answers do to its job, a dead letter's key. Shared by
+:class:`~reaper.jobqueue.postgres.PostgresStore` and
+:class:`~reaper.jobqueue.memory.MemoryJobQueue`, so the two cannot drift apart. Pure."""
+
+from __future__ import annotations
+
+from datetime import UTC
+from typing import Final
+
+from reaper.core.dead_letters import GATE_CHOICES
+from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, Action, HeldLease, Verdict
+
+__all__ = [
+    "DEAD_LETTER_DISMISS",
+    "DEAD_LETTER_KEY_PREFIX",
+    "DEAD_LETTER_REPLAY",
+    "DEAD_LETTER_SETTLED",
+    "DELIVERY_EXHAUSTED_CHOICES",
+    "REPLAY_NEEDS_BROKER",
+    "check_lease_move",
+    "dead_letter_key",
+    "park_identity",
+    "park_prompt",
+]
+
+#: The answers a ``delivery_exhausted`` gate offers.
+DELIVERY_EXHAUSTED_CHOICES: Final = ("retry",)
+
+#: The two answers of a ``bus_dead_lettered`` gate.
+DEAD_LETTER_REPLAY, DEAD_LETTER_DISMISS = GATE_CHOICES
+
+#: What a parked dead-letter job settles as: a replay did the job's work (the body is back on
+#: its queue); a dismissal settles it with nothing done.
+DEAD_LETTER_SETTLED: Final = {DEAD_LETTER_REPLAY: "succeeded", DEAD_LETTER_DISMISS: "cancelled"}
+
+REPLAY_NEEDS_BROKER: Final = (
+    "gate {gate}: replay publishes the body to the broker, which the store alone cannot do: "
+    "answer it with `reaper gates answer`"
+)
+
+#: A parked dead letter's job idempotency key and gate identity: this prefix and its identity.
+DEAD_LETTER_KEY_PREFIX: Final = "dead_letter:"
+
+
+def dead_letter_key(identity: str) -> str:
+    """The job idempotency key and gate identity of the dead letter ``identity``."""
+    return DEAD_LETTER_KEY_PREFIX + identity
+
+
+def check_lease_move(verdict: Verdict) -> HeldLease:
+    """The lease a verdict moves; ``ValueError`` for a verdict that is not a lease move."""
+    if verdict.lease is None or verdict.action not in (Action.REQUEUE, Action.PARK):
+        reason = "no lease" if verdict.lease is None else "action must be requeue or park"
+        raise ValueError(f"not a lease move: {verdict.action.value} of {verdict.object} ({reason})")
+    return verdict.lease
+
+
+def park_identity(lease: HeldLease) -> str:
+    """One gate per episode: the job and the lease that ran out (a later lease of the same
+    job, after an answer, is a new episode with a new expiry)."""
+    expired = lease.lease_expires_at.astimezone(UTC).isoformat()
+    return f"{GATE_DELIVERY_EXHAUSTED}:{lease.job_id}:{expired}"
+
+
+def park_prompt(lease: HeldLease) -> str:
+    """The ``delivery_exhausted`` gate's question, for a person."""
+    owner = "an unknown holder" if lease.lease_owner is None else repr(lease.lease_owner[:200])
+    expired = lease.lease_expires_at.astimezone(UTC).isoformat()
+    return (
+        f"Job {lease.job_id} ({lease.kind[:200]}) has been delivered {lease.attempts} times, "
+        f"its limit of {lease.max_attempts}, and its last lease, held by {owner}, expired at "
+        f"{expired} without the job finishing. It is parked and will not be delivered again "
+        f"on its own. Answer 'retry' to deliver it exactly once more (one attempt was "
+        f"refunded when it was parked); leave this gate open to keep it parked."
+    )

@@ -1,0 +1,73 @@
+"""Sightings in the ledger (SPEC §1 "Sightings"): the store's half of
+:mod:`reaper.core.sightings`.
+
+Race-free across reapers: every sighting in question is locked (transaction advisory locks, in
+ascending order), its latest record re-read under the lock, the pure rule applied, and the
+records appended before the locks are released. The ledger decides, not the process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+from reaper.core import sightings
+from reaper.core.domain import Source, Verdict
+from reaper.jobqueue import ledger
+from reaper.jobqueue.database import Database, Record
+from reaper.jobqueue.sql import QUERIES
+
+__all__ = ["record_sightings"]
+
+
+async def record_sightings(
+    db: Database,
+    observed: Sequence[Verdict],
+    *,
+    now: datetime,
+    sources_read: frozenset[Source],
+    project_id: UUID | None,
+) -> list[Verdict]:
+    """Record what the surfaced verdicts of one pass mean for the ledger's sightings and
+    return the records written: the observed verdicts that opened a sighting (the very objects
+    passed in) and the ``cleared`` records."""
+    seen = sightings.observed_sightings(observed)
+    async with db.session("recording sightings") as conn:
+        candidates = set(seen)
+        for row in await conn.fetch(
+            QUERIES["open_sightings"], sorted(s.value for s in sources_read), project_id
+        ):
+            ref = sightings.ref_of(_record_verdict(row))
+            if sightings.is_read(ref, sources_read, project_id):
+                candidates.add(ref)
+        if not candidates:
+            return []
+        refs = sorted(candidates)
+        async with conn.transaction():
+            await conn.fetchval(QUERIES["lock_sightings"], [_lock_key(r) for r in refs])
+            rows = await conn.fetch(
+                QUERIES["latest_sightings"],
+                [r.stream for r in refs],
+                [r.key.source.value for r in refs],
+                [r.key.condition.value for r in refs],
+                [r.key.scope for r in refs],
+            )
+            latest = {refs[row["ord"] - 1]: _record_verdict(row) for row in rows}
+            records = sightings.records_to_write(seen, latest, sources_read, project_id)
+            await ledger.append(conn, [ledger.event_of(v) for v in records], now)
+    return records
+
+
+def _record_verdict(row: Record) -> Verdict:
+    return sightings.verdict_from_record(
+        row["project_id"], json.loads(row["payload"]), row["trusted"]
+    )
+
+
+def _lock_key(ref: sightings.SightingRef) -> int:
+    """A stable signed 64-bit advisory lock key for one sighting."""
+    text = f"sighting|{ref.stream}|{ref.key.source}|{ref.key.condition}|{ref.key.scope}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)

@@ -1,0 +1,235 @@
+"""Rendering: the declarations filled with the thresholds and cut to what this broker
+accepts (SPEC §4). Pure.
+
+A key the version refuses is dropped and recorded as :class:`Unsupported`, naming the fallback
+in force instead (or saying that nothing proves one is). Measured on 3.10 and 4.0
+(``tests/integration/test_policy_behaviour.py``): a policy carrying ``delivery-limit`` never
+attaches to a classic queue, so on 3.10, where ``apply-to`` cannot name a queue type, the
+quorum policy is written with ``apply-to: queues`` and its ``delivery-limit`` keeps it off
+classic queues.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from reaper.core.domain import BrokerFacts, QueueStats
+from reaper.core.values import is_unlimited
+from reaper.errors import ConfigError
+from reaper.policies.declarations import (
+    QUEUE_TYPE_APPLY_TO,
+    Declaration,
+    PolicyParameters,
+    fill,
+)
+
+__all__ = ["DesiredPolicy", "Unsupported", "render"]
+
+#: Keys a RabbitMQ policy may carry that make it attach to quorum queues only: measured on
+#: 3.10 and 4.0, a policy carrying ``delivery-limit`` does not attach to a classic queue.
+_QUORUM_ONLY_KEYS: Final = frozenset({"delivery-limit"})
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A declared key (or ``apply-to`` value) this broker cannot take, and what holds instead.
+
+    ``fallback_in_force`` is False when the broker's facts cannot show the fallback (or show
+    a different value): the outcome then fails, saying so."""
+
+    key: str
+    declared: object
+    detail: str
+    fallback_in_force: bool
+
+
+@dataclass(frozen=True)
+class DesiredPolicy:
+    """One declaration rendered for one broker.
+
+    ``definition`` is what is written; ``declared`` every bound the declaration asks for,
+    including keys this broker refuses (verification checks each of them on the queues,
+    through the fallback when the policy cannot carry it). ``writable`` is False when nothing
+    can be expressed (or not without touching queues it is not for): then nothing is written
+    and the outcome is ``unsupported``.
+    """
+
+    name: str
+    source: str
+    queue_type: str
+    pattern: str
+    apply_to: str
+    priority: int
+    definition: Mapping[str, object]
+    declared: Mapping[str, object]
+    facts: BrokerFacts
+    writable: bool = True
+    unsupported: tuple[Unsupported, ...] = ()
+    #: The declaration's offset above ``policy_priority`` (already included in ``priority``).
+    priority_offset: int = 0
+
+    def body(self) -> dict[str, object]:
+        """The policy as the management API holds it."""
+        return {
+            "pattern": self.pattern,
+            "apply-to": self.apply_to,
+            "priority": self.priority,
+            "definition": dict(self.definition),
+        }
+
+    def selects(self, queue: QueueStats) -> bool:
+        """Whether ``queue`` is one this policy is declared for: its name matches the pattern
+        (Python ``re`` standing in for Erlang's, search semantics) and its type is the
+        declared one (:attr:`QueueStats.kind`)."""
+        return queue.kind == self.queue_type and re.search(self.pattern, queue.name) is not None
+
+    @property
+    def fallbacks_in_force(self) -> bool:
+        return all(u.fallback_in_force for u in self.unsupported)
+
+
+def render(
+    declarations: Sequence[Declaration], params: PolicyParameters, facts: BrokerFacts
+) -> list[DesiredPolicy]:
+    """The declarations filled with ``params`` and cut to what ``facts`` says the broker
+    accepts. Pure. Raises :class:`~reaper.errors.ConfigError` for a rendered pattern Python
+    cannot compile or a priority that is not an integer."""
+    values = params.placeholders()
+    problems: list[str] = []
+    desired: list[DesiredPolicy] = []
+    for d in declarations:
+        name = str(fill(d.name, values))
+        pattern = str(fill(d.pattern, values))
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            problems.append(f"{d.source}: rendered pattern {pattern!r} does not compile: {exc}")
+            continue
+        priority = fill(d.priority, values)
+        if isinstance(priority, str) and re.fullmatch(r"-?\d+", priority):
+            priority = int(priority)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            problems.append(f"{d.source}: priority {priority!r} is not an integer")
+            continue
+        declared = {k: fill(v, values) for k, v in d.definition.items()}
+        definition: dict[str, object] = {}
+        unsupported: list[Unsupported] = []
+        for key, value in declared.items():
+            refused = _unsupported_key(key, value, facts)
+            if refused is None:
+                definition[key] = value
+            else:
+                unsupported.append(refused)
+        apply_to, writable = d.apply_to, bool(definition)
+        if apply_to in QUEUE_TYPE_APPLY_TO and not facts.policy_apply_to_queue_type and writable:
+            confined = (
+                d.queue_type == "quorum"
+                and facts.product == "RabbitMQ"
+                and any(k in _QUORUM_ONLY_KEYS for k in definition)
+            )
+            unsupported.append(_apply_to_fallback(d, definition, facts, confined))
+            apply_to, writable = ("queues", True) if confined else (apply_to, False)
+        desired.append(
+            DesiredPolicy(
+                name=name,
+                source=d.source,
+                queue_type=d.queue_type,
+                pattern=pattern,
+                apply_to=apply_to,
+                priority=priority + d.priority_offset,
+                definition=definition,
+                declared=declared,
+                facts=facts,
+                writable=writable,
+                unsupported=tuple(unsupported),
+                priority_offset=d.priority_offset,
+            )
+        )
+    if problems:
+        raise ConfigError(problems)
+    return desired
+
+
+def _unsupported_key(key: str, value: object, facts: BrokerFacts) -> Unsupported | None:
+    if key == "consumer-timeout" and not facts.policy_consumer_timeout:
+        return _consumer_timeout_fallback(value, facts)
+    if key == "delivery-limit" and is_unlimited(value) and not facts.unlimited_delivery_limit:
+        if facts.default_quorum_delivery_limit is None:
+            return Unsupported(
+                key,
+                value,
+                f"delivery-limit {value} (unlimited) is not accepted by {facts.name}; in "
+                "force instead: no delivery limit, which is what a quorum queue has on this "
+                "version when no policy or argument sets one (the work-queue policies exclude "
+                "dead-letter queues)",
+                True,
+            )
+        return Unsupported(
+            key,
+            value,
+            f"delivery-limit {value} (unlimited) is not accepted by {facts.name}, which "
+            f"gives every quorum queue a delivery limit of {facts.default_quorum_delivery_limit}"
+            " by default: reads of a dead-letter queue would spend it, and nothing here can "
+            "lift it",
+            False,
+        )
+    return None
+
+
+def _consumer_timeout_fallback(value: object, facts: BrokerFacts) -> Unsupported:
+    refused = f"consumer-timeout is not a policy key on {facts.name}"
+    evidence = facts.consumer_timeout_evidence or "no evidence given"
+    have = facts.consumer_timeout_ms
+    if have is None:
+        return Unsupported(
+            "consumer-timeout",
+            value,
+            f"{refused}, and the broker does not show a broker-wide consumer_timeout in force "
+            f"({evidence}): nothing proves a bound of {value} ms. Ship "
+            f"conf.d/rabbitmq/20-vibey-reap.conf (consumer_timeout = {value}) into the node's "
+            "conf.d and restart it",
+            False,
+        )
+    if have != value:
+        return Unsupported(
+            "consumer-timeout",
+            value,
+            f"{refused}; the broker-wide consumer_timeout in force is {have} ms ({evidence}), "
+            f"not the declared {value} ms: set consumer_timeout = {value} in the node's "
+            "conf.d/20-vibey-reap.conf and restart it, or declare consumer_timeout_seconds = "
+            f"{have // 1000}",
+            False,
+        )
+    return Unsupported(
+        "consumer-timeout",
+        value,
+        f"{refused}; in force instead: the broker-wide consumer_timeout = {have} ms ({evidence})",
+        True,
+    )
+
+
+def _apply_to_fallback(
+    d: Declaration, definition: Mapping[str, object], facts: BrokerFacts, confined: bool
+) -> Unsupported:
+    refused = f"apply-to {d.apply_to!r} is not accepted by {facts.name}"
+    if confined:
+        keys = ", ".join(sorted(k for k in definition if k in _QUORUM_ONLY_KEYS))
+        return Unsupported(
+            "apply-to",
+            d.apply_to,
+            f"{refused}; written as apply-to 'queues': its {keys} keeps it off classic queues "
+            "(RabbitMQ attaches a policy carrying delivery-limit to quorum queues only)",
+            True,
+        )
+    keys = ", ".join(sorted(definition))
+    return Unsupported(
+        "apply-to",
+        d.apply_to,
+        f"{refused}, and with apply-to 'queues' this policy would also reach {d.queue_type!r}'s "
+        f"other queue types and compete with their policies: not written, so {keys} is not in "
+        "force by policy here",
+        False,
+    )

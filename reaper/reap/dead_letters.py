@@ -1,0 +1,146 @@
+"""The pass's dead-letter step (SPEC §1 (e)): park what owned dead-letter queues hold; surface
+foreign ones and every remainder. A queue is read only after the read is proven safe
+(:func:`reaper.core.dead_letters.read_plan`), and never in a dry run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from reaper.broker.port import Broker
+from reaper.config import Settings
+from reaper.core import dead_letters
+from reaper.core.domain import Action, BrokerFacts, Verdict
+from reaper.jobqueue.port import JobQueue, ParkRules
+from reaper.reap.progress import Progress, RowNotMoved
+
+__all__ = ["DeadLetterOutcome", "park_dead_letters"]
+
+
+@dataclass(frozen=True)
+class DeadLetterOutcome:
+    """One owned dead-letter queue after the pass (SPEC §5 ``dead_letters[]``)."""
+
+    queue: str
+    depth: int
+    parked_new: int
+    already_parked: int
+    unread: int
+    #: None when the queue was read safely, else why it was not read.
+    read_blocked: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.read_blocked is None
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What the pass needs for one queue."""
+
+    settings: Settings
+    broker: Broker
+    store: JobQueue | None
+    facts: BrokerFacts
+    now: datetime
+    dry_run: bool
+    writable: bool
+
+
+async def park_dead_letters(
+    settings: Settings,
+    broker: Broker,
+    store: JobQueue | None,
+    facts: BrokerFacts,
+    verdicts: Sequence[Verdict],
+    *,
+    now: datetime,
+    dry_run: bool,
+    writable: bool,
+    progress: Progress,
+) -> tuple[list[DeadLetterOutcome], list[Verdict]]:
+    """Each owned dead-letter queue's outcome, and the dead-letter verdicts to surface (foreign
+    queues, and owned ones with letters not parked), for the sightings step."""
+    step = _Step(settings, broker, store, facts, now, dry_run, writable)
+    outcomes: list[DeadLetterOutcome] = []
+    surfaced: list[Verdict] = []
+    for verdict in verdicts:
+        if verdict.action is not Action.PARK:  # a foreign queue: surfaced, never read
+            surfaced.append(verdict)
+            continue
+        outcome = await _park_queue(step, verdict.object, progress)
+        if outcome is None:
+            continue
+        outcomes.append(outcome)
+        # A dry run does not read, so its remainder is unknown, not unparked.
+        if outcome.read_blocked or (outcome.unread and not dry_run):
+            why = outcome.read_blocked or (
+                f"past the read limit of {settings.queue.reap.dead_letter_peek_limit} per pass"
+            )
+            surfaced.append(
+                replace(
+                    verdict,
+                    action=Action.SURFACE,
+                    measured=outcome.unread,
+                    threshold=0,
+                    detail=f"{outcome.unread} dead letter(s) not parked: {why}",
+                )
+            )
+    return outcomes, surfaced
+
+
+async def _park_queue(step: _Step, name: str, progress: Progress) -> DeadLetterOutcome | None:
+    reap = step.settings.queue.reap
+    # Fresh from the broker: reconciliation may just have put the dead-letter policy in force.
+    queue = await progress.guarded(step.broker.queue(name))
+    if queue is None:
+        return None
+    depth = queue.messages
+    if step.store is None:
+        blocked = "the ledger (PostgreSQL) could not be read, so nothing read could be parked"
+        return DeadLetterOutcome(name, depth, 0, 0, depth, blocked)
+    hint = await progress.guarded(step.store.count_parked_dead_letters(name))
+    if hint is None:
+        return None
+    plan = dead_letters.read_plan(queue, step.facts, reap.dead_letter_peek_limit, hint)
+    if plan.blocked:
+        return DeadLetterOutcome(name, depth, 0, 0, depth, plan.blocked)
+    if step.dry_run:
+        # A read sets `redelivered` and, on quorum queues, spends a delivery and reorders:
+        # a dry run moves nothing on the broker, so it does not read at all.
+        progress.notes.append(
+            f"dry run: dead-letter queue {name!r} not read; a real pass would read up to "
+            f"{plan.count} message(s) and park the new ones"
+        )
+        return DeadLetterOutcome(name, depth, 0, hint, max(0, depth - hint), None)
+    raw = await progress.guarded(step.broker.get_messages(name, plan.count))
+    if raw is None:
+        return None
+    letters = [dead_letters.decode(message, queue=name) for message in raw]
+    parked = await progress.guarded(step.store.parked_identities([x.identity for x in letters]))
+    if parked is None:
+        return None
+    new, already = dead_letters.select_new(letters, parked, reap.dead_letter_peek_limit)
+    if not (new and step.writable):
+        # Nothing to park, or no ledger to park into: what was not parked is unread.
+        unread = dead_letters.unread_count(depth, letters, parked, ())
+        return DeadLetterOutcome(name, depth, 0, already, unread, None)
+    rules = ParkRules(
+        depth=depth,
+        min_depth=reap.dead_letter_min_depth,
+        owned_queue_pattern=reap.owned_queue_pattern,
+        dead_letter_queue_pattern=reap.dead_letter_queue_pattern,
+    )
+    parks = await progress.guarded(step.store.park_dead_letters(new, now=step.now, rules=rules))
+    if parks is None:
+        unread = dead_letters.unread_count(depth, letters, parked, ())
+        return DeadLetterOutcome(name, depth, 0, already, unread, None)
+    progress.record(list(parks.parked), True)
+    progress.not_moved.extend(
+        RowNotMoved(f"dead letter {identity}", reason) for identity, reason in parks.failed
+    )
+    # A letter that could not be parked is unread, never assumed parked.
+    unread = dead_letters.unread_count(depth, letters, parked, new) + len(parks.failed)
+    raced = len(parks.already_parked)  # parked by another reaper just now
+    return DeadLetterOutcome(name, depth, len(parks.parked), already + raced, unread, None)

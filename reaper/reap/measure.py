@@ -1,0 +1,115 @@
+"""The pass's first step: read both sources at once (SPEC §5). A source that cannot be read
+is named in ``unreadable`` and read as unknown (``None``), never as empty."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+from uuid import UUID
+
+from reaper.broker.port import Broker
+from reaper.config import Settings
+from reaper.core.domain import (
+    BrokerFacts,
+    ClaimableHead,
+    HeldLease,
+    Measurements,
+    QueueStats,
+    Source,
+)
+from reaper.jobqueue.port import JobQueue
+from reaper.reap.progress import Progress, unreadable_from
+
+__all__ = ["MAX_LEASES_PER_PASS", "BrokerReading", "JobQueueReading", "Reading", "measure"]
+
+#: The most expired leases one pass reads and moves; the remainder is counted and reported,
+#: and the next pass takes it. Bounds a pass after an outage that expired every lease at once.
+MAX_LEASES_PER_PASS: Final = 20_000
+
+
+@dataclass(frozen=True)
+class JobQueueReading:
+    leases: tuple[HeldLease, ...]
+    claimable: tuple[ClaimableHead, ...]
+    #: Expired leases beyond this pass's bound.
+    remainder: int
+
+
+@dataclass(frozen=True)
+class BrokerReading:
+    facts: BrokerFacts
+    queues: tuple[QueueStats, ...]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Both sources as read; a source not read is None."""
+
+    job_queue: JobQueueReading | None
+    broker: BrokerReading | None
+
+    def measurements(self) -> Measurements:
+        jq, br = self.job_queue, self.broker
+        return Measurements(
+            leases=jq.leases if jq else None,
+            claimable=jq.claimable if jq else None,
+            queues=br.queues if br else None,
+            broker=br.facts if br else None,
+        )
+
+
+async def _read_job_queue(
+    store: JobQueue, settings: Settings, now: datetime, project_id: UUID | None
+) -> JobQueueReading:
+    reap = settings.queue.reap
+    leases, claimable, expired = await asyncio.gather(
+        store.expired_leases(now, reap.lease_grace_seconds, MAX_LEASES_PER_PASS, project_id),
+        store.claimable_heads(now, frozenset(reap.known_phases), project_id),
+        store.count_expired_leases(now, reap.lease_grace_seconds, project_id),
+    )
+    return JobQueueReading(tuple(leases), tuple(claimable), max(0, expired - len(leases)))
+
+
+async def _read_broker(client: Broker, declared_consumer_timeout_ms: int) -> BrokerReading:
+    facts = await client.facts(declared_consumer_timeout_ms=declared_consumer_timeout_ms)
+    queues = await client.list_queues()
+    return BrokerReading(facts, tuple(queues))
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def measure(
+    settings: Settings,
+    store: JobQueue | None,
+    broker: Broker | None,
+    now: datetime,
+    project_id: UUID | None,
+    progress: Progress,
+) -> Reading:
+    """Read both sources at once; a failing one is named and read as unknown."""
+    declared_ms = settings.queue.reap.consumer_timeout_seconds * 1000
+    pg_read, broker_read = await asyncio.gather(
+        _read_job_queue(store, settings, now, project_id) if store else _nothing(),
+        _read_broker(broker, declared_ms) if broker else _nothing(),
+        return_exceptions=True,
+    )
+    job_queue: JobQueueReading | None = None
+    if isinstance(pg_read, BaseException):
+        progress.unreadable.append(unreadable_from(Source.JOB_QUEUE, pg_read))
+    elif pg_read is not None:
+        job_queue = pg_read
+        if job_queue.remainder:
+            progress.notes.append(
+                f"{job_queue.remainder} more expired lease(s) beyond this pass's bound of "
+                f"{MAX_LEASES_PER_PASS}: the next pass takes them"
+            )
+    reading: BrokerReading | None = None
+    if isinstance(broker_read, BaseException):
+        progress.unreadable.append(unreadable_from(Source.BROKER, broker_read))
+    elif broker_read is not None:
+        reading = broker_read
+    return Reading(job_queue, reading)

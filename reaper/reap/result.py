@@ -1,0 +1,93 @@
+"""The result of one pass (SPEC §5): what the CLI prints, the metrics export and the worker hook
+logs, and the one list of what made it not ok."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+from uuid import UUID
+
+from reaper.core.domain import BrokerFacts, ClaimableHead, QueueStats
+from reaper.policies.reconcile import PolicyOutcome
+from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.progress import RecordedVerdict, RowNotMoved, Unreadable
+
+__all__ = ["PassResult", "Problem"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing that made a pass not ok, for a person (:meth:`line`) and a machine (the
+    report's ``problems``). ``kind``: ``unreadable``, ``row_not_moved``, ``outcome_unknown``,
+    ``policy`` or ``dead_letter``."""
+
+    kind: str
+    subject: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{_LABELS.get(self.kind, self.kind.upper()):<11} {self.subject}: {self.detail}"
+
+
+#: How each kind of problem is labelled in the human report.
+_LABELS: Final = {
+    "unreadable": "UNREADABLE",
+    "row_not_moved": "FAILED ROW",
+    "outcome_unknown": "UNKNOWN",
+    "policy": "POLICY",
+    "dead_letter": "DEAD LETTER",
+}
+
+
+@dataclass(frozen=True)
+class PassResult:
+    dry_run: bool
+    started_at: datetime
+    finished_at: datetime
+    broker: BrokerFacts | None
+    verdicts: tuple[RecordedVerdict, ...]
+    policies: tuple[PolicyOutcome, ...] = ()
+    dead_letters: tuple[DeadLetterOutcome, ...] = ()
+    unreadable: tuple[Unreadable, ...] = ()
+    notes: tuple[str, ...] = ()
+    #: Queues as measured, for metrics (bounded labels) and the report.
+    queues: tuple[QueueStats, ...] = ()
+    #: The oldest claimable job of every project measured, for the per-project age gauge.
+    claimable: tuple[ClaimableHead, ...] = ()
+    project_id: UUID | None = None
+    #: What the pass meant to write and could not (or cannot know whether it did).
+    not_moved: tuple[RowNotMoved, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems()
+
+    @property
+    def duration_seconds(self) -> float:
+        return (self.finished_at - self.started_at).total_seconds()
+
+    def problems(self) -> list[Problem]:
+        """Everything that made this pass not ok, in the order a person should read it: the
+        sources it could not read, the writes it could not make, the policies not in force,
+        the dead-letter queues it could not read safely. Empty: the pass is ok."""
+        found = [Problem("unreadable", u.source, u.error) for u in self.unreadable]
+        found += [
+            Problem("outcome_unknown" if r.unknown else "row_not_moved", r.subject, r.reason)
+            for r in self.not_moved
+        ]
+        found += [
+            Problem(
+                "policy",
+                p.name,
+                f"{p.action}, {'verified' if p.verified else 'NOT verified'} - {p.detail}",
+            )
+            for p in self.policies
+            if not p.ok
+        ]
+        found += [
+            Problem("dead_letter", d.queue, f"not read - {d.read_blocked}")
+            for d in self.dead_letters
+            if d.read_blocked
+        ]
+        return found

@@ -1,0 +1,174 @@
+"""One pass: config → measure → judge → act → reconcile → record → report → export (SPEC §5).
+
+:func:`run_pass` is the only entry point. It reads both sources concurrently, judges with the
+pure judge, acts (unless dry-run), and returns one :class:`~reaper.reap.result.PassResult` that
+the CLI prints, the metrics export and the worker hook logs. It never raises for a source that
+cannot be read: that source is named in ``unreadable`` and nothing is concluded from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from uuid import UUID
+
+from reaper.broker.port import Broker
+from reaper.config import Settings
+from reaper.core.domain import Action, Condition, Source, Verdict
+from reaper.core.judge import judge
+from reaper.jobqueue.port import JobQueue
+from reaper.policies.reconcile import PolicyOutcome
+from reaper.reap.dead_letters import DeadLetterOutcome, park_dead_letters
+from reaper.reap.leases import act_on_leases
+from reaper.reap.measure import Reading, measure
+from reaper.reap.policies import reconcile_policies
+from reaper.reap.progress import Progress, RecordedVerdict, Unreadable
+from reaper.reap.result import PassResult
+from reaper.reap.sources import open_sources
+
+__all__ = ["reap_once", "run_pass", "utcnow"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+async def run_pass(
+    settings: Settings,
+    *,
+    store: JobQueue | None,
+    broker: Broker | None,
+    dry_run: bool = False,
+    project_id: UUID | None = None,
+    clock: Callable[[], datetime] = utcnow,
+    store_error: str | None = None,
+    broker_error: str | None = None,
+    policies_dir: Path | None = None,
+) -> PassResult:
+    """Run one whole pass over already-opened sources.
+
+    A source passed as ``None`` could not be opened; ``store_error``/``broker_error`` say
+    why. The steps run in this order: measure (both sources at once), judge, act on the job
+    queue, reconcile the policies, read and park dead letters, record sightings. Dead letters
+    are read after reconciliation because their safety proof rests on the dead-letter policy
+    being in force. A dry run judges, plans and reports the same, and writes nothing.
+    """
+    started = clock()
+    now = started
+    progress = Progress()
+    if store is None:
+        progress.unreadable.append(
+            Unreadable(Source.JOB_QUEUE.value, store_error or "not connected")
+        )
+    if broker is None:
+        progress.unreadable.append(Unreadable(Source.BROKER.value, broker_error or "not connected"))
+
+    reading = await measure(settings, store, broker, now, project_id, progress)
+    judgement = judge(reading.measurements(), settings.thresholds(), now)
+    progress.notes.extend(judgement.notes)
+    # The ledger lives in PostgreSQL: without it nothing is written, not even broker news.
+    writable = not dry_run and store is not None and reading.job_queue is not None
+    if not dry_run and not writable:
+        progress.notes.append("the ledger (PostgreSQL) could not be read: nothing was written")
+    ledger = store if writable else None
+
+    leases = [v for v in judgement.verdicts if v.lease is not None]
+    await act_on_leases(ledger, leases, now, progress)
+
+    policies: list[PolicyOutcome] = []
+    dead_letters: list[DeadLetterOutcome] = []
+    surfaced = [
+        v
+        for v in judgement.verdicts
+        if v.action is Action.SURFACE and v.condition is not Condition.DEAD_LETTER
+    ]
+    if reading.broker is not None and broker is not None:
+        facts = reading.broker.facts
+        policies = await reconcile_policies(
+            settings, broker, facts, dry_run=dry_run, policies_dir=policies_dir, progress=progress
+        )
+        dead_letters, dead_surfaced = await park_dead_letters(
+            settings,
+            broker,
+            store,
+            facts,
+            [v for v in judgement.verdicts if v.condition is Condition.DEAD_LETTER],
+            now=now,
+            dry_run=dry_run,
+            writable=writable,
+            progress=progress,
+        )
+        surfaced += dead_surfaced
+
+    await _record_sightings(
+        ledger, surfaced, now, _sources_read(reading, progress), project_id, progress
+    )
+
+    return PassResult(
+        dry_run=dry_run,
+        started_at=started,
+        finished_at=clock(),
+        broker=reading.broker.facts if reading.broker else None,
+        verdicts=tuple(progress.verdicts),
+        policies=tuple(policies),
+        dead_letters=tuple(dead_letters),
+        unreadable=tuple(progress.unreadable),
+        notes=tuple(dict.fromkeys(progress.notes)),
+        queues=reading.broker.queues if reading.broker else (),
+        claimable=reading.job_queue.claimable if reading.job_queue else (),
+        project_id=project_id,
+        not_moved=tuple(progress.not_moved),
+    )
+
+
+def _sources_read(reading: Reading, progress: Progress) -> frozenset[Source]:
+    """The sources read in full: a source that failed at any step of this pass clears
+    nothing, even if it was measured."""
+    failed = {u.source for u in progress.unreadable}
+    read = ((Source.JOB_QUEUE, reading.job_queue), (Source.BROKER, reading.broker))
+    return frozenset(source for source, got in read if got and source.value not in failed)
+
+
+async def _record_sightings(
+    store: JobQueue | None,
+    surfaced: Sequence[Verdict],
+    now: datetime,
+    sources_read: frozenset[Source],
+    project_id: UUID | None,
+    progress: Progress,
+) -> None:
+    """First seen, and cleared once gone: the ledger decides, fleet-wide."""
+    if store is None:
+        progress.record(list(surfaced), False)
+        return
+    written = await progress.guarded(
+        store.record_sightings(surfaced, now=now, sources_read=sources_read, project_id=project_id)
+    )
+    opened = {w.sighting_key for w in written or () if w.action is Action.SURFACE}
+    progress.verdicts.extend(RecordedVerdict(v, v.sighting_key in opened) for v in surfaced)
+    progress.record([w for w in written or () if w.action is Action.CLEARED], True)
+
+
+async def reap_once(
+    settings: Settings,
+    *,
+    dry_run: bool = False,
+    project_id: UUID | None = None,
+    clock: Callable[[], datetime] = utcnow,
+) -> PassResult:
+    """Open both sources, run one pass, close them."""
+    sources = await open_sources(settings)
+    try:
+        return await run_pass(
+            settings,
+            store=sources.store,
+            broker=sources.broker,
+            dry_run=dry_run,
+            project_id=project_id,
+            clock=clock,
+            store_error=sources.store_error,
+            broker_error=sources.broker_error,
+        )
+    finally:
+        await sources.close()
