@@ -1,0 +1,319 @@
+"""The job-queue port's contract (``reaper.jobqueue.port.JobQueue``), held by both
+``PostgresStore`` and ``MemoryJobQueue``: what the pass may rely on whichever it is given.
+
+PostgreSQL-only behaviour (concurrent reapers, SKIP LOCKED, the append-only trigger, query
+plans) stays in ``tests/integration``."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from reaper.core.canonical import canonical_json
+from reaper.core.dead_letters import decode
+from reaper.core.domain import (
+    FLEET_PROJECT_ID,
+    GATE_BUS_DEAD_LETTERED,
+    GATE_DELIVERY_EXHAUSTED,
+    Action,
+    Condition,
+    DeadLetter,
+    Source,
+    Unit,
+    Verdict,
+)
+from reaper.errors import GateError
+from reaper.jobqueue.port import ParkedDeadLetter, ParkRules
+from tests.contract.conftest import Subject
+from tests.integration.test_store_support import NOW, Job, lease_verdict, leased
+
+pytestmark = pytest.mark.postgres
+
+RULES = ParkRules(
+    depth=3, min_depth=1, owned_queue_pattern=r"^vibey\.", dead_letter_queue_pattern=r"\.dead$"
+)
+
+
+def surfaced(project: uuid.UUID, condition: Condition = Condition.STALE_READY) -> Verdict:
+    return Verdict(
+        source=Source.JOB_QUEUE,
+        object=str(uuid.uuid4()),
+        condition=condition,
+        measured=1000,
+        threshold=900,
+        unit=Unit.SECONDS,
+        action=Action.SURFACE,
+        project_id=project,
+    )
+
+
+def dead_letter(message_id: str, queue: str = "vibey.jobs.dead") -> DeadLetter:
+    body = '{"task": 1}'
+    return decode(
+        {
+            "payload": body,
+            "payload_encoding": "string",
+            "payload_bytes": len(body),
+            "properties": {
+                "message_id": message_id,
+                "headers": {
+                    "x-first-death-queue": "vibey.jobs",
+                    "x-first-death-reason": "rejected",
+                },
+            },
+        },
+        queue=queue,
+    )
+
+
+# --------------------------------------------------------------------------- leases
+
+
+async def test_expired_leases_past_the_grace_oldest_first_bounded(subject: Subject) -> None:
+    project, other = uuid.uuid4(), uuid.uuid4()
+    old = leased(project, expired_seconds_ago=300)
+    recent = leased(project, expired_seconds_ago=30)
+    live = replace(leased(project), lease_expires_at=NOW + timedelta(minutes=5))
+    elsewhere = leased(other, expired_seconds_ago=600)
+    await subject.add(old, recent, live, elsewhere)
+    store = subject.store
+
+    assert [x.job_id for x in await store.expired_leases(NOW, 0, 10)] == [
+        elsewhere.id,
+        old.id,
+        recent.id,
+    ]
+    assert [x.job_id for x in await store.expired_leases(NOW, 60, 10)] == [elsewhere.id, old.id]
+    assert [x.job_id for x in await store.expired_leases(NOW, 0, 1)] == [elsewhere.id]
+    assert [x.job_id for x in await store.expired_leases(NOW, 0, 10, project)] == [
+        old.id,
+        recent.id,
+    ]
+    assert await store.count_expired_leases(NOW, 0) == 3
+    assert await store.count_expired_leases(NOW, 60, other) == 1
+
+
+async def test_claimable_heads_are_the_oldest_claimable_job_of_each_project(
+    subject: Subject,
+) -> None:
+    a, b = uuid.uuid4(), uuid.uuid4()
+    running = leased(a, expired_seconds_ago=-600)
+    blocked = Job(project_id=a, run_after=NOW - timedelta(hours=5))
+    built = Job(
+        project_id=a,
+        state="succeeded",
+        run_after=NOW - timedelta(hours=6),
+        finished_at=NOW - timedelta(hours=2),
+    )
+    behind_success = Job(project_id=a, run_after=NOW - timedelta(hours=4))
+    plain = Job(project_id=a, run_after=NOW - timedelta(hours=3))
+    future = Job(project_id=b, run_after=NOW + timedelta(hours=1))
+    other_phase = Job(project_id=b, run_after=NOW - timedelta(hours=1), phase="deploy")
+    await subject.add(running, blocked, built, behind_success, plain, future, other_phase)
+    await subject.depend(blocked.id, running.id)
+    await subject.depend(behind_success.id, built.id)
+    store = subject.store
+
+    heads = {h.project_id: h for h in await store.claimable_heads(NOW, frozenset())}
+    # claimable since the later of run_after and the dependency's success: 2 h ago, which is
+    # later than plain's 3 h; the job blocked by a running dependency is not claimable at all
+    assert heads[a].job_id == plain.id
+    assert heads[a].claimable_since == NOW - timedelta(hours=3)
+    assert heads[b].job_id == other_phase.id
+    only_build = await store.claimable_heads(NOW, frozenset({"build"}))
+    assert [h.project_id for h in only_build] == []  # no job of either project is in "build"
+    assert [h.job_id for h in await store.claimable_heads(NOW, frozenset(), b)] == [other_phase.id]
+
+
+async def test_a_requeue_and_a_park_each_commit_with_one_event(subject: Subject) -> None:
+    project = uuid.uuid4()
+    expired = leased(project, attempts=2)
+    poison = leased(project, attempts=7, max_attempts=7)
+    await subject.add(expired, poison)
+    store = subject.store
+    verdicts = [lease_verdict(x) for x in await store.expired_leases(NOW, 0, 10)]
+
+    moves = await store.apply_lease_verdicts(verdicts, NOW)
+
+    assert (moves.requeued, moves.parked, moves.skipped, moves.failed, moves.unknown) == (
+        (expired.id,),
+        (poison.id,),
+        (),
+        (),
+        (),
+    )
+    requeued, parked = await subject.row(expired.id), await subject.row(poison.id)
+    assert (requeued.state, requeued.run_after, requeued.lease_owner) == ("ready", NOW, None)
+    assert (parked.state, parked.attempts, parked.lease_expires_at) == ("awaiting_human", 6, None)
+    [gate] = await store.list_gates(kind=GATE_DELIVERY_EXHAUSTED)
+    assert (gate.job_id, gate.choices, gate.is_open) == (poison.id, ("retry",), True)
+    events = await store.events(project)
+    assert [e.seq for e in events] == [1, 2]
+    assert sorted(e.payload["action"] for e in events) == ["park", "requeue"]
+    for e in events:
+        canonical = canonical_json(e.payload)
+        assert e.digest == hashlib.sha256(canonical.encode()).hexdigest()
+
+
+async def test_a_lease_that_changed_since_it_was_read_is_left_alone(subject: Subject) -> None:
+    project = uuid.uuid4()
+    job = leased(project)
+    await subject.add(job)
+    [lease] = await subject.store.expired_leases(NOW, 0, 10)
+    reread = replace(lease, lease_owner="another-worker")
+
+    moves = await subject.store.apply_lease_verdicts([lease_verdict(reread)], NOW)
+
+    assert (moves.requeued, moves.skipped) == ((), (job.id,))
+    assert (await subject.row(job.id)).state == "leased"
+    assert await subject.store.events(project) == []
+    # moved once, even when judged twice, and never again
+    twice = await subject.store.apply_lease_verdicts([lease_verdict(lease)] * 2, NOW)
+    assert (twice.requeued, twice.skipped) == ((job.id,), (job.id,))
+    again = await subject.store.apply_lease_verdicts([lease_verdict(lease)], NOW)
+    assert (again.requeued, again.skipped) == ((), (job.id,))
+    assert len(await subject.store.events(project)) == 1
+
+
+async def test_a_verdict_that_is_not_a_lease_move_is_refused_before_anything_moves(
+    subject: Subject,
+) -> None:
+    project = uuid.uuid4()
+    job = leased(project)
+    await subject.add(job)
+    [lease] = await subject.store.expired_leases(NOW, 0, 10)
+
+    with pytest.raises(ValueError, match="not a lease move"):
+        await subject.store.apply_lease_verdicts([lease_verdict(lease), surfaced(project)], NOW)
+    assert (await subject.row(job.id)).state == "leased"
+
+
+# --------------------------------------------------------------------------- sightings
+
+
+async def test_a_sighting_is_recorded_once_and_cleared_once(subject: Subject) -> None:
+    project = uuid.uuid4()
+    read = frozenset(Source)
+    store = subject.store
+    seen = surfaced(project)
+
+    first = await store.record_sightings([seen], now=NOW, sources_read=read)
+    again = await store.record_sightings([surfaced(project)], now=NOW, sources_read=read)
+    unread = await store.record_sightings([], now=NOW, sources_read=frozenset({Source.BROKER}))
+    other_project = await store.record_sightings(
+        [], now=NOW, sources_read=read, project_id=uuid.uuid4()
+    )
+    cleared = await store.record_sightings([], now=NOW, sources_read=read)
+    after = await store.record_sightings([], now=NOW, sources_read=read)
+
+    assert first == [seen] and again == [] and unread == [] and other_project == []
+    assert [(c.action, c.object) for c in cleared] == [(Action.CLEARED, seen.object)]
+    assert after == []
+    assert [e.payload["action"] for e in await store.events(project)] == ["surface", "cleared"]
+
+
+async def test_broker_sightings_live_on_the_fleet_stream(subject: Subject) -> None:
+    finding = Verdict(
+        source=Source.BROKER,
+        object="vibey.jobs",
+        condition=Condition.HOLDER_GONE,
+        measured=3,
+        threshold=0,
+        unit=Unit.MESSAGES,
+        action=Action.SURFACE,
+        queue="vibey.jobs",
+        trusted=False,
+    )
+    await subject.store.record_sightings([finding], now=NOW, sources_read=frozenset(Source))
+    [event] = await subject.store.events(FLEET_PROJECT_ID)
+    assert (event.payload["queue"], event.trusted) == ("vibey.jobs", False)
+
+
+# --------------------------------------------------------------------------- dead letters
+
+
+async def test_a_dead_letter_is_parked_once_by_its_identity(subject: Subject) -> None:
+    store = subject.store
+    one, two = dead_letter("m-1"), dead_letter("m-2")
+
+    first = await store.park_dead_letters([one, two, one], now=NOW, rules=RULES)
+    again = await store.park_dead_letters([two], now=NOW, rules=RULES)
+
+    assert [v.action for v in first.parked] == [Action.PARK, Action.PARK]
+    assert first.already_parked == (one.identity,) and again.already_parked == (two.identity,)
+    assert await store.parked_identities([one.identity, "msg:never"]) == {one.identity}
+    assert await store.count_parked_dead_letters("vibey.jobs.dead") == 2
+    assert await store.count_parked_dead_letters("vibey.other.dead") == 0
+    events = await store.events(FLEET_PROJECT_ID)
+    assert len(events) == 2 and not any(e.trusted for e in events)
+    gates = await store.list_gates(kind=GATE_BUS_DEAD_LETTERED)
+    assert [g.choices for g in gates] == [("replay", "dismiss")] * 2
+
+
+# --------------------------------------------------------------------------- gates
+
+
+async def test_a_retry_answer_readies_the_parked_job_once(subject: Subject) -> None:
+    project = uuid.uuid4()
+    poison = leased(project, attempts=7, max_attempts=7)
+    await subject.add(poison)
+    store = subject.store
+    await store.apply_lease_verdicts(
+        [lease_verdict(x) for x in await store.expired_leases(NOW, 0, 10)], NOW
+    )
+    [gate] = await store.list_gates()
+    later = NOW + timedelta(minutes=5)
+
+    with pytest.raises(GateError, match="'dismiss' is not an answer"):
+        await store.answer_gate(gate.id, "dismiss", later)
+    with pytest.raises(GateError, match="does not exist"):
+        await store.answer_gate(uuid.uuid4(), "retry", later)
+    answered = await store.answer_gate(gate.id, "retry", later, answered_by="ops")
+
+    assert (answered.answer, answered.answered_at, answered.answered_by) == ("retry", later, "ops")
+    row = await subject.row(poison.id)
+    assert (row.state, row.run_after, row.attempts) == ("ready", later, 6)
+    with pytest.raises(GateError, match="already answered"):
+        await store.answer_gate(gate.id, "retry", later)
+    assert await store.list_gates() == []
+    assert len(await store.list_gates(open_only=False)) == 1
+
+
+async def test_a_dead_letter_gate_settles_its_job_by_its_answer(subject: Subject) -> None:
+    store = subject.store
+    kept, replayed = dead_letter("keep"), dead_letter("again")
+    parks = await store.park_dead_letters([kept, replayed], now=NOW, rules=RULES)
+    job_of = {v.object for v in parks.parked}
+    gates = {g.identity: g for g in await store.list_gates(kind=GATE_BUS_DEAD_LETTERED)}
+    sent: list[ParkedDeadLetter] = []
+
+    async def refuse(gate: object, parked: ParkedDeadLetter) -> None:
+        raise GateError("refused by the test")
+
+    async def send(gate: object, parked: ParkedDeadLetter) -> None:
+        sent.append(parked)
+
+    with pytest.raises(GateError, match="replay publishes the body"):
+        await store.answer_gate(gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW)
+    with pytest.raises(GateError, match="refused by the test"):
+        await store.answer_dead_letter_gate(
+            gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW, replay=refuse
+        )
+    assert len(await store.list_gates()) == 2  # a refused replay records nothing
+
+    dismissed, _ = await store.answer_dead_letter_gate(
+        gates[f"dead_letter:{kept.identity}"].id, "dismiss", NOW
+    )
+    replay_gate, parked = await store.answer_dead_letter_gate(
+        gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW, replay=send
+    )
+
+    assert (dismissed.answer, replay_gate.answer) == ("dismiss", "replay")
+    assert parked is not None and [p.letter.identity for p in sent] == [replayed.identity]
+    states = {str(j): (await subject.row(uuid.UUID(str(j)))).state for j in job_of}
+    assert sorted(states.values()) == ["cancelled", "succeeded"]
+    assert await store.parked_identities([kept.identity]) == {kept.identity}  # still parked

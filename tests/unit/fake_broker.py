@@ -1,0 +1,127 @@
+"""A broker in memory, for unit tests of the pass (no tests here).
+
+It answers as the ``Broker`` port says, from queues the test declares, and applies written
+policies to them the way RabbitMQ selects one (highest priority whose pattern matches and whose
+``apply-to`` admits the queue's type). It is a stand-in for the pass's own logic, never evidence
+about a real broker: what brokers do is pinned live in ``tests/integration``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from reaper.broker.capabilities import capabilities_for
+from reaper.broker.port import BrokerPolicy, RawMessage
+from reaper.core.domain import BrokerFacts, QueueStats
+
+_APPLIES = {"queues": {"classic", "quorum"}, "quorum_queues": {"quorum"}}
+_APPLIES["classic_queues"] = {"classic"}
+
+
+@dataclass
+class FakeBroker:
+    version: str = "4.0.5"
+    consumer_timeout_ms: int | None = 21_600_000
+    queues: dict[str, QueueStats] = field(default_factory=dict)
+    messages: dict[str, list[RawMessage]] = field(default_factory=dict)
+    policies: dict[str, BrokerPolicy] = field(default_factory=dict)
+    published: list[tuple[str, str]] = field(default_factory=list)
+    reads: list[str] = field(default_factory=list)
+    requests: int = 0
+    writes: int = 0
+
+    @property
+    def requests_made(self) -> int:
+        return self.requests
+
+    @property
+    def writes_made(self) -> int:
+        return self.writes
+
+    def declare(self, name: str, kind: str = "classic", **counts: int) -> None:
+        self.queues[name] = QueueStats(
+            vhost="/",
+            name=name,
+            type=kind,
+            messages_ready=counts.get("ready", 0),
+            messages_unacknowledged=counts.get("unacked", 0),
+            consumers=counts.get("consumers", 0),
+        )
+
+    def put_letters(self, queue: str, letters: list[RawMessage]) -> None:
+        self.messages[queue] = list(letters)
+        self.queues[queue] = replace(self.queues[queue], messages_ready=len(letters))
+
+    async def facts(self, *, declared_consumer_timeout_ms: int | None = None) -> BrokerFacts:
+        self.requests += 1
+        return replace(
+            capabilities_for("RabbitMQ", self.version),
+            consumer_timeout_ms=self.consumer_timeout_ms,
+            consumer_timeout_evidence="the fake broker says so",
+        )
+
+    async def list_queues(self, vhost: str | None = None) -> list[QueueStats]:
+        self.requests += 1
+        return [self._with_policy(q) for q in self.queues.values()]
+
+    async def queue(self, name: str, vhost: str | None = None) -> QueueStats:
+        self.requests += 1
+        return self._with_policy(self.queues[name])
+
+    async def get_messages(
+        self, queue: str, count: int, *, vhost: str | None = None, truncate: int | None = 50000
+    ) -> list[RawMessage]:
+        self.requests += 1
+        self.writes += 1
+        self.reads.append(queue)
+        return list(self.messages.get(queue, []))[:count]
+
+    async def publish(
+        self,
+        queue: str,
+        body: str,
+        *,
+        properties: Mapping[str, object] | None = None,
+        vhost: str | None = None,
+    ) -> bool:
+        self.requests += 1
+        self.writes += 1
+        self.published.append((queue, body))
+        return queue in self.queues
+
+    async def list_policies(self, vhost: str | None = None) -> list[BrokerPolicy]:
+        self.requests += 1
+        return list(self.policies.values())
+
+    async def put_policy(
+        self,
+        name: str,
+        definition: Mapping[str, object],
+        *,
+        pattern: str,
+        apply_to: str,
+        priority: int,
+        vhost: str | None = None,
+    ) -> None:
+        self.requests += 1
+        self.writes += 1
+        self.policies[name] = BrokerPolicy(name, pattern, apply_to, priority, dict(definition))
+
+    async def aclose(self) -> None:
+        pass
+
+    def _with_policy(self, queue: QueueStats) -> QueueStats:
+        matching = [
+            p
+            for p in self.policies.values()
+            if isinstance(p.pattern, str)
+            and re.search(p.pattern, queue.name)
+            and queue.kind in _APPLIES.get(str(p.apply_to), set())
+            and not (queue.kind == "classic" and "delivery-limit" in p.definition)
+        ]
+        if not matching:
+            return replace(queue, policy=None, effective_policy={})
+        best = max(matching, key=lambda p: p.priority if isinstance(p.priority, int) else 0)
+        return replace(queue, policy=best.name, effective_policy=dict(best.definition))

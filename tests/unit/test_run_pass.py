@@ -1,0 +1,226 @@
+"""``run_pass`` over the in-memory job queue and a broker in memory: the pass's own logic (its
+steps, its record, its result and report), with no service. The same behaviour is proven live
+on PostgreSQL and every broker in ``tests/integration``."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from reaper.config import Settings
+from reaper.core.domain import FLEET_PROJECT_ID, Action, Condition, HeldLease, Source
+from reaper.edges.report import render_text, to_json
+from reaper.jobqueue.memory import JobRow, MemoryJobQueue
+from reaper.jobqueue.port import LeaseMoves, MovesInterrupted
+from reaper.reap.run import run_pass
+from tests.unit.fake_broker import FakeBroker
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def settings() -> Settings:
+    return Settings.model_validate(
+        {"queue": {"reap": {"policy_verify_wait_seconds": 0, "stale_ready_seconds": 900}}}
+    )
+
+
+def world() -> tuple[MemoryJobQueue, dict[str, uuid.UUID], uuid.UUID]:
+    store = MemoryJobQueue()
+    project = uuid.uuid4()
+    jobs = {
+        "expired": JobRow(
+            project_id=project,
+            run_after=NOW - timedelta(hours=1),
+            state="leased",
+            attempts=1,
+            lease_owner="worker-1",
+            lease_expires_at=NOW - timedelta(minutes=5),
+        ),
+        "poison": JobRow(
+            project_id=project,
+            run_after=NOW - timedelta(hours=1),
+            state="leased",
+            attempts=7,
+            lease_owner="worker-2",
+            lease_expires_at=NOW - timedelta(minutes=5),
+        ),
+        "live": JobRow(
+            project_id=project,
+            run_after=NOW - timedelta(hours=1),
+            state="leased",
+            attempts=1,
+            lease_owner="worker-3",
+            lease_expires_at=NOW + timedelta(minutes=5),
+        ),
+        "stale": JobRow(project_id=project, run_after=NOW - timedelta(hours=2)),
+    }
+    return store, {name: store.add_job(row) for name, row in jobs.items()}, project
+
+
+def letter(message_id: str) -> dict[str, object]:
+    body = json.dumps({"n": message_id})
+    return {
+        "payload": body,
+        "payload_encoding": "string",
+        "payload_bytes": len(body),
+        "properties": {"message_id": message_id},
+    }
+
+
+async def test_a_pass_requeues_parks_and_surfaces_each_once_with_its_event() -> None:
+    store, ids, project = world()
+
+    result = await run_pass(settings(), store=store, broker=None, clock=lambda: NOW)
+
+    by_action = {(r.verdict.condition, r.verdict.action): r for r in result.verdicts}
+    assert by_action[(Condition.LEASE_EXPIRED, Action.REQUEUE)].recorded
+    assert by_action[(Condition.POISON, Action.PARK)].recorded
+    assert by_action[(Condition.STALE_READY, Action.SURFACE)].recorded
+    assert store.jobs[ids["expired"]].state == "ready"
+    assert store.jobs[ids["poison"]].state == "awaiting_human"
+    assert store.jobs[ids["live"]].state == "leased"
+    events = await store.events(project)
+    assert [e.seq for e in events] == [1, 2, 3]
+    assert sorted(e.payload["action"] for e in events) == ["park", "requeue", "surface"]
+    # the broker could not be opened: named, the pass is not ok, and says so in its report
+    assert not result.ok
+    assert [(p.kind, p.subject) for p in result.problems()] == [("unreadable", "broker")]
+    assert to_json(result)["problems"] == [
+        {"kind": "unreadable", "subject": "broker", "detail": "not connected"}
+    ]
+
+    again = await run_pass(settings(), store=store, broker=None, clock=lambda: NOW)
+    assert [r.recorded for r in again.verdicts] == [False]  # the stale sighting, still open
+    assert len(await store.events(project)) == 3
+
+
+async def test_a_dry_run_judges_everything_and_writes_nothing() -> None:
+    store, ids, _ = world()
+    broker = FakeBroker()
+    broker.declare("vibey.jobs.dead", "quorum")
+    broker.put_letters("vibey.jobs.dead", [letter("m-1")])
+
+    result = await run_pass(settings(), store=store, broker=broker, dry_run=True, clock=lambda: NOW)
+
+    assert {r.verdict.condition for r in result.verdicts} >= {
+        Condition.LEASE_EXPIRED,
+        Condition.POISON,
+        Condition.STALE_READY,
+    }
+    assert not any(r.recorded for r in result.verdicts)
+    assert store.jobs[ids["expired"]].state == "leased" and store.gates == {}
+    assert store.ledger == {} and broker.policies == {} and broker.reads == []
+    assert {p.action for p in result.policies} == {"planned"}
+
+
+async def test_a_pass_parks_each_owned_dead_letter_once_and_never_reads_a_foreign_queue() -> None:
+    store = MemoryJobQueue()
+    broker = FakeBroker()
+    broker.declare("vibey.jobs.dead", "quorum")
+    broker.put_letters("vibey.jobs.dead", [letter("m-1"), letter("m-2")])
+    broker.declare("celery.dead")
+    broker.put_letters("celery.dead", [letter("theirs")])
+
+    first = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW)
+    second = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW)
+
+    assert first.ok, [p.line() for p in first.problems()]
+    assert [(d.parked_new, d.already_parked, d.unread) for d in first.dead_letters] == [(2, 0, 0)]
+    assert [(d.parked_new, d.already_parked, d.unread) for d in second.dead_letters] == [(0, 2, 0)]
+    assert set(broker.reads) == {"vibey.jobs.dead"}
+    foreign = [r for r in first.verdicts if r.verdict.queue == "celery.dead"]
+    assert [(r.verdict.action, r.recorded) for r in foreign] == [(Action.SURFACE, True)]
+    parks = [e for e in await store.events(FLEET_PROJECT_ID) if e.payload["action"] == "park"]
+    assert len(parks) == 2 and len(await store.list_gates()) == 2
+
+
+async def test_the_ledger_unread_means_nothing_is_written_and_nothing_is_cleared() -> None:
+    broker = FakeBroker()
+    broker.declare("vibey.jobs.dead", "quorum")
+    broker.put_letters("vibey.jobs.dead", [letter("m-1")])
+
+    result = await run_pass(
+        settings(), store=None, broker=broker, store_error="refused", clock=lambda: NOW
+    )
+
+    assert [u.source for u in result.unreadable] == [Source.JOB_QUEUE.value]
+    assert "the ledger (PostgreSQL) could not be read: nothing was written" in result.notes
+    [outcome] = result.dead_letters
+    assert outcome.read_blocked is not None and broker.reads == []
+
+
+class Interrupted(MemoryJobQueue):
+    """Moves half of the leases, then the database goes away."""
+
+    async def apply_lease_verdicts(self, verdicts, now):  # type: ignore[no-untyped-def]
+        done = await super().apply_lease_verdicts(verdicts[:1], now)
+        rest = tuple(v.lease.job_id for v in verdicts[1:] if v.lease is not None)
+        raise MovesInterrupted("PostgreSQL went away", replace(done, unknown=rest))
+
+
+async def test_moves_cut_short_are_reported_as_far_as_they_are_known() -> None:
+    store = Interrupted()
+    _, _, project = world()
+    for n in range(3):
+        store.add_job(
+            JobRow(
+                project_id=project,
+                run_after=NOW - timedelta(hours=1),
+                state="leased",
+                attempts=1,
+                lease_owner=f"w-{n}",
+                lease_expires_at=NOW - timedelta(minutes=n + 1),
+            )
+        )
+
+    result = await run_pass(settings(), store=store, broker=None, clock=lambda: NOW)
+
+    moves = [r for r in result.verdicts if r.verdict.action is Action.REQUEUE]
+    assert [r.recorded for r in moves].count(True) == 1
+    kinds = [p.kind for p in result.problems()]
+    assert kinds == ["unreadable", "unreadable", "outcome_unknown"]
+    assert "2 lease move(s)" in render_text(result)
+
+
+async def test_a_failed_row_is_named_in_the_json_report_as_in_the_human_one() -> None:
+    class Refusing(MemoryJobQueue):
+        async def apply_lease_verdicts(self, verdicts, now):  # type: ignore[no-untyped-def]
+            lease: HeldLease | None = verdicts[0].lease
+            assert lease is not None
+            return LeaseMoves(failed=((lease.job_id, "a trigger said no (SQLSTATE P0001)"),))
+
+    store = Refusing()
+    job = store.add_job(
+        JobRow(
+            project_id=uuid.uuid4(),
+            run_after=NOW - timedelta(hours=1),
+            state="leased",
+            attempts=1,
+            lease_owner="w",
+            lease_expires_at=NOW - timedelta(minutes=1),
+        )
+    )
+
+    result = await run_pass(settings(), store=store, broker=None, clock=lambda: NOW)
+
+    problem = next(p for p in to_json(result)["problems"] if p["kind"] == "row_not_moved")
+    assert problem == {
+        "kind": "row_not_moved",
+        "subject": f"job {job}",
+        "detail": "a trigger said no (SQLSTATE P0001)",
+    }
+    assert f"FAILED ROW  job {job}: a trigger said no" in render_text(result)
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+async def test_a_pass_over_nothing_is_quiet(dry_run: bool) -> None:
+    store, broker = MemoryJobQueue(), FakeBroker()
+    result = await run_pass(
+        settings(), store=store, broker=broker, dry_run=dry_run, clock=lambda: NOW
+    )
+    assert result.verdicts == () and result.dead_letters == () and result.unreadable == ()
+    assert store.ledger == {}
