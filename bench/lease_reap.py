@@ -91,10 +91,11 @@ WHERE id = $1 AND state = 'leased' AND lease_owner IS NOT DISTINCT FROM $3
   AND lease_expires_at = $4
 """
 
+# The loop appends as the reaper does, on a ledger shared with the host: its turn on the
+# stream, then the stream's last number plus one.
 LOOP_SEQ = """
-INSERT INTO ledger_stream AS s (project_id, last_seq) VALUES ($1, 1)
-ON CONFLICT (project_id) DO UPDATE SET last_seq = s.last_seq + 1
-RETURNING last_seq
+SELECT pg_advisory_xact_lock(1818584167, hashtext($1::text)),
+       coalesce((SELECT max(seq) FROM event WHERE project_id = $1), 0) + 1
 """
 
 LOOP_EVENT = """
@@ -193,7 +194,7 @@ async def run_loop(dsn: str, expired: int) -> tuple[float, int]:
                 await conn.execute(
                     LOOP_UPDATE, row["id"], NOW, row["lease_owner"], row["lease_expires_at"]
                 )
-                seq = await conn.fetchval(LOOP_SEQ, row["project_id"])
+                seq = (await conn.fetchrow(LOOP_SEQ, row["project_id"]))[1]
                 canonical = canonical_json(_payload(row["id"], row["lease_expires_at"]))
                 await conn.execute(
                     LOOP_EVENT, row["project_id"], seq, canonical, digest_of(canonical), NOW

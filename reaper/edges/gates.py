@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from uuid import UUID
 
 from reaper.config import Settings
@@ -39,10 +39,6 @@ REPLAY_CONTENT_TYPE = "application/json"
 _SHORTSTR_BYTES = 255
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 def replay_message_id(identity: str, gate_id: UUID) -> str:
     """The message id a replay is published with: ``replay:<identity>:<gate id>``, or, where
     that would not fit AMQP's 255 bytes, the identity's sha256 in its place."""
@@ -59,7 +55,7 @@ async def answer_gate(
     gate_id: UUID,
     choice: str,
     *,
-    clock: Callable[[], datetime] = _utcnow,
+    clock: Callable[[], datetime] | None = None,
     answered_by: str | None = None,
 ) -> str:
     """Answer gate ``gate_id`` with ``choice`` and return a one-line outcome for a person.
@@ -74,7 +70,8 @@ async def answer_gate(
     if store is None:
         reason = sources.store_error or "not connected"
         raise GateError(f"cannot answer gate {gate_id}: the store is unavailable ({reason})")
-    now = clock()
+    # The answer stamps run_after: the database's clock, as the host's claims read it.
+    now = clock() if clock is not None else await store.database_now()
     if choice not in GATE_CHOICES:
         gate = await store.answer_gate(gate_id, choice, now, answered_by=answered_by)
         return _answered(gate)

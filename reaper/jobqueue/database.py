@@ -28,6 +28,7 @@ __all__ = [
     "execute_once",
     "first_line",
     "is_row_failure",
+    "is_transient",
     "where",
 ]
 
@@ -50,6 +51,9 @@ WORK_MEM: Final = "64MB"
 #: unavailable, instead of the row failing (connection exception, insufficient resources,
 #: operator intervention incl. statement timeout, system error, internal error).
 _STORE_FAILURE_CLASSES: Final = frozenset({"08", "53", "57", "58", "XX"})
+
+#: SQLSTATEs that are no row's fault and pass: deadlock detected, serialization failure.
+_TRANSIENT: Final = frozenset({"40P01", "40001"})
 
 #: A database name the administration helper accepts: plain, so it is safe inside "..." as is.
 _PLAIN_DATABASE_NAME: Final = r"[a-z_][a-z0-9_]{0,62}"
@@ -171,6 +175,12 @@ def is_row_failure(exc: BaseException) -> bool:
         return False
     sqlstate = str(getattr(exc, "sqlstate", "") or "")
     return sqlstate[:2] not in _STORE_FAILURE_CLASSES
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a statement failed for the moment only (a deadlock, a serialization failure)
+    and is worth running again as it is."""
+    return str(getattr(exc, "sqlstate", "") or "") in _TRANSIENT
 
 
 def first_line(exc: BaseException) -> str:

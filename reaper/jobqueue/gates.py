@@ -21,7 +21,12 @@ from uuid import UUID
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Gate
 from reaper.errors import GateError
 from reaper.jobqueue.database import Connection, Database, Record
-from reaper.jobqueue.rules import DEAD_LETTER_REPLAY, DEAD_LETTER_SETTLED, REPLAY_NEEDS_BROKER
+from reaper.jobqueue.rules import (
+    DEAD_LETTER_REPLAY,
+    DEAD_LETTER_SETTLED,
+    REPLAY_NEEDS_BROKER,
+    not_the_latest,
+)
 from reaper.jobqueue.sql import QUERIES
 
 __all__ = [
@@ -60,7 +65,8 @@ async def answer_gate(
 
 async def open_gate_for_answer(conn: Connection, gate_id: UUID, choice: str) -> Gate:
     """Lock the gate (its row, for the rest of the transaction) and refuse an answer it
-    cannot take: an unknown gate, one already answered, a choice it does not offer."""
+    cannot take: an unknown gate, one already answered, a choice it does not offer, a gate
+    its job has since been parked again behind (a gate answers only itself)."""
     row = await conn.fetchrow(QUERIES["gate_for_answer"], gate_id)
     if row is None:
         raise GateError(f"gate {gate_id} does not exist")
@@ -73,6 +79,12 @@ async def open_gate_for_answer(conn: Connection, gate_id: UUID, choice: str) -> 
     if choice not in gate.choices:
         offered = ", ".join(repr(c) for c in gate.choices) or "nothing"
         raise GateError(f"{choice!r} is not an answer gate {gate.id} offers: choose {offered}")
+    if gate.job_id is not None:
+        latest = await conn.fetchrow(QUERIES["latest_gate_of_job"], gate.job_id)
+        if latest is not None and latest["id"] != gate.id:
+            raise GateError(
+                not_the_latest(gate, latest["id"], latest["kind"], latest["created_at"])
+            )
     return gate
 
 

@@ -24,7 +24,13 @@ from reaper.core.canonical import canonical_payload
 from reaper.core.domain import Action, ClaimableHead, HeldLease, Verdict
 from reaper.errors import StoreUnavailable
 from reaper.jobqueue import ledger
-from reaper.jobqueue.database import Connection, Database, PostgresError, is_row_failure
+from reaper.jobqueue.database import (
+    Connection,
+    Database,
+    PostgresError,
+    is_row_failure,
+    is_transient,
+)
 from reaper.jobqueue.port import LeaseMoves, MovesInterrupted
 from reaper.jobqueue.rules import (
     DELIVERY_EXHAUSTED_CHOICES,
@@ -53,6 +59,9 @@ LEASE_BATCH_SIZE: Final = 2500
 #: both of a small machine's cores busy. Lanes are safe together for the reasons several
 #: reapers are: SKIP LOCKED rows, re-checked guards, streams locked in order.
 LEASE_LANES: Final = 2
+
+#: How often a batch that met a deadlock (or a serialization failure) is tried again as it is.
+_DEADLOCK_ATTEMPTS: Final = 3
 
 _DELIVERY_EXHAUSTED_CHOICES_JSON: Final = json.dumps(list(DELIVERY_EXHAUSTED_CHOICES))
 
@@ -191,15 +200,20 @@ async def _move_or_split(
     progress: _Progress,
 ) -> dict[UUID, str]:
     """Move ``start:stop``; if a row spoils it, halve and retry until the bad row is alone,
-    then name it in ``failed``."""
-    try:
-        return await _move_leases(conn, moves, start, stop, now)
-    except PostgresError as exc:
-        if not is_row_failure(exc):
-            raise
-        if stop - start == 1:
-            progress.failed.append((moves.job_ids[start], db.row_reason(exc)))
-            return {}
+    then name it in ``failed``. A deadlock with another writer (the host's, waiting on an event
+    this batch holds) is no row's fault: the batch is tried again as it is."""
+    for attempt in range(_DEADLOCK_ATTEMPTS):
+        try:
+            return await _move_leases(conn, moves, start, stop, now)
+        except PostgresError as exc:
+            if not is_row_failure(exc):
+                raise
+            if is_transient(exc) and attempt + 1 < _DEADLOCK_ATTEMPTS:
+                continue
+            if stop - start == 1:
+                progress.failed.append((moves.job_ids[start], db.row_reason(exc)))
+                return {}
+            break
     middle = (start + stop) // 2
     moved = await _move_or_split(db, conn, moves, start, middle, now, progress)
     moved.update(await _move_or_split(db, conn, moves, middle, stop, now, progress))
@@ -214,20 +228,14 @@ async def _move_leases(
     transaction = conn.transaction()
     await transaction.start()
     try:
+        await ledger.lock_streams(conn, moves.projects[start:stop])
         row = await conn.fetchrow(QUERIES["move_leases"], *moves.args(start, stop, now))
+        if row["unwritten"]:
+            # a host writer took those events' numbers first: they go after its events
+            events = [moves.event(start + i - 1) for i in row["unwritten"]]
+            await ledger.append(conn, events, now, locked=True)
         job_ids = moves.job_ids[start:stop]
         moved = set(job_ids if row["moved"] is None else row["moved"])
-        if moved:
-            # the guard held the project as read, so each event goes on the stream read
-            await ledger.append(
-                conn,
-                [
-                    ledger.Event(moves.projects[i], moves.payloads[i], moves.digests[i], True)
-                    for i, job_id in enumerate(job_ids, start)
-                    if job_id in moved
-                ],
-                now,
-            )
     except BaseException:
         with contextlib.suppress(Exception):  # a dead connection rolls back on its own
             if not conn.is_closed():
@@ -246,8 +254,9 @@ async def _move_leases(
 
 @dataclass
 class _LeaseMoves:
-    """A batch of lease moves as the columns ``move_leases`` takes (one entry per job), and
-    each move's event: its canonical payload and digest, computed here, in Python."""
+    """A batch of lease moves as the columns ``move_leases`` takes (one entry per job),
+    each move's event among them: its canonical payload and digest, computed here, in
+    Python."""
 
     job_ids: list[UUID] = field(default_factory=list)
     projects: list[UUID] = field(default_factory=list)
@@ -263,6 +272,10 @@ class _LeaseMoves:
 
     def __len__(self) -> int:
         return len(self.job_ids)
+
+    def event(self, i: int) -> ledger.Event:
+        """The event of move ``i``, on its job's project stream."""
+        return ledger.Event(self.projects[i], self.payloads[i], self.digests[i], True)
 
     def args(self, start: int, stop: int, now: datetime) -> list[object]:
         """The parameters of ``move_leases`` for moves ``start:stop``."""
@@ -285,6 +298,8 @@ class _LeaseMoves:
             prompts,
             _DELIVERY_EXHAUSTED_CHOICES_JSON,
             self.projects[start:stop],
+            self.payloads[start:stop],
+            self.digests[start:stop],
         ]
 
 

@@ -1,15 +1,22 @@
-"""The ledger (SPEC §3): append-only ``QueueReaped`` events, gapless per stream.
+"""The ledger (SPEC §3, §10): append-only ``QueueReaped`` events, gapless per stream, on
+streams the host appends to as well.
 
-Events are appended inside the caller's transaction, so each move or park commits with its
-event or not at all. A stream's sequence numbers are reserved first (``allocate_seqs``: the
-stream rows stay locked until the caller commits), then the events go in with COPY, the
-cheapest way in.
+The reaper is never the only writer. An event's number is the stream's last number plus one,
+read from the ledger itself in the statement that inserts it: never from a counter of the
+reaper's own, which a host writing ``max(seq) + 1`` would leave behind. Reapers take turns on a
+stream (an advisory lock per stream, held until commit, taken in stream order). The host's
+writers do not take those locks: a number one of them takes between the read and the insert is
+left to it (``ON CONFLICT DO NOTHING``), and the event it would have had goes after it, in the
+same transaction. So an event is never lost, never numbered twice, never a failed row, and the
+stream stays gapless whoever wrote it. Events are appended inside the caller's transaction, so
+each move or park commits with its event or not at all.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections import Counter
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,14 +24,22 @@ from typing import Final
 from uuid import UUID
 
 from reaper.core.canonical import canonical_json, digest_of
-from reaper.core.domain import EVENT_KIND, LedgerEvent, Verdict
+from reaper.core.domain import LedgerEvent, Verdict
+from reaper.errors import StoreUnavailable
 from reaper.jobqueue.database import Connection
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["EVENT_COLUMNS", "Event", "append", "event_of", "stream"]
+__all__ = ["ROUNDS", "Event", "LedgerContention", "append", "event_of", "lock_streams", "stream"]
 
-#: The ``event`` columns written by COPY, in order.
-EVENT_COLUMNS: Final = ("project_id", "seq", "kind", "payload", "digest", "trusted", "created_at")
+#: How many rounds of appending one set of events may take before giving up. A round writes
+#: every event whose number no host writer took first; the rest go in the next round, after
+#: the host's. A host appending to the same streams in a tight loop costs a round or two
+#: (measured: tests/integration/test_shared_ledger.py).
+ROUNDS: Final = 50
+
+
+class LedgerContention(StoreUnavailable):
+    """Host writers took the numbers of some events in every one of ``ROUNDS`` rounds."""
 
 
 @dataclass(frozen=True)
@@ -43,29 +58,41 @@ def event_of(verdict: Verdict) -> Event:
     return Event(verdict.stream, canonical, digest_of(canonical), verdict.trusted)
 
 
-async def append(conn: Connection, events: Sequence[Event], now: datetime) -> None:
-    """Append ``events`` as ``QueueReaped``, in order, inside the caller's transaction."""
+async def lock_streams(conn: Connection, streams: Sequence[UUID]) -> None:
+    """Take this transaction's turn on ``streams`` among reapers (until commit)."""
+    await conn.fetchval(QUERIES["lock_streams"], sorted(set(streams)))
+
+
+async def append(
+    conn: Connection, events: Sequence[Event], now: datetime, *, locked: bool = False
+) -> None:
+    """Append ``events`` as ``QueueReaped`` inside the caller's transaction, in order but for
+    those whose numbers a host writer took first, which follow. ``locked``: the caller already
+    holds the streams' locks."""
     if not events:
         return
-    counts = Counter(event.stream for event in events)
-    streams = sorted(counts)
-    rows = await conn.fetch(QUERIES["allocate_seqs"], streams, [counts[s] for s in streams])
-    last = {r[0]: r[1] - counts[r[0]] for r in rows}
-    records = []
-    for event in events:
-        last[event.stream] += 1
-        records.append(
-            (
-                event.stream,
-                last[event.stream],
-                EVENT_KIND,
-                event.canonical,
-                event.digest,
-                event.trusted,
-                now,
-            )
+    if not locked:
+        await lock_streams(conn, [e.stream for e in events])
+    pending = list(events)
+    for round_ in range(ROUNDS):
+        unwritten = await conn.fetchval(
+            QUERIES["append_events"],
+            [e.stream for e in pending],
+            [e.canonical for e in pending],
+            [e.digest for e in pending],
+            [e.trusted for e in pending],
+            now,
         )
-    await conn.copy_records_to_table("event", records=records, columns=EVENT_COLUMNS)
+        if not unwritten:
+            return
+        pending = [pending[i - 1] for i in unwritten]
+        # the host's writer commits within moments; a short, growing, jittered pause keeps
+        # the next round from meeting it in step
+        await asyncio.sleep(random.uniform(0, 0.001 * (round_ + 1)))
+    raise LedgerContention(
+        f"host writers took the ledger's next numbers in each of {ROUNDS} rounds: "
+        f"{len(pending)} event(s) were not written, and nothing of this transaction was"
+    )
 
 
 async def stream(conn: Connection, project_id: UUID) -> list[LedgerEvent]:

@@ -13,9 +13,9 @@ and the database's own failures. Jobs are arranged with :meth:`add_job` and
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
 
 from reaper.core import dead_letters, sightings
@@ -50,6 +50,7 @@ from reaper.jobqueue.rules import (
     REPLAY_NEEDS_BROKER,
     check_lease_move,
     dead_letter_key,
+    not_the_latest,
     park_identity,
     park_prompt,
 )
@@ -79,7 +80,9 @@ class JobRow:
 class MemoryJobQueue:
     """The :class:`~reaper.jobqueue.port.JobQueue` port, in memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        #: The database's clock, as the double keeps it (tests pin it).
+        self.clock = clock
         self.jobs: dict[UUID, JobRow] = {}
         self.dependencies: set[tuple[UUID, UUID]] = set()
         self.gates: dict[UUID, Gate] = {}
@@ -96,6 +99,10 @@ class MemoryJobQueue:
 
     def add_dependency(self, job_id: UUID, depends_on: UUID) -> None:
         self.dependencies.add((job_id, depends_on))
+
+    async def database_now(self) -> datetime:
+        self._open()
+        return self.clock()
 
     # ----------------------------------------------------------------------- leases
 
@@ -355,6 +362,13 @@ class MemoryJobQueue:
         if choice not in gate.choices:
             offered = ", ".join(repr(c) for c in gate.choices) or "nothing"
             raise GateError(f"{choice!r} is not an answer gate {gate.id} offers: choose {offered}")
+        if gate.job_id is not None:
+            latest = max(
+                (g for g in self.gates.values() if g.job_id == gate.job_id),
+                key=lambda g: (g.created_at, str(g.id)),
+            )
+            if latest.id != gate.id:
+                raise GateError(not_the_latest(gate, latest.id, latest.kind, latest.created_at))
         return gate
 
     def _answer(self, gate: Gate, choice: str, now: datetime, answered_by: str | None) -> Gate:

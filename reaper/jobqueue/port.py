@@ -110,6 +110,11 @@ ReplaySender = Callable[[Gate, ParkedDeadLetter], Awaitable[None]]
 class JobQueue(Protocol):
     """The job queue's record and the ledger (SPEC §3)."""
 
+    async def database_now(self) -> datetime:
+        """The database's clock: every time the host wrote (a lease's expiry, ``run_after``, a
+        dependency's success) is compared with it, never with the reaper's own (SPEC §10)."""
+        ...
+
     async def expired_leases(
         self, now: datetime, grace_seconds: int, limit: int, project_id: UUID | None = None
     ) -> list[HeldLease]:

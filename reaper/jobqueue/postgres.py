@@ -33,6 +33,7 @@ from reaper.jobqueue.port import (
     ParkRules,
     ReplaySender,
 )
+from reaper.jobqueue.sql import QUERIES
 
 __all__ = ["PostgresStore"]
 
@@ -70,6 +71,11 @@ class PostgresStore:
     async def migrate(self) -> list[str]:
         """Apply the shipped migrations not yet applied; their names (empty: up to date)."""
         return await migrations.migrate(self.database)
+
+    async def database_now(self) -> datetime:
+        async with self.database.session("reading the database's clock") as conn:
+            now: datetime = await conn.fetchval(QUERIES["database_now"])
+        return now
 
     # ----------------------------------------------------------------------- leases
 

@@ -5,11 +5,12 @@ what a gate's answers do to its job, a dead letter's key. Shared by
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Final
+from uuid import UUID
 
 from reaper.core.dead_letters import GATE_CHOICES
-from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, Action, HeldLease, Verdict
+from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, Action, Gate, HeldLease, Verdict
 
 __all__ = [
     "DEAD_LETTER_DISMISS",
@@ -20,6 +21,7 @@ __all__ = [
     "REPLAY_NEEDS_BROKER",
     "check_lease_move",
     "dead_letter_key",
+    "not_the_latest",
     "park_identity",
     "park_prompt",
 ]
@@ -46,6 +48,17 @@ DEAD_LETTER_KEY_PREFIX: Final = "dead_letter:"
 def dead_letter_key(identity: str) -> str:
     """The job idempotency key and gate identity of the dead letter ``identity``."""
     return DEAD_LETTER_KEY_PREFIX + identity
+
+
+def not_the_latest(gate: Gate, newer: UUID, kind: str, raised: datetime) -> str:
+    """Why an answer to ``gate`` is refused when its job has a newer gate: an answer acts only
+    while the job waits behind the very gate answered (a stale answer must not reopen a job
+    parked for another reason)."""
+    return (
+        f"gate {gate.id} is not job {gate.job_id}'s latest gate: gate {newer} ({kind}, raised "
+        f"{raised.isoformat()}) is, and the job waits behind that one; answer it instead. "
+        "Nothing was written"
+    )
 
 
 def check_lease_move(verdict: Verdict) -> HeldLease:

@@ -31,6 +31,8 @@ MAX_LEASES_PER_PASS: Final = 20_000
 
 @dataclass(frozen=True)
 class JobQueueReading:
+    #: The database's clock when the reading began: the pass's ``now``.
+    now: datetime
     leases: tuple[HeldLease, ...]
     claimable: tuple[ClaimableHead, ...]
     #: Expired leases beyond this pass's bound.
@@ -61,15 +63,18 @@ class Reading:
 
 
 async def _read_job_queue(
-    store: JobQueue, settings: Settings, now: datetime, project_id: UUID | None
+    store: JobQueue, settings: Settings, project_id: UUID | None
 ) -> JobQueueReading:
     reap = settings.queue.reap
+    # The host stamps leases and run_after with its database's clock (or its workers' own):
+    # the database's clock decides, never the reaper's (SPEC §10).
+    now = await store.database_now()
     leases, claimable, expired = await asyncio.gather(
         store.expired_leases(now, reap.lease_grace_seconds, MAX_LEASES_PER_PASS, project_id),
         store.claimable_heads(now, frozenset(reap.known_phases), project_id),
         store.count_expired_leases(now, reap.lease_grace_seconds, project_id),
     )
-    return JobQueueReading(tuple(leases), tuple(claimable), max(0, expired - len(leases)))
+    return JobQueueReading(now, tuple(leases), tuple(claimable), max(0, expired - len(leases)))
 
 
 async def _read_broker(client: Broker, declared_consumer_timeout_ms: int) -> BrokerReading:
@@ -86,14 +91,13 @@ async def measure(
     settings: Settings,
     store: JobQueue | None,
     broker: Broker | None,
-    now: datetime,
     project_id: UUID | None,
     progress: Progress,
 ) -> Reading:
     """Read both sources at once; a failing one is named and read as unknown."""
     declared_ms = settings.queue.reap.consumer_timeout_seconds * 1000
     pg_read, broker_read = await asyncio.gather(
-        _read_job_queue(store, settings, now, project_id) if store else _nothing(),
+        _read_job_queue(store, settings, project_id) if store else _nothing(),
         _read_broker(broker, declared_ms) if broker else _nothing(),
         return_exceptions=True,
     )

@@ -8,8 +8,9 @@ cannot be read: that source is named in ``unreadable`` and nothing is concluded 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
 
@@ -42,6 +43,7 @@ async def run_pass(
     dry_run: bool = False,
     project_id: UUID | None = None,
     clock: Callable[[], datetime] = utcnow,
+    monotonic: Callable[[], float] = time.monotonic,
     store_error: str | None = None,
     broker_error: str | None = None,
     policies_dir: Path | None = None,
@@ -53,9 +55,12 @@ async def run_pass(
     queue, reconcile the policies, read and park dead letters, record sightings. Dead letters
     are read after reconciliation because their safety proof rests on the dead-letter policy
     being in force. A dry run judges, plans and reports the same, and writes nothing.
+
+    ``now`` is the database's clock, read once as the pass begins (``clock``, the reaper's
+    own, stands in only when the database cannot be read, and then nothing the host wrote is
+    judged); the report's times are that ``now`` and ``now`` plus the pass's duration.
     """
-    started = clock()
-    now = started
+    began = monotonic()
     progress = Progress()
     if store is None:
         progress.unreadable.append(
@@ -64,7 +69,8 @@ async def run_pass(
     if broker is None:
         progress.unreadable.append(Unreadable(Source.BROKER.value, broker_error or "not connected"))
 
-    reading = await measure(settings, store, broker, now, project_id, progress)
+    reading = await measure(settings, store, broker, project_id, progress)
+    now = reading.job_queue.now if reading.job_queue else clock()
     judgement = judge(reading.measurements(), settings.thresholds(), now)
     progress.notes.extend(judgement.notes)
     # The ledger lives in PostgreSQL: without it nothing is written, not even broker news.
@@ -107,8 +113,8 @@ async def run_pass(
 
     return PassResult(
         dry_run=dry_run,
-        started_at=started,
-        finished_at=clock(),
+        started_at=now,
+        finished_at=now + timedelta(seconds=monotonic() - began),
         broker=reading.broker.facts if reading.broker else None,
         verdicts=tuple(progress.verdicts),
         policies=tuple(policies),

@@ -40,6 +40,8 @@ class Subject(Protocol):
 
     async def row(self, job_id: uuid.UUID) -> Row: ...
 
+    async def update(self, job_id: uuid.UUID, **columns: object) -> None: ...
+
 
 @dataclass
 class OnPostgres:
@@ -60,6 +62,12 @@ class OnPostgres:
             job_id,
         )
         return Row(*r)
+
+    async def update(self, job_id: uuid.UUID, **columns: object) -> None:
+        sets = ", ".join(f"{name} = ${n}" for n, name in enumerate(columns, start=2))
+        await query(
+            self.dsn, f"UPDATE job SET {sets} WHERE id = $1 RETURNING id", job_id, *columns.values()
+        )
 
 
 @dataclass
@@ -92,6 +100,11 @@ class InMemory:
         return Row(
             j.state, j.attempts, j.run_after, j.lease_owner, j.lease_expires_at, j.finished_at
         )
+
+    async def update(self, job_id: uuid.UUID, **columns: object) -> None:
+        job = self.store.jobs[job_id]
+        for name, value in columns.items():
+            setattr(job, name, value)
 
 
 @pytest.fixture(params=["memory", "postgres"])

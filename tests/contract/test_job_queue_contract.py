@@ -317,3 +317,35 @@ async def test_a_dead_letter_gate_settles_its_job_by_its_answer(subject: Subject
     states = {str(j): (await subject.row(uuid.UUID(str(j)))).state for j in job_of}
     assert sorted(states.values()) == ["cancelled", "succeeded"]
     assert await store.parked_identities([kept.identity]) == {kept.identity}  # still parked
+
+
+async def test_a_gate_answers_only_while_its_job_waits_behind_it(subject: Subject) -> None:
+    project = uuid.uuid4()
+    poison = leased(project, attempts=7, max_attempts=7)
+    await subject.add(poison)
+    store = subject.store
+    await store.apply_lease_verdicts(
+        [lease_verdict(x) for x in await store.expired_leases(NOW, 0, 10)], NOW
+    )
+    [first] = await store.list_gates()
+    # an operator re-readies the job by hand; it is leased again and its holder dies again
+    later = NOW + timedelta(minutes=10)
+    await subject.update(
+        poison.id,
+        state="leased",
+        attempts=7,
+        lease_owner="worker-2",
+        lease_expires_at=later - timedelta(minutes=1),
+    )
+    await store.apply_lease_verdicts(
+        [lease_verdict(x, later) for x in await store.expired_leases(later, 0, 10)], later
+    )
+    second = next(g for g in await store.list_gates() if g.id != first.id)
+
+    with pytest.raises(GateError, match=f"gate {second.id} .* is, and the job waits behind"):
+        await store.answer_gate(first.id, "retry", later)
+
+    assert {g.id for g in await store.list_gates()} == {first.id, second.id}  # nothing written
+    assert (await subject.row(poison.id)).state == "awaiting_human"
+    await store.answer_gate(second.id, "retry", later)
+    assert (await subject.row(poison.id)).state == "ready"

@@ -357,10 +357,11 @@ async def _tamper(dsn: str, sql: str, *args: Any) -> str:
 TAMPERINGS: list[tuple[str, str, str]] = [
     (
         "a lease moved twice (a second event for its move)",
-        """WITH s AS (UPDATE ledger_stream SET last_seq = last_seq + 1
-                      WHERE project_id = (SELECT project_id FROM event
-                                          WHERE payload->>'action' = 'requeue' LIMIT 1)
-                      RETURNING project_id, last_seq)
+        """WITH s AS (SELECT p.project_id, (SELECT max(seq) FROM event AS x
+                                        WHERE x.project_id = p.project_id) + 1 AS last_seq
+                      FROM (SELECT (SELECT project_id FROM event
+                                    WHERE payload->>'action' = 'requeue' LIMIT 1)
+                                   AS project_id) AS p)
            INSERT INTO event (project_id, seq, kind, payload, digest, trusted, created_at)
            SELECT e.project_id, s.last_seq, e.kind, e.payload, e.digest, e.trusted, e.created_at
            FROM event AS e JOIN s USING (project_id)
@@ -389,10 +390,11 @@ TAMPERINGS: list[tuple[str, str, str]] = [
     ),
     (
         "a gap in a stream",
-        """WITH s AS (UPDATE ledger_stream SET last_seq = last_seq + 2
-                      WHERE project_id = (SELECT project_id FROM event
-                                          WHERE payload->>'action' = 'park' LIMIT 1)
-                      RETURNING project_id, last_seq)
+        """WITH s AS (SELECT p.project_id, (SELECT max(seq) FROM event AS x
+                                        WHERE x.project_id = p.project_id) + 2 AS last_seq
+                      FROM (SELECT (SELECT project_id FROM event
+                                    WHERE payload->>'action' = 'park' LIMIT 1)
+                                   AS project_id) AS p)
            INSERT INTO event (project_id, seq, kind, payload, digest, trusted, created_at)
            SELECT s.project_id, s.last_seq, 'QueueReaped', '{"action": "none"}', repeat('0', 64),
                   true, $1 FROM s RETURNING seq""",
@@ -400,9 +402,10 @@ TAMPERINGS: list[tuple[str, str, str]] = [
     ),
     (
         "a digest that is not its payload's",
-        """WITH s AS (UPDATE ledger_stream SET last_seq = last_seq + 1
-                      WHERE project_id = '00000000-0000-0000-0000-000000000000'
-                      RETURNING project_id, last_seq)
+        """WITH s AS (SELECT p.project_id, (SELECT max(seq) FROM event AS x
+                                        WHERE x.project_id = p.project_id) + 1 AS last_seq
+                      FROM (SELECT '00000000-0000-0000-0000-000000000000'::uuid
+                                   AS project_id) AS p)
            INSERT INTO event (project_id, seq, kind, payload, digest, trusted, created_at)
            SELECT s.project_id, s.last_seq, 'QueueReaped', e.payload, repeat('a', 64),
                   e.trusted, $1
@@ -416,9 +419,9 @@ TAMPERINGS: list[tuple[str, str, str]] = [
         """WITH e AS (SELECT project_id, payload, digest, trusted FROM event
                       WHERE payload->>'action' = 'surface'
                         AND payload->>'source' = 'job_queue' LIMIT 1),
-                s AS (UPDATE ledger_stream SET last_seq = last_seq + 1
-                      WHERE project_id = (SELECT project_id FROM e)
-                      RETURNING project_id, last_seq)
+                s AS (SELECT p.project_id, (SELECT max(seq) FROM event AS x
+                                        WHERE x.project_id = p.project_id) + 1 AS last_seq
+                      FROM (SELECT (SELECT project_id FROM e) AS project_id) AS p)
            INSERT INTO event (project_id, seq, kind, payload, digest, trusted, created_at)
            SELECT s.project_id, s.last_seq, 'QueueReaped', e.payload, e.digest, e.trusted, $1
            FROM e JOIN s USING (project_id) RETURNING seq""",
@@ -426,9 +429,10 @@ TAMPERINGS: list[tuple[str, str, str]] = [
     ),
     (
         "a dead letter parked twice (a second park event)",
-        """WITH s AS (UPDATE ledger_stream SET last_seq = last_seq + 1
-                      WHERE project_id = '00000000-0000-0000-0000-000000000000'
-                      RETURNING project_id, last_seq)
+        """WITH s AS (SELECT p.project_id, (SELECT max(seq) FROM event AS x
+                                        WHERE x.project_id = p.project_id) + 1 AS last_seq
+                      FROM (SELECT '00000000-0000-0000-0000-000000000000'::uuid
+                                   AS project_id) AS p)
            INSERT INTO event (project_id, seq, kind, payload, digest, trusted, created_at)
            SELECT s.project_id, s.last_seq, e.kind, e.payload, e.digest, e.trusted, $1
            FROM s, LATERAL (SELECT kind, payload, digest, trusted FROM event

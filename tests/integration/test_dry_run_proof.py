@@ -238,7 +238,6 @@ async def test_a_dry_run_writes_nothing_and_a_real_pass_would_act_on_everything(
         "database.rows.job",
         "database.rows.human_gate",
         "database.rows.event",
-        "database.rows.ledger_stream",
         "database.writes.job",
         "database.writes.event",
         "broker.definitions",

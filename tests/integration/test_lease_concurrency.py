@@ -88,11 +88,6 @@ async def test_eight_reapers_move_each_lease_once_with_one_event_each(pg_dsn: st
         seqs.setdefault(e["project_id"], []).append(e["seq"])
     for project, numbers in seqs.items():
         assert numbers == list(range(1, len(numbers) + 1)), f"gap in {project}"
-    streams = dict(
-        (r["project_id"], r["last_seq"])
-        for r in await query(pg_dsn, "SELECT project_id, last_seq FROM ledger_stream")
-    )
-    assert all(streams[p] == len(n) for p, n in seqs.items())
 
     states = Counter(r["state"] for r in await query(pg_dsn, "SELECT state FROM job"))
     assert states == Counter({"ready": LEASES - len(parked), "awaiting_human": len(parked)})

@@ -61,6 +61,7 @@ from invariants import (
 )
 from test_store_support import query
 
+from reaper.jobqueue.leases import LEASE_BATCH_SIZE
 from tests.conftest import BrokerUnderTest
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
@@ -178,6 +179,32 @@ def through(url_or_dsn: str, p: Proxy) -> str:
     netloc = parts.netloc.rsplit("@", 1)
     host = f"127.0.0.1:{p.port}"
     return parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host).geturl()
+
+
+class Committed:
+    """A ``cut_when`` for PostgreSQL: cuts at the first message the pass sends once at least
+    ``events`` of its lease moves have committed (watched from another connection: the moves
+    are prepared statements, whose text goes over the wire once per connection, so counting
+    statements cannot tell one batch from the next)."""
+
+    def __init__(self, dsn: str, events: int) -> None:
+        self.dsn, self.events, self.reached = dsn, events, False
+
+    def __call__(self, chunk: bytes) -> bool:
+        return self.reached
+
+    async def watch(self) -> None:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            while not self.reached:
+                moved = await conn.fetchval(
+                    "SELECT count(*) FROM event WHERE payload->>'source' = 'job_queue' "
+                    "AND payload->>'action' IN ('requeue', 'park')"
+                )
+                self.reached = moved >= self.events
+                await asyncio.sleep(0.005)
+        finally:
+            await conn.close()
 
 
 class Requests:
@@ -453,13 +480,19 @@ async def test_postgresql_sessions_terminated_mid_move(
 async def test_postgresql_gone_after_two_batches_of_moves(
     broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path
 ) -> None:
-    """Through a proxy that is cut (and refuses every later connection) when the pass sends
-    its third batch of events: PostgreSQL is gone for the rest of the pass. The batches that
+    """Through a proxy that is cut (and refuses every later connection) once two batches of
+    moves have committed: PostgreSQL is gone for the rest of the pass. The batches that
     committed are moved with their events, and the report must say so."""
     w = await make_world(broker, pg_dsn, tmp_path, leases=LEASES)
-    async with proxy(w.dsn, cut_when=Statements(b'COPY "event"', 3)) as p:
-        run = await run_reaper(w.env(dsn=through(w.dsn, p)), w.workdir)
-        assert p.cut, "the pass never reached its third batch of moves"
+    committed = Committed(w.dsn, 2 * LEASE_BATCH_SIZE)
+    watcher = asyncio.create_task(committed.watch())
+    try:
+        async with proxy(w.dsn, cut_when=committed) as p:
+            run = await run_reaper(w.env(dsn=through(w.dsn, p)), w.workdir)
+            assert p.cut, "the pass never committed two batches of moves"
+    finally:
+        committed.reached = True
+        await watcher
     print(run.describe())
     summary = await failing_pass_checks(w, run, "job_queue")
     assert 0 < summary.episodes_moved < LEASES, summary

@@ -4,6 +4,7 @@ raises into the worker."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,43 +14,29 @@ import pytest
 from reaper.broker.client import ManagementClient
 from reaper.config import load_config
 from reaper.edges.hook import QueueReaper
+from reaper.jobqueue.memory import MemoryJobQueue
 from reaper.reap.sources import Sources
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 class CountingStore:
-    """A job-queue source that counts every call made to it."""
+    """The in-memory job queue, counting every call the hook makes to it."""
 
     def __init__(self) -> None:
         self.calls = 0
+        self.inner = MemoryJobQueue(clock=lambda: NOW)
 
-    async def expired_leases(self, *args: Any, **kwargs: Any) -> list[Any]:
-        self.calls += 1
-        return []
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+        if name == "close" or not inspect.iscoroutinefunction(method):
+            return method
 
-    async def count_expired_leases(self, *args: Any, **kwargs: Any) -> int:
-        self.calls += 1
-        return 0
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return await method(*args, **kwargs)
 
-    async def claimable_heads(self, *args: Any, **kwargs: Any) -> list[Any]:
-        self.calls += 1
-        return []
-
-    async def apply_lease_verdicts(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        raise AssertionError("no lease to move")
-
-    async def record_sightings(self, *args: Any, **kwargs: Any) -> list[Any]:
-        self.calls += 1
-        return []
-
-    async def parked_identities(self, *args: Any, **kwargs: Any) -> set[str]:
-        self.calls += 1
-        return set()
-
-    async def close(self) -> None:
-        pass
+        return counted
 
 
 def overview_handler(request: httpx.Request) -> httpx.Response:

@@ -29,7 +29,7 @@ def settings() -> Settings:
 
 
 def world() -> tuple[MemoryJobQueue, dict[str, uuid.UUID], uuid.UUID]:
-    store = MemoryJobQueue()
+    store = MemoryJobQueue(clock=lambda: NOW)
     project = uuid.uuid4()
     jobs = {
         "expired": JobRow(
@@ -118,7 +118,7 @@ async def test_a_dry_run_judges_everything_and_writes_nothing() -> None:
 
 
 async def test_a_pass_parks_each_owned_dead_letter_once_and_never_reads_a_foreign_queue() -> None:
-    store = MemoryJobQueue()
+    store = MemoryJobQueue(clock=lambda: NOW)
     broker = FakeBroker()
     broker.declare("vibey.jobs.dead", "quorum")
     broker.put_letters("vibey.jobs.dead", [letter("m-1"), letter("m-2")])
@@ -155,6 +155,9 @@ async def test_the_ledger_unread_means_nothing_is_written_and_nothing_is_cleared
 
 class Interrupted(MemoryJobQueue):
     """Moves half of the leases, then the database goes away."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=lambda: NOW)
 
     async def apply_lease_verdicts(self, verdicts, now):  # type: ignore[no-untyped-def]
         done = await super().apply_lease_verdicts(verdicts[:1], now)
@@ -193,7 +196,7 @@ async def test_a_failed_row_is_named_in_the_json_report_as_in_the_human_one() ->
             assert lease is not None
             return LeaseMoves(failed=((lease.job_id, "a trigger said no (SQLSTATE P0001)"),))
 
-    store = Refusing()
+    store = Refusing(clock=lambda: NOW)
     job = store.add_job(
         JobRow(
             project_id=uuid.uuid4(),
@@ -218,7 +221,7 @@ async def test_a_failed_row_is_named_in_the_json_report_as_in_the_human_one() ->
 
 @pytest.mark.parametrize("dry_run", [False, True])
 async def test_a_pass_over_nothing_is_quiet(dry_run: bool) -> None:
-    store, broker = MemoryJobQueue(), FakeBroker()
+    store, broker = MemoryJobQueue(clock=lambda: NOW), FakeBroker()
     result = await run_pass(
         settings(), store=store, broker=broker, dry_run=dry_run, clock=lambda: NOW
     )

@@ -1,9 +1,11 @@
 -- Every query the reaper runs, each under a `-- name: NAME --` header and a one-line
--- description. Loaded by reaper/sql/__init__.py. No query reads the database's clock:
--- a query that depends on time takes `now` as its first parameter ($1), so tests pin it
--- (now() appears only as a column default). The one write that is not a query here is the
--- ledger's: events go in with COPY into event (project_id, seq, kind, payload, digest,
--- trusted, created_at), after allocate_seqs has reserved their numbers.
+-- description. Loaded by reaper/jobqueue/sql/__init__.py. Only database_now reads the
+-- database's clock: a pass reads it once, and every query that depends on time takes that
+-- `now` as a parameter, so tests pin it (now() appears otherwise only as a column default).
+
+-- name: database_now --
+-- The database's clock: what every time the host wrote is compared with.
+SELECT clock_timestamp();
 
 -- name: create_migration_table --
 -- The table recording which migration files have been applied.
@@ -75,7 +77,7 @@ CROSS JOIN LATERAL (
         WHERE jd.job_id = j.id
     ) AS d
     WHERE j.project_id = p.project_id AND j.state = 'ready' AND j.run_after <= $1::timestamptz
-      AND (cardinality($2::text[]) = 0 OR j.phase = ANY ($2::text[]))
+      AND (cardinality($2::text[]) = 0 OR j.phase::text = ANY ($2::text[]))
       AND d.all_succeeded IS NOT FALSE
     ORDER BY j.run_after, j.id
     LIMIT 1
@@ -92,7 +94,7 @@ CROSS JOIN LATERAL (
     WHERE j.project_id = p.project_id AND j.state = 'ready'
       AND j.run_after >= head.run_after AND j.run_after <= head.claimable_since
       AND j.run_after <= $1::timestamptz
-      AND (cardinality($2::text[]) = 0 OR j.phase = ANY ($2::text[]))
+      AND (cardinality($2::text[]) = 0 OR j.phase::text = ANY ($2::text[]))
       AND d.all_succeeded IS NOT FALSE
     ORDER BY greatest(j.run_after, d.last_success), j.run_after, j.id
     LIMIT 1
@@ -101,18 +103,25 @@ WHERE p.project_id IS NOT NULL
 ORDER BY p.project_id;
 
 -- name: move_leases --
--- Move a batch of expired leases that are still exactly as read. A row is moved only if it
--- is still leased, in the same project, by the same owner, with the same expiry and
--- attempts as read (a job finished, re-leased or extended since is left alone); rows
--- another reaper holds are skipped, never waited for. Requeue (every job not in $6): ready,
--- lease cleared, run_after = now. Park (the jobs in $6): awaiting_human, lease cleared, one
--- attempt refunded, and a delivery_exhausted gate raised once per episode (by identity,
--- $7). The caller appends each move's event in the same transaction. Returns one row: the
--- ids moved (NULL when every row of the batch moved, the usual case) and the ids parked.
+-- Move a batch of expired leases that are still exactly as read, each with its event, in one
+-- statement. A row is moved only if it is still leased, in the same project, by the same
+-- owner, with the same expiry and attempts as read (a job finished, re-leased or extended
+-- since is left alone); rows another reaper holds are skipped, never waited for. Requeue
+-- (every job not in $6): ready, lease cleared, run_after = now. Park (the jobs in $6):
+-- awaiting_human, lease cleared, one attempt refunded, and a delivery_exhausted gate raised
+-- once per episode (by identity, $7). Each move's event ($11 payload, $12 digest) goes on its
+-- project's stream after the last event there, whoever wrote it: the caller holds the
+-- streams' locks (lock_streams), so only the host's own writers can take a number first, and
+-- an event whose number was taken is not written here but named in `unwritten` for the caller
+-- to append, in the same transaction. Each state is set by a lone literal, so an enum state
+-- column takes it as it takes text. Returns one row: the ids moved (NULL when every row of the
+-- batch moved, the usual case), the ids parked, and the positions (1-based, in $2) of moves
+-- whose events are still to append (NULL when none, the usual case).
 WITH input AS (
     SELECT *
-    FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::int[], $10::uuid[])
-         AS i (job_id, lease_owner, lease_expires_at, attempts, project_id)
+    FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::int[], $10::uuid[],
+                $11::text[], $12::text[]) WITH ORDINALITY
+         AS i (job_id, lease_owner, lease_expires_at, attempts, project_id, payload, digest, ord)
 ),
 locked AS (
     SELECT j.ctid AS row_ctid
@@ -126,45 +135,116 @@ locked AS (
       AND j.lease_expires_at < $1::timestamptz
     FOR NO KEY UPDATE OF j SKIP LOCKED
 ),
-moved AS (
+requeued AS (
     UPDATE job AS j
-    SET state = CASE WHEN j.id = ANY ($6::uuid[]) THEN 'awaiting_human' ELSE 'ready' END,
-        attempts = CASE WHEN j.id = ANY ($6::uuid[]) THEN greatest(j.attempts - 1, 0)
-                        ELSE j.attempts END,
-        run_after = CASE WHEN j.id = ANY ($6::uuid[]) THEN j.run_after
-                         ELSE $1::timestamptz END,
+    SET state = 'ready',
+        run_after = $1::timestamptz,
         lease_owner = NULL,
         lease_expires_at = NULL,
         updated_at = $1::timestamptz
     FROM locked AS l
     WHERE j.ctid = l.row_ctid  -- the version just locked (a newer one is left: skipped)
-    RETURNING j.id, j.project_id, j.state = 'awaiting_human' AS parked
+      AND NOT j.id = ANY ($6::uuid[])
+    RETURNING j.id
+),
+parked AS (
+    UPDATE job AS j
+    SET state = 'awaiting_human',
+        attempts = greatest(j.attempts - 1, 0),
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        updated_at = $1::timestamptz
+    FROM locked AS l
+    WHERE j.ctid = l.row_ctid
+      AND j.id = ANY ($6::uuid[])
+    RETURNING j.id, j.project_id
 ),
 gates AS (
     INSERT INTO human_gate (project_id, job_id, kind, prompt, choices, identity, created_at)
     SELECT m.project_id, m.id, 'delivery_exhausted', p.prompt, $9::jsonb, p.identity,
            $1::timestamptz
-    FROM moved AS m
+    FROM parked AS m
     JOIN unnest($6::uuid[], $7::text[], $8::text[]) AS p (job_id, identity, prompt)
       ON p.job_id = m.id
-    WHERE m.parked
     ON CONFLICT (identity) WHERE identity IS NOT NULL DO NOTHING
+),
+moved AS (
+    SELECT id FROM requeued
+    UNION ALL
+    SELECT id FROM parked
+),
+numbered AS (
+    SELECT i.project_id, i.payload, i.digest, i.ord,
+           row_number() OVER (PARTITION BY i.project_id ORDER BY i.ord) AS n
+    FROM input AS i
+    JOIN moved AS m ON m.id = i.job_id
+),
+last_seqs AS (
+    SELECT s.project_id,
+           coalesce((SELECT max(e.seq) FROM event AS e WHERE e.project_id = s.project_id), 0)
+               AS last_seq
+    FROM (SELECT DISTINCT project_id FROM numbered) AS s
+),
+events AS (
+    INSERT INTO event (project_id, seq, kind, payload, digest, trusted, created_at)
+    SELECT nb.project_id, ls.last_seq + nb.n, 'QueueReaped', nb.payload::jsonb, nb.digest,
+           true, $1::timestamptz
+    FROM numbered AS nb
+    JOIN last_seqs AS ls USING (project_id)
+    ON CONFLICT DO NOTHING
+    RETURNING project_id, seq
 )
-SELECT CASE WHEN count(*) < cardinality($2::uuid[])
-            THEN coalesce(array_agg(id), '{}') END AS moved,
-       array_agg(id) FILTER (WHERE parked) AS parked
-FROM moved;
+SELECT CASE WHEN (SELECT count(*) FROM moved) < cardinality($2::uuid[])
+            THEN coalesce((SELECT array_agg(id) FROM moved), '{}') END AS moved,
+       (SELECT array_agg(id) FROM parked) AS parked,
+       (SELECT array_agg(nb.ord ORDER BY nb.ord)
+        FROM numbered AS nb
+        JOIN last_seqs AS ls USING (project_id)
+        WHERE NOT EXISTS (SELECT 1 FROM events AS e
+                          WHERE e.project_id = nb.project_id
+                            AND e.seq = ls.last_seq + nb.n)) AS unwritten;
 
--- name: allocate_seqs --
--- Reserve the next $3[i] sequence numbers of each stream $2[i], locking the streams in
--- project_id order (no deadlock between writers) until commit; returns each stream's new
--- last_seq. A rolled-back transaction gives its numbers back, so streams stay gapless.
-INSERT INTO ledger_stream AS s (project_id, last_seq)
-SELECT stream, n
-FROM unnest($1::uuid[], $2::bigint[]) AS a (stream, n)
-ORDER BY stream
-ON CONFLICT (project_id) DO UPDATE SET last_seq = s.last_seq + EXCLUDED.last_seq
-RETURNING s.project_id, s.last_seq;
+-- name: lock_streams --
+-- Take the transaction's advisory locks on ledger streams, in project_id order (no deadlock
+-- between reapers). Other reapers wait here; the host's writers do not take these locks, and
+-- a number one of them takes first is left to it: the event goes after it (append_events).
+SELECT count(pg_advisory_xact_lock(1818584167, hashtext(s::text)))
+FROM (SELECT DISTINCT s FROM unnest($1::uuid[]) AS u (s) ORDER BY s) AS sorted;
+
+-- name: append_events --
+-- Append QueueReaped events ($1 stream, $2 canonical payload, $3 digest, $4 trusted), in
+-- order, each stream continuing after its last event, whoever wrote it. The caller holds the
+-- streams' locks; an event whose number a host writer took first is not written: the
+-- positions (1-based) of those come back, for the caller to append again.
+WITH input AS (
+    SELECT *
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bool[]) WITH ORDINALITY
+         AS i (project_id, payload, digest, trusted, ord)
+),
+numbered AS (
+    SELECT i.*, row_number() OVER (PARTITION BY i.project_id ORDER BY i.ord) AS n
+    FROM input AS i
+),
+last_seqs AS (
+    SELECT s.project_id,
+           coalesce((SELECT max(e.seq) FROM event AS e WHERE e.project_id = s.project_id), 0)
+               AS last_seq
+    FROM (SELECT DISTINCT project_id FROM numbered) AS s
+),
+written AS (
+    INSERT INTO event (project_id, seq, kind, payload, digest, trusted, created_at)
+    SELECT nb.project_id, ls.last_seq + nb.n, 'QueueReaped', nb.payload::jsonb, nb.digest,
+           nb.trusted, $5::timestamptz
+    FROM numbered AS nb
+    JOIN last_seqs AS ls USING (project_id)
+    ON CONFLICT DO NOTHING
+    RETURNING project_id, seq
+)
+SELECT array_agg(nb.ord ORDER BY nb.ord) AS unwritten
+FROM numbered AS nb
+JOIN last_seqs AS ls USING (project_id)
+WHERE NOT EXISTS (SELECT 1 FROM written AS w
+                  WHERE w.project_id = nb.project_id AND w.seq = ls.last_seq + nb.n);
 
 -- name: lock_sightings --
 -- Take the transaction's advisory locks on sighting keys, in ascending order (no deadlock).
@@ -240,6 +320,14 @@ WHERE id = $2::uuid AND answered_at IS NULL
 RETURNING id, project_id, job_id, kind, prompt, choices::text AS choices, answer,
           answered_at, answered_by, identity, created_at;
 
+-- name: latest_gate_of_job --
+-- The job's latest gate, of any kind (the one it is parked behind, if it is parked).
+SELECT id, kind, created_at
+FROM human_gate
+WHERE job_id = $1::uuid
+ORDER BY created_at DESC, id DESC
+LIMIT 1;
+
 -- name: ready_parked_job --
 -- Re-ready a parked job for one more delivery, only if it is still awaiting a human.
 UPDATE job
@@ -313,8 +401,9 @@ JOIN job AS j ON j.id = d.job_id
 WHERE d.job_id = $1::uuid;
 
 -- name: settle_parked_job --
--- Settle a parked job ($3: cancelled or succeeded), only if it is still awaiting a human.
+-- Settle a parked job ($3: cancelled or succeeded), only if it is still awaiting a human. $3
+-- takes the state column's own type (text, or the host's enum).
 UPDATE job
-SET state = $3::text, finished_at = $1::timestamptz, updated_at = $1::timestamptz
+SET state = $3, finished_at = $1::timestamptz, updated_at = $1::timestamptz
 WHERE id = $2::uuid AND state = 'awaiting_human'
 RETURNING id;
