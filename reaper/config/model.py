@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from typing import Any, Final
+from typing import Any, Final, Literal
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
@@ -209,6 +209,12 @@ class QueueReapSettings(BaseModel):
     known_phases: list[str] = Field(
         default_factory=list,
         description="only jobs in these phases are claimable; empty: every phase",
+    )
+    dispatch: Literal["auto", "polling", "outbox"] = Field(
+        default="auto",
+        description="how the host hands ready work to its workers: polling the job table, or an "
+        "outbox a relay publishes to RabbitMQ (job.dispatch_seq, job_outbox); auto: as the "
+        "schema shows, at each pass",
     )
 
     @field_validator("owned_queue_pattern")

@@ -46,6 +46,17 @@ class Condition(StrEnum):
     STALE_READY = "stale_ready"
     DEAD_LETTER = "dead_letter"
     UNBOUNDED = "unbounded"
+    #: A ready job whose dispatch message was never sent (the host's outbox relay is down).
+    LOST_DISPATCH = "lost_dispatch"
+
+
+class Dispatch(StrEnum):
+    """How the host hands ready work to its workers (SPEC §3): its workers poll ``job``, or
+    each new dispatch episode bumps ``job.dispatch_seq`` and writes a ``job_outbox`` row that a
+    relay publishes to RabbitMQ (ADR-0044 §4)."""
+
+    POLLING = "polling"
+    OUTBOX = "outbox"
 
 
 class Action(StrEnum):
@@ -224,6 +235,18 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
+class UnsentDispatch:
+    """Per project, the oldest outbox row of a ready job's current dispatch episode that the
+    host's relay has not sent (outbox dispatch only)."""
+
+    project_id: UUID
+    job_id: UUID
+    kind: str
+    dispatch_seq: int
+    written_at: datetime
+
+
+@dataclass(frozen=True)
 class Measurements:
     """Everything one pass read. A source that could not be read is ``None`` (its list is
     not empty: it is unknown), so nothing is concluded from it."""
@@ -232,6 +255,8 @@ class Measurements:
     claimable: tuple[ClaimableHead, ...] | None = ()
     queues: tuple[QueueStats, ...] | None = ()
     broker: BrokerFacts | None = None
+    #: Unsent dispatches (outbox dispatch); empty when the host polls.
+    unsent: tuple[UnsentDispatch, ...] | None = ()
 
 
 # --------------------------------------------------------------------------- verdicts

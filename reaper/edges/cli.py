@@ -159,12 +159,14 @@ def _print_json(value: object) -> None:
 
 def _config_show(loaded: LoadedConfig, as_json: bool) -> int:
     values = show(loaded)
+    in_force, why = asyncio.run(commands.dispatch_of(loaded))
     if as_json:
         _print_json(
             {
                 "config_dir": str(loaded.config_dir) if loaded.config_dir else None,
                 "files": [str(f) for f in loaded.files],
                 "values": [{"key": v.key, "value": v.value, "origin": v.origin} for v in values],
+                "dispatch": {"in_force": in_force, "why": why},
             }
         )
         return EXIT_OK
@@ -175,6 +177,7 @@ def _config_show(loaded: LoadedConfig, as_json: bool) -> int:
     width = max((len(v.key) for v in values), default=0)
     for v in values:
         print(f"{v.key:<{width}}  {json.dumps(v.value, default=str):<24}  {v.origin}")
+    print(f"dispatch in force: {in_force or 'not known'} ({why})")
     return EXIT_OK
 
 

@@ -11,6 +11,7 @@ from typing import Final
 from uuid import UUID
 
 from reaper.config import LoadedConfig
+from reaper.core.domain import Dispatch
 from reaper.demo.run import run_demo
 from reaper.edges.gates import answer_gate
 from reaper.edges.hook import QueueReaper
@@ -20,6 +21,7 @@ from reaper.edges.serve import serve as serve_http
 from reaper.errors import ReaperError
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.policies.report import plan_json, plan_text
+from reaper.reap.dispatch import dispatch_in_force
 from reaper.reap.policies import policy_plan
 from reaper.reap.run import reap_once
 from reaper.reap.sources import open_sources
@@ -80,6 +82,25 @@ async def migrate(loaded: LoadedConfig) -> int:
     if not applied:
         print("schema is up to date: nothing to apply")
     return EXIT_OK
+
+
+async def dispatch_of(loaded: LoadedConfig) -> tuple[str | None, str]:
+    """The dispatch in force as the database shows it now (``reaper config show``): the mode,
+    or None when it cannot be told, and why."""
+    declared = loaded.settings.queue.reap.dispatch
+    if declared == "polling":
+        return Dispatch.POLLING.value, "declared (dispatch = polling)"
+    sources = await open_sources(loaded.settings, broker=False)
+    try:
+        if sources.store is None:
+            return None, f"dispatch = {declared}, and {sources.store_error}"
+        facts = await sources.store.database_facts()
+        found = dispatch_in_force(declared, facts.outbox_schema)
+        return found.mode.value, found.why
+    except ReaperError as exc:
+        return None, f"dispatch = {declared}, and {exc.reason}"
+    finally:
+        await sources.close()
 
 
 async def gates_list(loaded: LoadedConfig, *, as_json: bool, include_answered: bool) -> int:

@@ -25,9 +25,10 @@ from uuid import UUID
 
 from reaper.config import Settings
 from reaper.core.dead_letters import GATE_CHOICES, decoded_body, quote_untrusted, replay_decision
-from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, Gate
+from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, Dispatch, Gate
 from reaper.errors import BrokerUnavailable, GateError, StoreUnavailable
 from reaper.jobqueue.port import ParkedDeadLetter
+from reaper.reap.dispatch import dispatch_in_force
 from reaper.reap.sources import Sources
 
 __all__ = ["REPLAY_CONTENT_TYPE", "answer_gate", "replay_message_id"]
@@ -70,11 +71,16 @@ async def answer_gate(
     if store is None:
         reason = sources.store_error or "not connected"
         raise GateError(f"cannot answer gate {gate_id}: the store is unavailable ({reason})")
-    # The answer stamps run_after: the database's clock, as the host's claims read it.
-    now = clock() if clock is not None else await store.database_now()
+    # The answer stamps run_after: the database's clock, as the host's claims read it. A job
+    # made ready again where the host dispatches through an outbox starts a new episode.
+    facts = await store.database_facts()
+    now = clock() if clock is not None else facts.now
     if choice not in GATE_CHOICES:
-        gate = await store.answer_gate(gate_id, choice, now, answered_by=answered_by)
-        return _answered(gate)
+        dispatch = dispatch_in_force(settings.queue.reap.dispatch, facts.outbox_schema)
+        gate = await store.answer_gate(
+            gate_id, choice, now, answered_by=answered_by, dispatch=dispatch.mode
+        )
+        return _answered(gate, dispatch=dispatch.mode)
 
     reap = settings.queue.reap
     broker = sources.broker
@@ -136,11 +142,16 @@ async def answer_gate(
 
 
 def _answered(
-    gate: Gate, parked: ParkedDeadLetter | None = None, message_id: str | None = None
+    gate: Gate,
+    parked: ParkedDeadLetter | None = None,
+    message_id: str | None = None,
+    *,
+    dispatch: Dispatch = Dispatch.POLLING,
 ) -> str:
     head = f"gate {gate.id} ({gate.kind}) answered {gate.answer!r}"
     if gate.kind == GATE_DELIVERY_EXHAUSTED:
-        return f"{head}: job {gate.job_id} is ready for exactly one more delivery"
+        how = " at a new dispatch generation" if dispatch is Dispatch.OUTBOX else ""
+        return f"{head}: job {gate.job_id} is ready for exactly one more delivery{how}"
     if parked is None:
         return f"{head}: job {gate.job_id} settled; nothing was sent"
     letter = parked.letter

@@ -50,6 +50,11 @@ def to_json(result: PassResult) -> dict[str, object]:
         "started_at": _iso(result.started_at),
         "finished_at": _iso(result.finished_at),
         "broker": broker,
+        "dispatch": (
+            {"in_force": result.dispatch.mode.value, "why": result.dispatch.why}
+            if result.dispatch
+            else None
+        ),
         "verdicts": [verdict_json(r.verdict, r.recorded) for r in result.verdicts],
         "policies": [
             {
@@ -70,6 +75,7 @@ def to_json(result: PassResult) -> dict[str, object]:
                 "already_parked": d.already_parked,
                 "unread": d.unread,
                 "read_blocked": d.read_blocked,
+                "stale_pointers": d.stale_pointers,
             }
             for d in result.dead_letters
         ],
@@ -115,6 +121,8 @@ def render_text(result: PassResult) -> str:
     )
     if result.broker:
         lines.append(f"Broker:      {result.broker.product} {result.broker.version}")
+    if result.dispatch:
+        lines.append(f"Dispatch:    {result.dispatch.mode.value} ({result.dispatch.why})")
 
     problems = [p.line() for p in result.problems()]
     findings = [r for r in result.verdicts if r.verdict.action is Action.SURFACE]

@@ -16,11 +16,14 @@ from typing import Final
 from uuid import UUID
 
 from reaper.core import dead_letters
+from reaper.core.dead_letters import DispatchPointer
 from reaper.core.domain import (
     DEAD_LETTER_JOB_KIND,
     FLEET_PROJECT_ID,
     GATE_BUS_DEAD_LETTERED,
+    Action,
     DeadLetter,
+    Dispatch,
     Gate,
     Verdict,
 )
@@ -40,14 +43,16 @@ from reaper.jobqueue.rules import (
     DEAD_LETTER_KEY_PREFIX,
     DEAD_LETTER_REPLAY,
     DEAD_LETTER_SETTLED,
+    DELIVERY_EXHAUSTED_CHOICES,
     REPLAY_NEEDS_BROKER,
     dead_letter_key,
 )
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["answer_gate", "count_parked", "park", "parked_identities"]
+__all__ = ["answer_gate", "count_parked", "park", "park_pointers", "parked_identities"]
 
 _CHOICES_JSON: Final = json.dumps(list(dead_letters.GATE_CHOICES))
+_RETRY_JSON: Final = json.dumps(list(DELIVERY_EXHAUSTED_CHOICES))
 
 
 class _Refused(Exception):
@@ -60,17 +65,16 @@ async def parked_identities(db: Database, identities: Sequence[str]) -> set[str]
         return set()
     keys = sorted({dead_letter_key(i) for i in identities})
     async with db.session("reading parked dead letters") as conn:
-        rows = await conn.fetch(QUERIES["parked_dead_letters"], keys)
+        rows = await conn.fetch(QUERIES["parked_dead_letters"], keys, sorted(set(identities)))
     return {row["identity"].removeprefix(DEAD_LETTER_KEY_PREFIX) for row in rows}
 
 
 async def count_parked(db: Database, queue: str) -> int:
-    """How many dead letters read from ``queue`` are parked (answered or not: the broker's
-    copy stays either way), so a read knows how far to reach."""
+    """How many dead letters read from ``queue`` are handled (parked, answered or not, or
+    recorded as stale pointers: the broker's copy stays either way), so a read knows how far
+    to reach."""
     async with db.session("counting parked dead letters") as conn:
-        count = await conn.fetchval(
-            QUERIES["count_parked_dead_letters"], queue, GATE_BUS_DEAD_LETTERED
-        )
+        count = await conn.fetchval(QUERIES["count_parked_dead_letters"], queue)
     return int(count)
 
 
@@ -154,6 +158,89 @@ async def _park_one(
     return verdict
 
 
+async def park_pointers(
+    db: Database,
+    pointers: Sequence[tuple[DeadLetter, DispatchPointer]],
+    *,
+    now: datetime,
+    rules: ParkRules,
+) -> DeadLetterParks:
+    """Dead-lettered dispatch pointers (ADR-0044 §8), each once and in its own transaction:
+    park the job while it is still at the pointer's generation and ready (or its lease
+    expired), else record the pointer as stale, nothing moved; each with its event. A letter
+    handled before (by this call, an earlier pass or another reaper) writes nothing."""
+    parked: list[Verdict] = []
+    stale: list[Verdict] = []
+    already: list[str] = []
+    failed: list[tuple[str, str]] = []
+    async with db.session("parking dead-lettered dispatches") as conn:
+        for letter, pointer in pointers:
+            try:
+                verdict = await _park_pointer(conn, letter, pointer, now=now, rules=rules)
+            except PostgresError as exc:
+                if not is_row_failure(exc):
+                    raise
+                failed.append((letter.identity, db.row_reason(exc)))
+                continue
+            if verdict is None:
+                already.append(letter.identity)
+            elif verdict.action is Action.PARK:
+                parked.append(verdict)
+            else:
+                stale.append(verdict)
+    return DeadLetterParks(tuple(parked), tuple(already), tuple(failed), tuple(stale))
+
+
+async def _park_pointer(
+    conn: Connection,
+    letter: DeadLetter,
+    pointer: DispatchPointer,
+    *,
+    now: datetime,
+    rules: ParkRules,
+) -> Verdict | None:
+    kept = dead_letters.park_fields(letter)
+    async with conn.transaction():
+        row = await conn.fetchrow(
+            QUERIES["park_dispatch_pointer"],
+            now,
+            kept.identity,
+            kept.queue,
+            kept.message_id,
+            kept.origin_queue,
+            kept.reason,
+            kept.body,
+            kept.body_encoding,
+            kept.body_bytes,
+            kept.body_truncated,
+            kept.is_json_object,
+            pointer.job_id,
+            pointer.project_id,
+            pointer.dispatch_seq,
+            dead_letter_key(letter.identity),
+            dead_letters.pointer_prompt(letter, pointer),
+            _RETRY_JSON,
+        )
+        if not row["recorded"]:
+            return None
+        verdict = dead_letters.pointer_verdict(
+            letter,
+            pointer,
+            depth=rules.depth,
+            min_depth=rules.min_depth,
+            parked=row["parked"] is not None,
+            found=_as_found(row["state"], row["dispatch_seq"]),
+        )
+        await ledger.append(conn, [ledger.event_of(verdict)], now)
+    return verdict
+
+
+def _as_found(state: str | None, generation: int | None) -> str:
+    if state is None:
+        return "it points to does not exist (in that project)"
+    return f"is {state} at generation {generation}"
+
+
 async def answer_gate(
     db: Database,
     gate_id: UUID,
@@ -198,7 +285,7 @@ async def answer_gate(
                 DEAD_LETTER_SETTLED[DEAD_LETTER_REPLAY],
             )
         else:
-            await settle_dead_letter(conn, gate, choice, now)
+            await settle_dead_letter(conn, gate, choice, now, Dispatch.POLLING)
         return await record_answer(conn, gate_id, choice, now, answered_by), parked
 
 

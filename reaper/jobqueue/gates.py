@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Final
 from uuid import UUID
 
-from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Gate
+from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Dispatch, Gate
 from reaper.errors import GateError
 from reaper.jobqueue.database import Connection, Database, Record
 from reaper.jobqueue.rules import (
@@ -39,7 +39,7 @@ __all__ = [
 
 #: What answering a gate does beyond recording the answer: runs inside the answer's
 #: transaction, with the gate row locked.
-Answer = Callable[[Connection, Gate, str, datetime], Awaitable[None]]
+Answer = Callable[[Connection, Gate, str, datetime, Dispatch], Awaitable[None]]
 
 
 async def list_gates(db: Database, *, open_only: bool, kind: str | None) -> list[Gate]:
@@ -49,7 +49,13 @@ async def list_gates(db: Database, *, open_only: bool, kind: str | None) -> list
 
 
 async def answer_gate(
-    db: Database, gate_id: UUID, choice: str, now: datetime, *, answered_by: str | None
+    db: Database,
+    gate_id: UUID,
+    choice: str,
+    now: datetime,
+    *,
+    answered_by: str | None,
+    dispatch: Dispatch,
 ) -> Gate:
     """Answer a gate and do what the answer means for its kind (:data:`ANSWERS`), in one
     transaction. Raises :class:`GateError` for an unknown gate, one already answered, a
@@ -59,7 +65,7 @@ async def answer_gate(
         answer = ANSWERS.get(gate.kind)
         if answer is None:
             raise GateError(f"gate {gate.id} is a {gate.kind} gate: this store cannot answer it")
-        await answer(conn, gate, choice, now)
+        await answer(conn, gate, choice, now, dispatch)
         return await record_answer(conn, gate_id, choice, now, answered_by)
 
 
@@ -95,14 +101,22 @@ async def record_answer(
     return gate_of(await conn.fetchrow(QUERIES["answer_gate"], now, gate_id, choice, answered_by))
 
 
-async def _retry_delivery(conn: Connection, gate: Gate, choice: str, now: datetime) -> None:
+async def _retry_delivery(
+    conn: Connection, gate: Gate, choice: str, now: datetime, dispatch: Dispatch
+) -> None:
     # The attempt refunded at the park buys exactly one more delivery; a job no longer
-    # awaiting a human (cancelled meanwhile) is left as it is.
-    if gate.job_id is not None:
-        await conn.fetchval(QUERIES["ready_parked_job"], now, gate.job_id)
+    # awaiting a human (cancelled meanwhile) is left as it is. With outbox dispatch the job
+    # made ready starts a new dispatch episode: a worker receives it at a new generation.
+    if gate.job_id is None:
+        return
+    readied = await conn.fetchval(QUERIES["ready_parked_job"], now, gate.job_id)
+    if readied is not None and dispatch is Dispatch.OUTBOX:
+        await conn.fetch(QUERIES["dispatch_jobs"], now, [readied])
 
 
-async def settle_dead_letter(conn: Connection, gate: Gate, choice: str, now: datetime) -> None:
+async def settle_dead_letter(
+    conn: Connection, gate: Gate, choice: str, now: datetime, dispatch: Dispatch
+) -> None:
     """``dismiss`` settles the parked job (a job no longer awaiting a human is left as it
     is); ``replay`` needs the broker, so only ``dead_letters.answer_gate`` takes it."""
     if choice == DEAD_LETTER_REPLAY:

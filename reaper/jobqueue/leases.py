@@ -21,7 +21,7 @@ from typing import Final
 from uuid import UUID
 
 from reaper.core.canonical import canonical_payload
-from reaper.core.domain import Action, ClaimableHead, HeldLease, Verdict
+from reaper.core.domain import Action, ClaimableHead, Dispatch, HeldLease, UnsentDispatch, Verdict
 from reaper.errors import StoreUnavailable
 from reaper.jobqueue import ledger
 from reaper.jobqueue.database import (
@@ -90,6 +90,12 @@ async def claimable_heads(
     return [ClaimableHead(*r) for r in rows]  # likewise
 
 
+async def unsent_dispatches(db: Database, project_id: UUID | None) -> list[UnsentDispatch]:
+    async with db.session("reading unsent dispatches") as conn:
+        rows = await conn.fetch(QUERIES["unsent_dispatches"], project_id)
+    return [UnsentDispatch(*r) for r in rows]  # the query's columns are its fields
+
+
 # --------------------------------------------------------------------------- moves
 
 
@@ -130,7 +136,7 @@ class _CommitUnknown(Exception):
 
 
 async def apply_lease_verdicts(
-    db: Database, verdicts: Sequence[Verdict], now: datetime
+    db: Database, verdicts: Sequence[Verdict], now: datetime, dispatch: Dispatch
 ) -> LeaseMoves:
     """Requeue or park each lease verdict's job, if it is still as read, with its event.
 
@@ -139,9 +145,11 @@ async def apply_lease_verdicts(
     :data:`LEASE_BATCH_SIZE`, each one transaction (its moves, gates and events). A batch
     that fails on a row (a trigger raising, a constraint violated) is split in halves and
     retried down to single rows, so one bad row never blocks the rest: it is named in
-    ``failed``. Raises ``ValueError``, before writing anything, for a verdict that is not a
-    lease move, and :class:`MovesInterrupted` (carrying what had committed) when the
-    database goes away part-way.
+    ``failed``. With outbox dispatch, every job requeued also starts a new dispatch episode
+    in the same transaction (``dispatch_jobs``); a park writes no outbox row. Raises
+    ``ValueError``, before writing anything, for a verdict that is not a lease move, and
+    :class:`MovesInterrupted` (carrying what had committed) when the database goes away
+    part-way.
     """
     for verdict in verdicts:
         check_lease_move(verdict)
@@ -161,7 +169,7 @@ async def apply_lease_verdicts(
     try:
         async with db.seam("moving expired leases"):
             done = await asyncio.gather(
-                *(_move_lane(db, lane, now, progress) for lane in lanes if lane),
+                *(_move_lane(db, lane, now, dispatch, progress) for lane in lanes if lane),
                 return_exceptions=True,
             )
             for result in done:
@@ -177,11 +185,11 @@ async def apply_lease_verdicts(
 
 
 async def _move_lane(
-    db: Database, verdicts: list[Verdict], now: datetime, progress: _Progress
+    db: Database, verdicts: list[Verdict], now: datetime, dispatch: Dispatch, progress: _Progress
 ) -> None:
     async with db.connection() as conn:
         for start in range(0, len(verdicts), LEASE_BATCH_SIZE):
-            moves = _lease_moves(verdicts[start : start + LEASE_BATCH_SIZE])
+            moves = _lease_moves(verdicts[start : start + LEASE_BATCH_SIZE], dispatch)
             try:
                 moved = await _move_or_split(db, conn, moves, 0, len(moves), now, progress)
             except _CommitUnknown as exc:
@@ -236,6 +244,9 @@ async def _move_leases(
             await ledger.append(conn, events, now, locked=True)
         job_ids = moves.job_ids[start:stop]
         moved = set(job_ids if row["moved"] is None else row["moved"])
+        requeued = moved - set(row["parked"] or ())
+        if moves.dispatch is Dispatch.OUTBOX and requeued:
+            await conn.fetch(QUERIES["dispatch_jobs"], now, sorted(requeued))
     except BaseException:
         with contextlib.suppress(Exception):  # a dead connection rolls back on its own
             if not conn.is_closed():
@@ -265,6 +276,8 @@ class _LeaseMoves:
     attempts: list[int] = field(default_factory=list)
     payloads: list[str] = field(default_factory=list)
     digests: list[str] = field(default_factory=list)
+    #: How the host dispatches: with an outbox, each requeue starts a new dispatch episode.
+    dispatch: Dispatch = Dispatch.POLLING
     #: The jobs to park (the rest are requeued), each with its gate's identity and prompt.
     parks: list[UUID] = field(default_factory=list)
     gate_identities: list[str] = field(default_factory=list)
@@ -303,9 +316,9 @@ class _LeaseMoves:
         ]
 
 
-def _lease_moves(verdicts: Sequence[Verdict]) -> _LeaseMoves:
+def _lease_moves(verdicts: Sequence[Verdict], dispatch: Dispatch) -> _LeaseMoves:
     """The moves of checked lease verdicts, one job each."""
-    moves = _LeaseMoves()
+    moves = _LeaseMoves(dispatch=dispatch)
     sha256 = hashlib.sha256
     for verdict in verdicts:
         lease = check_lease_move(verdict)

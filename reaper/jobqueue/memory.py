@@ -7,19 +7,18 @@ expiry, same attempts), one event per move on a gapless stream, one gate per par
 sightings recorded once and cleared once, dead letters parked once by identity, gates that
 cannot be answered twice. What it does not model: concurrency between processes (it has none)
 and the database's own failures. Jobs are arranged with :meth:`add_job` and
-:meth:`add_dependency`.
+:meth:`add_dependency`; ``MemoryJobQueue(outbox=True)`` is a host that dispatches through an
+outbox (its tables: :mod:`reaper.jobqueue.memory_records`).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
 from reaper.core import dead_letters, sightings
-from reaper.core.canonical import canonical_json, digest_of
+from reaper.core.dead_letters import DispatchPointer
 from reaper.core.domain import (
     DEAD_LETTER_JOB_KIND,
     EVENT_KIND,
@@ -29,80 +28,59 @@ from reaper.core.domain import (
     Action,
     ClaimableHead,
     DeadLetter,
-    Gate,
+    Dispatch,
     HeldLease,
-    LedgerEvent,
     Source,
+    UnsentDispatch,
     Verdict,
 )
-from reaper.errors import GateError, StoreUnavailable
+from reaper.jobqueue.memory_records import JobRow, OutboxRow, Records
 from reaper.jobqueue.port import (
+    DatabaseFacts,
     DeadLetterParks,
     LeaseMoves,
     ParkedDeadLetter,
     ParkRules,
-    ReplaySender,
 )
 from reaper.jobqueue.rules import (
-    DEAD_LETTER_REPLAY,
-    DEAD_LETTER_SETTLED,
     DELIVERY_EXHAUSTED_CHOICES,
-    REPLAY_NEEDS_BROKER,
     check_lease_move,
     dead_letter_key,
-    not_the_latest,
     park_identity,
     park_prompt,
 )
 
-__all__ = ["JobRow", "MemoryJobQueue"]
+__all__ = ["JobRow", "MemoryJobQueue", "OutboxRow"]
 
 
-@dataclass(kw_only=True)
-class JobRow:
-    """The columns of a ``job`` row the reaper reads and writes (SPEC §3)."""
-
-    project_id: UUID
-    run_after: datetime
-    kind: str = "build"
-    state: str = "ready"
-    phase: str | None = None
-    attempts: int = 0
-    max_attempts: int = 7
-    lease_owner: str | None = None
-    lease_expires_at: datetime | None = None
-    finished_at: datetime | None = None
-    idempotency_key: str | None = None
-    updated_at: datetime | None = None
-    id: UUID = field(default_factory=uuid4)
-
-
-class MemoryJobQueue:
+class MemoryJobQueue(Records):
     """The :class:`~reaper.jobqueue.port.JobQueue` port, in memory."""
 
-    def __init__(self, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        #: The database's clock, as the double keeps it (tests pin it).
-        self.clock = clock
-        self.jobs: dict[UUID, JobRow] = {}
-        self.dependencies: set[tuple[UUID, UUID]] = set()
-        self.gates: dict[UUID, Gate] = {}
-        self.letters: dict[str, ParkedDeadLetter] = {}
-        self.ledger: dict[UUID, list[LedgerEvent]] = {}
-        self.closed = False
-
-    # ----------------------------------------------------------------------- arranging
-
-    def add_job(self, row: JobRow) -> UUID:
-        """Insert a job; its id."""
-        self.jobs[row.id] = row
-        return row.id
-
-    def add_dependency(self, job_id: UUID, depends_on: UUID) -> None:
-        self.dependencies.add((job_id, depends_on))
-
-    async def database_now(self) -> datetime:
+    async def database_facts(self) -> DatabaseFacts:
         self._open()
-        return self.clock()
+        return DatabaseFacts(self.clock(), self.outbox is not None)
+
+    async def unsent_dispatches(self, project_id: UUID | None = None) -> list[UnsentDispatch]:
+        self._open()
+        oldest: dict[UUID, UnsentDispatch] = {}
+        for row in self.outbox or ():
+            job = self.jobs.get(row.job_id)
+            if row.sent_at is not None or job is None or job.state != "ready":
+                continue
+            if row.key != f"dispatch:{job.id}:{job.dispatch_seq}":
+                continue  # an older episode's row
+            if project_id is not None and job.project_id != project_id:
+                continue
+            found = UnsentDispatch(
+                job.project_id, job.id, job.kind, job.dispatch_seq, row.created_at
+            )
+            kept = oldest.get(job.project_id)
+            if kept is None or (found.written_at, str(found.job_id)) < (
+                kept.written_at,
+                str(kept.job_id),
+            ):
+                oldest[job.project_id] = found
+        return [oldest[p] for p in sorted(oldest, key=str)]
 
     # ----------------------------------------------------------------------- leases
 
@@ -158,7 +136,9 @@ class MemoryJobQueue:
             for project, (since, _, _, row) in sorted(best.items(), key=lambda kv: str(kv[0]))
         ]
 
-    async def apply_lease_verdicts(self, verdicts: Sequence[Verdict], now: datetime) -> LeaseMoves:
+    async def apply_lease_verdicts(
+        self, verdicts: Sequence[Verdict], now: datetime, *, dispatch: Dispatch = Dispatch.POLLING
+    ) -> LeaseMoves:
         leases = [check_lease_move(v) for v in verdicts]
         self._open()
         requeued: list[UUID] = []
@@ -186,6 +166,8 @@ class MemoryJobQueue:
                 parked.append(lease.job_id)
             else:
                 job.state, job.run_after = "ready", now
+                if dispatch is Dispatch.OUTBOX:
+                    self._dispatch(job, now)
                 requeued.append(lease.job_id)
             self._append(lease.project_id, verdict.payload(), True, now)
         return LeaseMoves(tuple(requeued), tuple(parked), tuple(skipped))
@@ -227,17 +209,75 @@ class MemoryJobQueue:
 
     async def count_parked_dead_letters(self, queue: str) -> int:
         self._open()
-        raised = {g.identity for g in self.gates.values() if g.kind == GATE_BUS_DEAD_LETTERED}
-        return sum(
-            1
-            for identity, parked in self.letters.items()
-            if parked.letter.queue == queue and dead_letter_key(identity) in raised
-        )
+        return sum(1 for parked in self.letters.values() if parked.letter.queue == queue)
 
     async def parked_identities(self, identities: Sequence[str]) -> set[str]:
         self._open()
         raised = {g.identity for g in self.gates.values()}
-        return {i for i in identities if dead_letter_key(i) in raised}
+        return {i for i in identities if dead_letter_key(i) in raised or i in self.dispositions}
+
+    async def park_dispatch_pointers(
+        self,
+        pointers: Sequence[tuple[DeadLetter, DispatchPointer]],
+        *,
+        now: datetime,
+        rules: ParkRules,
+    ) -> DeadLetterParks:
+        self._open()
+        parked: list[Verdict] = []
+        stale: list[Verdict] = []
+        already: list[str] = []
+        for letter, pointer in pointers:
+            if letter.identity in self.dispositions:
+                already.append(letter.identity)
+                continue
+            job = self.jobs.get(pointer.job_id)
+            if job is not None and job.project_id != pointer.project_id:
+                job = None
+            current = (
+                job is not None
+                and job.dispatch_seq == pointer.dispatch_seq
+                and (
+                    job.state == "ready"
+                    or (
+                        job.state == "leased"
+                        and job.lease_expires_at is not None
+                        and job.lease_expires_at < now
+                    )
+                )
+            )
+            found = (
+                "it points to does not exist (in that project)"
+                if job is None
+                else f"is {job.state} at generation {job.dispatch_seq}"
+            )
+            if current and job is not None:
+                job.state, job.updated_at = "awaiting_human", now
+                job.lease_owner = job.lease_expires_at = None
+                self._raise_gate(
+                    job,
+                    GATE_DELIVERY_EXHAUSTED,
+                    dead_letters.pointer_prompt(letter, pointer),
+                    DELIVERY_EXHAUSTED_CHOICES,
+                    dead_letter_key(letter.identity),
+                    now,
+                )
+            kept = dead_letters.park_fields(letter)
+            self.letters[letter.identity] = ParkedDeadLetter(
+                kept, job.id if job is not None else uuid4(), now, job.state if job else "none"
+            )
+            self.dispositions[letter.identity] = "pointer_parked" if current else "stale_pointer"
+            verdict = dead_letters.pointer_verdict(
+                letter,
+                pointer,
+                depth=rules.depth,
+                min_depth=rules.min_depth,
+                parked=current,
+                found=found,
+            )
+            self._append(verdict.stream, verdict.payload(), verdict.trusted, now)
+            (parked if current else stale).append(verdict)
+        return DeadLetterParks(tuple(parked), tuple(already), (), tuple(stale))
 
     async def park_dead_letters(
         self, letters: Sequence[DeadLetter], *, now: datetime, rules: ParkRules
@@ -251,7 +291,7 @@ class MemoryJobQueue:
             if any(j.idempotency_key == key for j in self.jobs.values()):
                 already.append(letter.identity)
                 continue
-            if letter.identity in self.letters or any(
+            if letter.identity in self.dispositions or any(
                 g.identity == key for g in self.gates.values()
             ):
                 reason = (
@@ -271,6 +311,7 @@ class MemoryJobQueue:
             self.letters[letter.identity] = ParkedDeadLetter(
                 dead_letters.park_fields(letter), job_id, now, "awaiting_human"
             )
+            self.dispositions[letter.identity] = "parked"
             prompt = dead_letters.gate_prompt(
                 letter,
                 owned_queue_pattern=rules.owned_queue_pattern,
@@ -290,136 +331,6 @@ class MemoryJobQueue:
             self._append(verdict.stream, verdict.payload(), verdict.trusted, now)
             parked.append(verdict)
         return DeadLetterParks(tuple(parked), tuple(already), tuple(failed))
-
-    # ----------------------------------------------------------------------- gates
-
-    async def list_gates(self, *, open_only: bool = True, kind: str | None = None) -> list[Gate]:
-        self._open()
-        return sorted(
-            (
-                g
-                for g in self.gates.values()
-                if (not open_only or g.is_open) and (kind is None or g.kind == kind)
-            ),
-            key=lambda g: (g.created_at, str(g.id)),
-        )
-
-    async def answer_gate(
-        self, gate_id: UUID, choice: str, now: datetime, *, answered_by: str | None = None
-    ) -> Gate:
-        gate = self._gate_for_answer(gate_id, choice)
-        job = self.jobs.get(gate.job_id) if gate.job_id else None
-        if gate.kind == GATE_DELIVERY_EXHAUSTED:
-            if job is not None and job.state == "awaiting_human":
-                job.state, job.run_after, job.updated_at = "ready", now, now
-        elif gate.kind == GATE_BUS_DEAD_LETTERED:
-            if choice == DEAD_LETTER_REPLAY:
-                raise GateError(REPLAY_NEEDS_BROKER.format(gate=gate.id))
-            self._settle(job, DEAD_LETTER_SETTLED[choice], now)
-        else:
-            raise GateError(f"gate {gate.id} is a {gate.kind} gate: this store cannot answer it")
-        return self._answer(gate, choice, now, answered_by)
-
-    async def answer_dead_letter_gate(
-        self,
-        gate_id: UUID,
-        choice: str,
-        now: datetime,
-        *,
-        replay: ReplaySender | None = None,
-        answered_by: str | None = None,
-    ) -> tuple[Gate, ParkedDeadLetter | None]:
-        gate = self._gate_for_answer(gate_id, choice)
-        if gate.kind != GATE_BUS_DEAD_LETTERED:
-            raise GateError(
-                f"gate {gate.id} is a {gate.kind} gate, not a {GATE_BUS_DEAD_LETTERED} gate"
-            )
-        job = self.jobs.get(gate.job_id) if gate.job_id else None
-        parked = next((p for p in self.letters.values() if p.job_id == gate.job_id), None)
-        if parked is not None and job is not None:
-            parked = replace(parked, job_state=job.state)
-        if choice == DEAD_LETTER_REPLAY:
-            if replay is None:
-                raise GateError(REPLAY_NEEDS_BROKER.format(gate=gate.id))
-            if parked is None:
-                raise GateError(
-                    f"gate {gate.id}: its job keeps no dead letter, so there is nothing to replay"
-                )
-            await replay(gate, parked)
-        self._settle(job, DEAD_LETTER_SETTLED[choice], now)
-        return self._answer(gate, choice, now, answered_by), parked
-
-    def _gate_for_answer(self, gate_id: UUID, choice: str) -> Gate:
-        self._open()
-        gate = self.gates.get(gate_id)
-        if gate is None:
-            raise GateError(f"gate {gate_id} does not exist")
-        if gate.answered_at is not None:
-            raise GateError(
-                f"gate {gate.id} was already answered at {gate.answered_at.isoformat()} "
-                f"with {gate.answer!r}"
-            )
-        if choice not in gate.choices:
-            offered = ", ".join(repr(c) for c in gate.choices) or "nothing"
-            raise GateError(f"{choice!r} is not an answer gate {gate.id} offers: choose {offered}")
-        if gate.job_id is not None:
-            latest = max(
-                (g for g in self.gates.values() if g.job_id == gate.job_id),
-                key=lambda g: (g.created_at, str(g.id)),
-            )
-            if latest.id != gate.id:
-                raise GateError(not_the_latest(gate, latest.id, latest.kind, latest.created_at))
-        return gate
-
-    def _answer(self, gate: Gate, choice: str, now: datetime, answered_by: str | None) -> Gate:
-        answered = replace(gate, answer=choice, answered_at=now, answered_by=answered_by)
-        self.gates[gate.id] = answered
-        return answered
-
-    @staticmethod
-    def _settle(job: JobRow | None, state: str, now: datetime) -> None:
-        if job is not None and job.state == "awaiting_human":
-            job.state, job.finished_at, job.updated_at = state, now, now
-
-    def _raise_gate(
-        self,
-        job: JobRow,
-        kind: str,
-        prompt: str,
-        choices: Sequence[str],
-        identity: str,
-        now: datetime,
-    ) -> None:
-        if any(g.identity == identity for g in self.gates.values()):
-            return  # one gate per episode
-        gate = Gate(
-            uuid4(), job.project_id, job.id, kind, prompt, tuple(choices), None, None, identity, now
-        )
-        self.gates[gate.id] = gate
-
-    # ----------------------------------------------------------------------- ledger
-
-    async def events(self, project_id: UUID) -> list[LedgerEvent]:
-        self._open()
-        return list(self.ledger.get(project_id, ()))
-
-    def _append(
-        self, stream: UUID, payload: dict[str, object], trusted: bool, now: datetime
-    ) -> None:
-        events = self.ledger.setdefault(stream, [])
-        canonical = canonical_json(payload)
-        digest = digest_of(canonical)
-        stored = json.loads(canonical)  # as read back from the ledger
-        events.append(
-            LedgerEvent(stream, len(events) + 1, EVENT_KIND, stored, digest, trusted, now)
-        )
-
-    async def close(self) -> None:
-        self.closed = True
-
-    def _open(self) -> None:
-        if self.closed:
-            raise StoreUnavailable("the in-memory job queue is closed")
 
 
 def _still_as_read(job: JobRow, lease: HeldLease, now: datetime) -> bool:

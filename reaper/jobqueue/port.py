@@ -15,19 +15,22 @@ from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
-from reaper.core.dead_letters import ParkedLetter
+from reaper.core.dead_letters import DispatchPointer, ParkedLetter
 from reaper.core.domain import (
     ClaimableHead,
     DeadLetter,
+    Dispatch,
     Gate,
     HeldLease,
     LedgerEvent,
     Source,
+    UnsentDispatch,
     Verdict,
 )
 from reaper.errors import StoreUnavailable
 
 __all__ = [
+    "DatabaseFacts",
     "DeadLetterParks",
     "JobQueue",
     "LeaseMoves",
@@ -71,6 +74,17 @@ class MovesInterrupted(StoreUnavailable):
 
 
 @dataclass(frozen=True)
+class DatabaseFacts:
+    """What the pass learns of the database before it reads anything else."""
+
+    #: The database's clock: every time the host wrote (a lease's expiry, ``run_after``, a
+    #: dependency's success) is compared with it, never with the reaper's own (SPEC §10).
+    now: datetime
+    #: Whether the host's schema has ``job.dispatch_seq`` and ``job_outbox``.
+    outbox_schema: bool
+
+
+@dataclass(frozen=True)
 class DeadLetterParks:
     """What :meth:`JobQueue.park_dead_letters` did with the letters given."""
 
@@ -80,6 +94,9 @@ class DeadLetterParks:
     already_parked: tuple[str, ...] = ()
     #: Identities the database refused, each with the reason; each rolled back alone.
     failed: tuple[tuple[str, str], ...] = ()
+    #: Dispatch pointers recorded as stale (their job had moved on): nothing moved, each
+    #: recorded once, with its event.
+    stale: tuple[Verdict, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,9 +127,13 @@ ReplaySender = Callable[[Gate, ParkedDeadLetter], Awaitable[None]]
 class JobQueue(Protocol):
     """The job queue's record and the ledger (SPEC §3)."""
 
-    async def database_now(self) -> datetime:
-        """The database's clock: every time the host wrote (a lease's expiry, ``run_after``, a
-        dependency's success) is compared with it, never with the reaper's own (SPEC §10)."""
+    async def database_facts(self) -> DatabaseFacts:
+        """The database's clock, and whether the host's schema dispatches through an outbox."""
+        ...
+
+    async def unsent_dispatches(self, project_id: UUID | None = None) -> list[UnsentDispatch]:
+        """Per project, the oldest unsent outbox row of a ready job's current dispatch
+        episode (outbox dispatch only)."""
         ...
 
     async def expired_leases(
@@ -133,9 +154,12 @@ class JobQueue(Protocol):
         """Per project with ready work, the claimable job that has waited longest."""
         ...
 
-    async def apply_lease_verdicts(self, verdicts: Sequence[Verdict], now: datetime) -> LeaseMoves:
+    async def apply_lease_verdicts(
+        self, verdicts: Sequence[Verdict], now: datetime, *, dispatch: Dispatch = Dispatch.POLLING
+    ) -> LeaseMoves:
         """Requeue or park each lease verdict's job if it is still as read, each with its
-        event. Raises :class:`MovesInterrupted` when the database goes away part-way."""
+        event; with outbox dispatch a requeue also starts a new dispatch episode. Raises
+        :class:`MovesInterrupted` when the database goes away part-way."""
         ...
 
     async def record_sightings(
@@ -164,14 +188,33 @@ class JobQueue(Protocol):
         """Park each letter not parked yet, once, each with its gate and event."""
         ...
 
+    async def park_dispatch_pointers(
+        self,
+        pointers: Sequence[tuple[DeadLetter, DispatchPointer]],
+        *,
+        now: datetime,
+        rules: ParkRules,
+    ) -> DeadLetterParks:
+        """Dead-lettered dispatch pointers (outbox dispatch): park each one's job behind a
+        ``delivery_exhausted`` gate while it is still at that generation and ready (or its
+        lease expired), else record the pointer as stale; once per letter, with its event."""
+        ...
+
     async def list_gates(self, *, open_only: bool = True, kind: str | None = None) -> list[Gate]:
         """Gates, oldest first."""
         ...
 
     async def answer_gate(
-        self, gate_id: UUID, choice: str, now: datetime, *, answered_by: str | None = None
+        self,
+        gate_id: UUID,
+        choice: str,
+        now: datetime,
+        *,
+        answered_by: str | None = None,
+        dispatch: Dispatch = Dispatch.POLLING,
     ) -> Gate:
-        """Answer a gate and do what the answer means for its kind."""
+        """Answer a gate and do what the answer means for its kind (with outbox dispatch, a
+        job made ready again starts a new dispatch episode)."""
         ...
 
     async def answer_dead_letter_gate(

@@ -15,18 +15,22 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
+from reaper.core.dead_letters import DispatchPointer
 from reaper.core.domain import (
     ClaimableHead,
     DeadLetter,
+    Dispatch,
     Gate,
     HeldLease,
     LedgerEvent,
     Source,
+    UnsentDispatch,
     Verdict,
 )
 from reaper.jobqueue import dead_letters, gates, leases, ledger, migrations, sightings
 from reaper.jobqueue.database import Database
 from reaper.jobqueue.port import (
+    DatabaseFacts,
     DeadLetterParks,
     LeaseMoves,
     ParkedDeadLetter,
@@ -72,10 +76,14 @@ class PostgresStore:
         """Apply the shipped migrations not yet applied; their names (empty: up to date)."""
         return await migrations.migrate(self.database)
 
-    async def database_now(self) -> datetime:
+    async def database_facts(self) -> DatabaseFacts:
         async with self.database.session("reading the database's clock") as conn:
             now: datetime = await conn.fetchval(QUERIES["database_now"])
-        return now
+            outbox: bool = await conn.fetchval(QUERIES["dispatch_schema"])
+        return DatabaseFacts(now, outbox)
+
+    async def unsent_dispatches(self, project_id: UUID | None = None) -> list[UnsentDispatch]:
+        return await leases.unsent_dispatches(self.database, project_id)
 
     # ----------------------------------------------------------------------- leases
 
@@ -94,8 +102,10 @@ class PostgresStore:
     ) -> list[ClaimableHead]:
         return await leases.claimable_heads(self.database, now, known_phases, project_id)
 
-    async def apply_lease_verdicts(self, verdicts: Sequence[Verdict], now: datetime) -> LeaseMoves:
-        return await leases.apply_lease_verdicts(self.database, verdicts, now)
+    async def apply_lease_verdicts(
+        self, verdicts: Sequence[Verdict], now: datetime, *, dispatch: Dispatch = Dispatch.POLLING
+    ) -> LeaseMoves:
+        return await leases.apply_lease_verdicts(self.database, verdicts, now, dispatch)
 
     # ----------------------------------------------------------------------- sightings
 
@@ -124,15 +134,32 @@ class PostgresStore:
     ) -> DeadLetterParks:
         return await dead_letters.park(self.database, letters, now=now, rules=rules)
 
+    async def park_dispatch_pointers(
+        self,
+        pointers: Sequence[tuple[DeadLetter, DispatchPointer]],
+        *,
+        now: datetime,
+        rules: ParkRules,
+    ) -> DeadLetterParks:
+        return await dead_letters.park_pointers(self.database, pointers, now=now, rules=rules)
+
     # ----------------------------------------------------------------------- gates
 
     async def list_gates(self, *, open_only: bool = True, kind: str | None = None) -> list[Gate]:
         return await gates.list_gates(self.database, open_only=open_only, kind=kind)
 
     async def answer_gate(
-        self, gate_id: UUID, choice: str, now: datetime, *, answered_by: str | None = None
+        self,
+        gate_id: UUID,
+        choice: str,
+        now: datetime,
+        *,
+        answered_by: str | None = None,
+        dispatch: Dispatch = Dispatch.POLLING,
     ) -> Gate:
-        return await gates.answer_gate(self.database, gate_id, choice, now, answered_by=answered_by)
+        return await gates.answer_gate(
+            self.database, gate_id, choice, now, answered_by=answered_by, dispatch=dispatch
+        )
 
     async def answer_dead_letter_gate(
         self,

@@ -11,8 +11,9 @@ from datetime import datetime
 from reaper.broker.port import Broker
 from reaper.config import Settings
 from reaper.core import dead_letters
-from reaper.core.domain import Action, BrokerFacts, Verdict
-from reaper.jobqueue.port import JobQueue, ParkRules
+from reaper.core.dead_letters import DispatchPointer
+from reaper.core.domain import Action, BrokerFacts, DeadLetter, Dispatch, Verdict
+from reaper.jobqueue.port import DeadLetterParks, JobQueue, ParkRules
 from reaper.reap.progress import Progress, RowNotMoved
 
 __all__ = ["DeadLetterOutcome", "park_dead_letters"]
@@ -29,6 +30,9 @@ class DeadLetterOutcome:
     unread: int
     #: None when the queue was read safely, else why it was not read.
     read_blocked: str | None
+    #: Dead-lettered dispatch pointers recorded as stale this pass (outbox dispatch): their
+    #: job had moved on, so nothing was moved.
+    stale_pointers: int = 0
 
     @property
     def ok(self) -> bool:
@@ -46,6 +50,7 @@ class _Step:
     now: datetime
     dry_run: bool
     writable: bool
+    dispatch: Dispatch
 
 
 async def park_dead_letters(
@@ -58,11 +63,13 @@ async def park_dead_letters(
     now: datetime,
     dry_run: bool,
     writable: bool,
+    dispatch: Dispatch,
     progress: Progress,
 ) -> tuple[list[DeadLetterOutcome], list[Verdict]]:
     """Each owned dead-letter queue's outcome, and the dead-letter verdicts to surface (foreign
-    queues, and owned ones with letters not parked), for the sightings step."""
-    step = _Step(settings, broker, store, facts, now, dry_run, writable)
+    queues, and owned ones with letters not parked), for the sightings step. With outbox
+    dispatch a letter that is a dispatch pointer parks the job it points to instead."""
+    step = _Step(settings, broker, store, facts, now, dry_run, writable, dispatch)
     outcomes: list[DeadLetterOutcome] = []
     surfaced: list[Verdict] = []
     for verdict in verdicts:
@@ -132,15 +139,51 @@ async def _park_queue(step: _Step, name: str, progress: Progress) -> DeadLetterO
         owned_queue_pattern=reap.owned_queue_pattern,
         dead_letter_queue_pattern=reap.dead_letter_queue_pattern,
     )
-    parks = await progress.guarded(step.store.park_dead_letters(new, now=step.now, rules=rules))
-    if parks is None:
+    pointers, plain = _split_pointers(new, step.dispatch)
+    parks = await progress.guarded(step.store.park_dead_letters(plain, now=step.now, rules=rules))
+    pointer_parks = (
+        await progress.guarded(
+            step.store.park_dispatch_pointers(pointers, now=step.now, rules=rules)
+        )
+        if pointers
+        else DeadLetterParks()
+    )
+    if parks is None or pointer_parks is None:
         unread = dead_letters.unread_count(depth, letters, parked, ())
         return DeadLetterOutcome(name, depth, 0, already, unread, None)
-    progress.record(list(parks.parked), True)
+    recorded = [*parks.parked, *pointer_parks.parked, *pointer_parks.stale]
+    failed = [*parks.failed, *pointer_parks.failed]
+    progress.record(recorded, True)
     progress.not_moved.extend(
-        RowNotMoved(f"dead letter {identity}", reason) for identity, reason in parks.failed
+        RowNotMoved(f"dead letter {identity}", reason) for identity, reason in failed
     )
     # A letter that could not be parked is unread, never assumed parked.
-    unread = dead_letters.unread_count(depth, letters, parked, new) + len(parks.failed)
-    raced = len(parks.already_parked)  # parked by another reaper just now
-    return DeadLetterOutcome(name, depth, len(parks.parked), already + raced, unread, None)
+    unread = dead_letters.unread_count(depth, letters, parked, new) + len(failed)
+    raced = len(parks.already_parked) + len(pointer_parks.already_parked)  # another reaper's
+    return DeadLetterOutcome(
+        name,
+        depth,
+        len(recorded),
+        already + raced,
+        unread,
+        None,
+        stale_pointers=len(pointer_parks.stale),
+    )
+
+
+def _split_pointers(
+    letters: Sequence[DeadLetter], dispatch: Dispatch
+) -> tuple[list[tuple[DeadLetter, DispatchPointer]], list[DeadLetter]]:
+    """With outbox dispatch, the letters that are dispatch pointers (each with its pointer)
+    and the rest; otherwise every letter is a plain one."""
+    if dispatch is not Dispatch.OUTBOX:
+        return [], list(letters)
+    pointers: list[tuple[DeadLetter, DispatchPointer]] = []
+    plain: list[DeadLetter] = []
+    for letter in letters:
+        pointer = dead_letters.dispatch_pointer(letter)
+        if pointer is None:
+            plain.append(letter)
+        else:
+            pointers.append((letter, pointer))
+    return pointers, plain

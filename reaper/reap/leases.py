@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from reaper.core.domain import Verdict
+from reaper.core.domain import Dispatch, Verdict
 from reaper.jobqueue.port import JobQueue, LeaseMoves, MovesInterrupted
 from reaper.reap.progress import Progress, RecordedVerdict, RowNotMoved, Unreadable
 
@@ -13,16 +13,20 @@ __all__ = ["act_on_leases"]
 
 
 async def act_on_leases(
-    store: JobQueue | None, verdicts: Sequence[Verdict], now: datetime, progress: Progress
+    store: JobQueue | None,
+    verdicts: Sequence[Verdict],
+    now: datetime,
+    dispatch: Dispatch,
+    progress: Progress,
 ) -> None:
     """Move every lease verdict's job; ``store`` None (a dry run, or no ledger) only reports.
     A database that goes away part-way is named, and what had committed is still reported as
-    recorded."""
+    recorded. With outbox dispatch each requeue starts a new dispatch episode."""
     if store is None or not verdicts:
         progress.record(list(verdicts), False)
         return
     try:
-        moves = await store.apply_lease_verdicts(verdicts, now)
+        moves = await store.apply_lease_verdicts(verdicts, now, dispatch=dispatch)
     except MovesInterrupted as exc:
         progress.unreadable.append(Unreadable(exc.source, exc.reason))
         moves = exc.moves

@@ -14,12 +14,15 @@ from reaper.config import Settings
 from reaper.core.domain import (
     BrokerFacts,
     ClaimableHead,
+    Dispatch,
     HeldLease,
     Measurements,
     QueueStats,
     Source,
+    UnsentDispatch,
 )
 from reaper.jobqueue.port import JobQueue
+from reaper.reap.dispatch import DispatchInForce, dispatch_in_force
 from reaper.reap.progress import Progress, unreadable_from
 
 __all__ = ["MAX_LEASES_PER_PASS", "BrokerReading", "JobQueueReading", "Reading", "measure"]
@@ -33,10 +36,13 @@ MAX_LEASES_PER_PASS: Final = 20_000
 class JobQueueReading:
     #: The database's clock when the reading began: the pass's ``now``.
     now: datetime
+    dispatch: DispatchInForce
     leases: tuple[HeldLease, ...]
     claimable: tuple[ClaimableHead, ...]
     #: Expired leases beyond this pass's bound.
     remainder: int
+    #: Unsent dispatches (outbox dispatch only).
+    unsent: tuple[UnsentDispatch, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class Reading:
             claimable=jq.claimable if jq else None,
             queues=br.queues if br else None,
             broker=br.facts if br else None,
+            unsent=jq.unsent if jq else None,
         )
 
 
@@ -68,13 +75,23 @@ async def _read_job_queue(
     reap = settings.queue.reap
     # The host stamps leases and run_after with its database's clock (or its workers' own):
     # the database's clock decides, never the reaper's (SPEC §10).
-    now = await store.database_now()
-    leases, claimable, expired = await asyncio.gather(
+    facts = await store.database_facts()
+    now = facts.now
+    dispatch = dispatch_in_force(reap.dispatch, facts.outbox_schema)
+    leases, claimable, expired, unsent = await asyncio.gather(
         store.expired_leases(now, reap.lease_grace_seconds, MAX_LEASES_PER_PASS, project_id),
         store.claimable_heads(now, frozenset(reap.known_phases), project_id),
         store.count_expired_leases(now, reap.lease_grace_seconds, project_id),
+        store.unsent_dispatches(project_id) if dispatch.mode is Dispatch.OUTBOX else _none(),
     )
-    return JobQueueReading(now, tuple(leases), tuple(claimable), max(0, expired - len(leases)))
+    return JobQueueReading(
+        now,
+        dispatch,
+        tuple(leases),
+        tuple(claimable),
+        max(0, expired - len(leases)),
+        tuple(unsent),
+    )
 
 
 async def _read_broker(client: Broker, declared_consumer_timeout_ms: int) -> BrokerReading:
@@ -85,6 +102,10 @@ async def _read_broker(client: Broker, declared_consumer_timeout_ms: int) -> Bro
 
 async def _nothing() -> None:
     return None
+
+
+async def _none() -> list[UnsentDispatch]:
+    return []
 
 
 async def measure(

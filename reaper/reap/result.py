@@ -11,6 +11,7 @@ from uuid import UUID
 from reaper.core.domain import BrokerFacts, ClaimableHead, QueueStats
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.dispatch import DispatchInForce
 from reaper.reap.progress import RecordedVerdict, RowNotMoved, Unreadable
 
 __all__ = ["PassResult", "Problem"]
@@ -58,6 +59,8 @@ class PassResult:
     project_id: UUID | None = None
     #: What the pass meant to write and could not (or cannot know whether it did).
     not_moved: tuple[RowNotMoved, ...] = ()
+    #: How the host dispatches, as this pass found it (None: the job queue was not read).
+    dispatch: DispatchInForce | None = None
 
     @property
     def ok(self) -> bool:

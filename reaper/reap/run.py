@@ -16,7 +16,7 @@ from uuid import UUID
 
 from reaper.broker.port import Broker
 from reaper.config import Settings
-from reaper.core.domain import Action, Condition, Source, Verdict
+from reaper.core.domain import Action, Condition, Dispatch, Source, Verdict
 from reaper.core.judge import judge
 from reaper.jobqueue.port import JobQueue
 from reaper.policies.reconcile import PolicyOutcome
@@ -79,8 +79,10 @@ async def run_pass(
         progress.notes.append("the ledger (PostgreSQL) could not be read: nothing was written")
     ledger = store if writable else None
 
+    dispatch = reading.job_queue.dispatch if reading.job_queue else None
+    mode = dispatch.mode if dispatch else Dispatch.POLLING
     leases = [v for v in judgement.verdicts if v.lease is not None]
-    await act_on_leases(ledger, leases, now, progress)
+    await act_on_leases(ledger, leases, now, mode, progress)
 
     policies: list[PolicyOutcome] = []
     dead_letters: list[DeadLetterOutcome] = []
@@ -103,6 +105,7 @@ async def run_pass(
             now=now,
             dry_run=dry_run,
             writable=writable,
+            dispatch=mode,
             progress=progress,
         )
         surfaced += dead_surfaced
@@ -125,6 +128,7 @@ async def run_pass(
         claimable=reading.job_queue.claimable if reading.job_queue else (),
         project_id=project_id,
         not_moved=tuple(progress.not_moved),
+        dispatch=dispatch,
     )
 
 

@@ -4,6 +4,7 @@ jobs through :class:`Subject` so that the same words mean the same rows."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from reaper.jobqueue.memory import JobRow, MemoryJobQueue
 from reaper.jobqueue.port import JobQueue
 from reaper.jobqueue.postgres import PostgresStore
 from tests.conftest import cloned_database
+from tests.integration.host_schema import add_outbox_schema
 from tests.integration.test_store_support import Job, add_dependency, insert_jobs, query
 
 
@@ -31,6 +33,16 @@ class Row:
     finished_at: datetime | None
 
 
+@dataclass(frozen=True)
+class Outbox:
+    """What the contract checks of a job_outbox row."""
+
+    key: str
+    job_id: uuid.UUID
+    payload: dict[str, object]
+    sent: bool
+
+
 class Subject(Protocol):
     store: JobQueue
 
@@ -42,6 +54,10 @@ class Subject(Protocol):
 
     async def update(self, job_id: uuid.UUID, **columns: object) -> None: ...
 
+    async def generation(self, job_id: uuid.UUID) -> int: ...
+
+    async def outbox(self) -> list[Outbox]: ...
+
 
 @dataclass
 class OnPostgres:
@@ -50,6 +66,9 @@ class OnPostgres:
 
     async def add(self, *jobs: Job) -> None:
         await insert_jobs(self.dsn, jobs)
+        for job in jobs:
+            if job.dispatch_seq:
+                await self.update(job.id, dispatch_seq=job.dispatch_seq)
 
     async def depend(self, job_id: uuid.UUID, on: uuid.UUID) -> None:
         await add_dependency(self.dsn, job_id, on)
@@ -62,6 +81,16 @@ class OnPostgres:
             job_id,
         )
         return Row(*r)
+
+    async def generation(self, job_id: uuid.UUID) -> int:
+        [(seq,)] = await query(self.dsn, "SELECT dispatch_seq FROM job WHERE id = $1", job_id)
+        return int(seq)
+
+    async def outbox(self) -> list[Outbox]:
+        rows = await query(
+            self.dsn, "SELECT key, job_id, payload::text, sent_at FROM job_outbox ORDER BY id"
+        )
+        return [Outbox(r[0], r[1], json.loads(r[2]), r[3] is not None) for r in rows]
 
     async def update(self, job_id: uuid.UUID, **columns: object) -> None:
         sets = ", ".join(f"{name} = ${n}" for n, name in enumerate(columns, start=2))
@@ -89,6 +118,7 @@ class InMemory:
                     lease_owner=j.lease_owner,
                     lease_expires_at=j.lease_expires_at,
                     finished_at=j.finished_at,
+                    dispatch_seq=j.dispatch_seq,
                 )
             )
 
@@ -101,20 +131,48 @@ class InMemory:
             j.state, j.attempts, j.run_after, j.lease_owner, j.lease_expires_at, j.finished_at
         )
 
+    async def generation(self, job_id: uuid.UUID) -> int:
+        return self.store.jobs[job_id].dispatch_seq
+
+    async def outbox(self) -> list[Outbox]:
+        return [
+            Outbox(
+                row.key, row.job_id, json.loads(json.dumps(row.payload)), row.sent_at is not None
+            )
+            for row in self.store.outbox or ()
+        ]
+
     async def update(self, job_id: uuid.UUID, **columns: object) -> None:
         job = self.store.jobs[job_id]
         for name, value in columns.items():
             setattr(job, name, value)
 
 
-@pytest.fixture(params=["memory", "postgres"])
-async def subject(request: pytest.FixtureRequest, pg_template: str) -> AsyncIterator[Subject]:
-    if request.param == "memory":
-        yield InMemory(MemoryJobQueue())
+async def _subject(kind: str, template: str, *, outbox: bool) -> AsyncIterator[Subject]:
+    if kind == "memory":
+        yield InMemory(MemoryJobQueue(outbox=outbox))
         return
-    async with cloned_database(pg_template) as dsn:
+    async with cloned_database(template) as dsn:
+        if outbox:
+            await add_outbox_schema(dsn)
         store = await PostgresStore.connect(dsn)
         try:
             yield OnPostgres(store, dsn)
         finally:
             await store.close()
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def subject(request: pytest.FixtureRequest, pg_template: str) -> AsyncIterator[Subject]:
+    """A job queue whose host polls its job table."""
+    async for made in _subject(request.param, pg_template, outbox=False):
+        yield made
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def outbox_subject(
+    request: pytest.FixtureRequest, pg_template: str
+) -> AsyncIterator[Subject]:
+    """A job queue whose host dispatches through an outbox (SPEC §3)."""
+    async for made in _subject(request.param, pg_template, outbox=True):
+        yield made

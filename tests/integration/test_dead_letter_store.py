@@ -152,6 +152,7 @@ async def test_a_park_writes_a_job_its_letter_a_gate_and_one_untrusted_fleet_eve
         "body_bytes": 11,
         "body_truncated": False,
         "is_json_object": True,
+        "disposition": "parked",
         "parked_at": NOW,
     }
 

@@ -49,6 +49,8 @@ class Job:
     lease_expires_at: datetime | None = None
     finished_at: datetime | None = None
     id: uuid.UUID = field(default_factory=uuid.uuid4)
+    #: The dispatch generation; only where the host dispatches through an outbox.
+    dispatch_seq: int = 0
 
     def record(self) -> tuple[Any, ...]:
         return (

@@ -159,7 +159,7 @@ class Interrupted(MemoryJobQueue):
     def __init__(self) -> None:
         super().__init__(clock=lambda: NOW)
 
-    async def apply_lease_verdicts(self, verdicts, now):  # type: ignore[no-untyped-def]
+    async def apply_lease_verdicts(self, verdicts, now, **_):  # type: ignore[no-untyped-def]
         done = await super().apply_lease_verdicts(verdicts[:1], now)
         rest = tuple(v.lease.job_id for v in verdicts[1:] if v.lease is not None)
         raise MovesInterrupted("PostgreSQL went away", replace(done, unknown=rest))
@@ -191,7 +191,7 @@ async def test_moves_cut_short_are_reported_as_far_as_they_are_known() -> None:
 
 async def test_a_failed_row_is_named_in_the_json_report_as_in_the_human_one() -> None:
     class Refusing(MemoryJobQueue):
-        async def apply_lease_verdicts(self, verdicts, now):  # type: ignore[no-untyped-def]
+        async def apply_lease_verdicts(self, verdicts, now, **_):  # type: ignore[no-untyped-def]
             lease: HeldLease | None = verdicts[0].lease
             assert lease is not None
             return LeaseMoves(failed=((lease.job_id, "a trigger said no (SQLSTATE P0001)"),))

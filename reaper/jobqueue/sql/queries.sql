@@ -376,20 +376,23 @@ SELECT (SELECT id FROM parked_job) AS job_id,
        (SELECT id FROM gate) AS gate_id;
 
 -- name: parked_dead_letters --
--- Which of these gate identities (`dead_letter:<identity>`) are raised, answered or not:
--- across every project, since a dead letter's identity is global.
+-- Which of these dead letters ($1: their gate identities, `dead_letter:<identity>`; $2: the
+-- identities) are already handled: a gate raised, answered or not, or a dead_letter row
+-- (a stale dispatch pointer has no gate). Across every project: an identity is global.
 SELECT identity
 FROM human_gate
-WHERE identity = ANY ($1::text[]) AND identity IS NOT NULL;
+WHERE identity = ANY ($1::text[]) AND identity IS NOT NULL
+UNION
+SELECT 'dead_letter:' || identity
+FROM dead_letter
+WHERE identity = ANY ($2::text[]);
 
 -- name: count_parked_dead_letters --
--- How many dead letters read from this dead-letter queue are parked (a gate raised, answered
--- or not: the broker keeps its copy either way, so a read has to reach past them).
+-- How many dead letters read from this dead-letter queue are handled (parked, or recorded as a
+-- stale pointer): the broker keeps its copy either way, so a read has to reach past them.
 SELECT count(*)
-FROM dead_letter AS d
-WHERE d.queue = $1::text
-  AND EXISTS (SELECT 1 FROM human_gate AS g
-              WHERE g.identity = 'dead_letter:' || d.identity AND g.kind = $2::text);
+FROM dead_letter
+WHERE queue = $1::text;
 
 -- name: dead_letter_of_job --
 -- What a parked dead-letter job keeps of its letter, and the job's state.
@@ -398,7 +401,7 @@ SELECT d.identity, d.job_id, d.queue, d.message_id, d.origin_queue, d.reason, d.
        j.state AS job_state
 FROM dead_letter AS d
 JOIN job AS j ON j.id = d.job_id
-WHERE d.job_id = $1::uuid;
+WHERE d.job_id = $1::uuid AND d.disposition = 'parked';
 
 -- name: settle_parked_job --
 -- Settle a parked job ($3: cancelled or succeeded), only if it is still awaiting a human. $3
@@ -407,3 +410,104 @@ UPDATE job
 SET state = $3, finished_at = $1::timestamptz, updated_at = $1::timestamptz
 WHERE id = $2::uuid AND state = 'awaiting_human'
 RETURNING id;
+
+-- ----------------------------------------------------------------- outbox dispatch --
+-- SPEC §3, ADR-0044 §4: where the host dispatches through RabbitMQ, every transition that
+-- starts a new dispatch episode bumps job.dispatch_seq and writes one job_outbox row (key
+-- `dispatch:<job_id>:<dispatch_seq>`) in the same transaction; the host's relay publishes it.
+
+-- name: dispatch_schema --
+-- Whether the host's schema dispatches through an outbox: job.dispatch_seq and job_outbox.
+SELECT EXISTS (SELECT 1 FROM pg_attribute
+               WHERE attrelid = to_regclass('job') AND attname = 'dispatch_seq'
+                 AND NOT attisdropped)
+       AND to_regclass('job_outbox') IS NOT NULL;
+
+-- name: dispatch_jobs --
+-- Start a new dispatch episode for jobs just made ready ($2), in the caller's transaction:
+-- dispatch_seq + 1 and one outbox row each, carrying the dispatch body (vibey.job.dispatch/1,
+-- due at the job's run_after). Idempotent by the row's key. Returns the jobs dispatched.
+WITH bumped AS (
+    UPDATE job
+    SET dispatch_seq = dispatch_seq + 1
+    WHERE id = ANY ($2::uuid[])
+    RETURNING id, project_id, kind, dispatch_seq, run_after
+)
+INSERT INTO job_outbox (key, job_id, project_id, payload, not_before, created_at)
+SELECT 'dispatch:' || b.id || ':' || b.dispatch_seq, b.id, b.project_id,
+       jsonb_build_object('schema', 'vibey.job.dispatch/1', 'job_id', b.id,
+                          'project_id', b.project_id, 'dispatch_seq', b.dispatch_seq,
+                          'kind', b.kind, 'not_before', b.run_after),
+       b.run_after, $1::timestamptz
+FROM bumped AS b
+ON CONFLICT (key) DO NOTHING
+RETURNING job_id;
+
+-- name: unsent_dispatches --
+-- Per project, the oldest outbox row of a ready job's current episode that was never sent
+-- (the relay is down, or behind); optionally one project.
+SELECT DISTINCT ON (j.project_id) j.project_id, j.id, j.kind, j.dispatch_seq, o.created_at
+FROM job_outbox AS o
+JOIN job AS j ON j.id = o.job_id
+WHERE o.sent_at IS NULL
+  AND o.key = 'dispatch:' || j.id || ':' || j.dispatch_seq
+  AND j.state = 'ready'
+  AND ($1::uuid IS NULL OR j.project_id = $1::uuid)
+ORDER BY j.project_id, o.created_at, j.id;
+
+-- name: park_dispatch_pointer --
+-- A dead-lettered dispatch pointer (ADR-0044 §8), once: when the job it points to ($12, in
+-- project $13) is still at the pointer's generation ($14) and still ready or holding an
+-- expired lease, park it (awaiting_human, lease cleared) behind a delivery_exhausted gate
+-- ($15 identity `dead_letter:<identity>`, $16 prompt, $17 choices); otherwise the pointer is
+-- stale and nothing moves. Either way the letter's dead_letter row records it, once, by its
+-- identity ($2). Returns one row: whether the letter was recorded now, the job parked (NULL:
+-- none), and the job's state and generation as found (NULL: no such job).
+WITH job_row AS (
+    SELECT j.id, j.state::text AS state, j.dispatch_seq, j.lease_expires_at
+    FROM job AS j
+    WHERE j.id = $12::uuid AND j.project_id = $13::uuid
+    FOR NO KEY UPDATE
+),
+fresh AS (
+    SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM dead_letter WHERE identity = $2::text)
+),
+current AS (
+    SELECT r.id
+    FROM job_row AS r, fresh
+    WHERE r.dispatch_seq = $14::bigint
+      AND (r.state = 'ready' OR (r.state = 'leased' AND r.lease_expires_at < $1::timestamptz))
+),
+parked AS (
+    UPDATE job AS j
+    SET state = 'awaiting_human', lease_owner = NULL, lease_expires_at = NULL,
+        updated_at = $1::timestamptz
+    FROM current AS c
+    WHERE j.id = c.id
+    RETURNING j.id
+),
+letter AS (
+    INSERT INTO dead_letter (identity, job_id, queue, message_id, origin_queue, reason, body,
+                             body_encoding, body_bytes, body_truncated, is_json_object,
+                             parked_at, disposition)
+    SELECT $2::text, (SELECT id FROM job_row), $3::text, $4::text, $5::text, $6::text,
+           $7::text, $8::text, $9::bigint, $10::bool, $11::bool, $1::timestamptz,
+           CASE WHEN EXISTS (SELECT 1 FROM parked) THEN 'pointer_parked' ELSE 'stale_pointer'
+           END
+    FROM fresh
+    ON CONFLICT (identity) DO NOTHING
+    RETURNING identity
+),
+gate AS (
+    INSERT INTO human_gate (project_id, job_id, kind, prompt, choices, identity, created_at)
+    SELECT $13::uuid, p.id, 'delivery_exhausted', $16::text, $17::jsonb, $15::text,
+           $1::timestamptz
+    FROM parked AS p
+    ON CONFLICT (identity) WHERE identity IS NOT NULL DO NOTHING
+    RETURNING id
+)
+SELECT (SELECT identity FROM letter) IS NOT NULL AS recorded,
+       (SELECT id FROM parked) AS parked,
+       (SELECT id FROM gate) AS gate_id,
+       (SELECT state FROM job_row) AS state,
+       (SELECT dispatch_seq FROM job_row) AS dispatch_seq;

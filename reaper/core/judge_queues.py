@@ -1,0 +1,325 @@
+"""The judge's half for the broker: one queue against its thresholds (SPEC §1 (a)-(e) on the
+broker). Pure, like :mod:`reaper.core.judge`, which calls :func:`judge_queue` for each queue
+listed; the small value helpers both halves share are here too."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from reaper.core.bounds import (
+    POLICY_NOT_LISTED,
+    consumer_timeout_bound,
+    dead_letter_exchange_in_force,
+    delivery_limit_bound,
+    is_consumerless_queue,
+    is_dead_letter_queue,
+    is_owned_queue,
+    message_ttl_ms,
+)
+from reaper.core.domain import (
+    Action,
+    BrokerFacts,
+    Condition,
+    QueueStats,
+    Source,
+    Thresholds,
+    Unit,
+    Verdict,
+)
+from reaper.core.values import count, finite
+
+__all__ = ["ceil_seconds", "judge_queue", "num", "quote"]
+
+_MICROSECOND = timedelta(microseconds=1)
+
+#: Quoted names and values are cut here: a broker's queue names are not our words.
+_QUOTE_LIMIT = 200
+
+
+def judge_queue(
+    queue: QueueStats,
+    broker: BrokerFacts | None,
+    thresholds: Thresholds,
+    now_us: int,
+    notes: list[str],
+) -> Iterable[Verdict]:
+    owned = is_owned_queue(queue.name, thresholds)
+    dead_letter = is_dead_letter_queue(queue.name, thresholds)
+    found: list[Verdict] = []
+
+    unbounded: list[_Finding] = []
+    if owned:
+        if queue.counts_known:
+            timeout = _no_consumer_timeout(queue, broker, notes)
+            unbounded.extend([timeout] if timeout is not None else [])
+        unbounded.extend(_delivery_limit_findings(queue, broker, dead_letter, notes))
+    if unbounded:
+        first = unbounded[0]
+        found.append(
+            _queue_verdict(
+                queue,
+                Condition.UNBOUNDED,
+                Action.SURFACE,
+                measured=first.measured,
+                threshold=first.threshold,
+                unit=first.unit,
+                detail="; ".join(finding.detail for finding in unbounded),
+            )
+        )
+
+    if not queue.counts_known:
+        # Listed before its statistics arrived: the zeros are not a measurement.
+        notes.append(
+            f"queue {quote(queue.name)} is listed without statistics yet (a new queue); its "
+            "counts are not measured"
+        )
+        return found
+    unacked = count(queue.messages_unacknowledged)
+    if unacked > 0 and count(queue.consumers) == 0:
+        found.append(
+            _queue_verdict(
+                queue,
+                Condition.HOLDER_GONE,
+                Action.SURFACE,
+                measured=unacked,
+                threshold=0,
+                unit=Unit.MESSAGES,
+                detail=(
+                    f"{unacked} unacknowledged message(s) and no consumer: the holder is gone "
+                    "and the broker has not requeued its deliveries"
+                ),
+            )
+        )
+
+    if not dead_letter:
+        stale = _stale_ready(queue, thresholds, now_us, notes)
+        if stale is not None:
+            found.append(stale)
+    else:
+        depth = count(queue.messages_ready) + unacked
+        if depth >= thresholds.dead_letter_min_depth:
+            found.append(
+                _queue_verdict(
+                    queue,
+                    Condition.DEAD_LETTER,
+                    Action.PARK if owned else Action.SURFACE,
+                    measured=depth,
+                    threshold=thresholds.dead_letter_min_depth,
+                    unit=Unit.MESSAGES,
+                    detail=(
+                        f"{depth} dead letter(s), at or above dead_letter_min_depth "
+                        f"{thresholds.dead_letter_min_depth}: "
+                        + (
+                            "owned, park each as a bus.dead_letter job once reading is proven "
+                            "safe; never deleted"
+                            if owned
+                            else "foreign, surfaced only: never read, never touched"
+                        )
+                    ),
+                )
+            )
+    return found
+
+
+@dataclass(frozen=True)
+class _Finding:
+    measured: float | int | None
+    threshold: float | int | None
+    unit: Unit
+    detail: str
+
+
+def _no_consumer_timeout(
+    queue: QueueStats, broker: BrokerFacts | None, notes: list[str]
+) -> _Finding | None:
+    unacked = count(queue.messages_unacknowledged)
+    if unacked <= 0:
+        return None
+    bound = consumer_timeout_bound(queue, broker)
+    if not bound.known:
+        notes.append(
+            f"consumer timeout of queue {quote(queue.name)} not known ({bound.source}); not judged"
+        )
+        return None
+    if bound.value is not None:
+        return None
+    return _Finding(
+        unacked,
+        None,
+        Unit.MESSAGES,
+        f"{unacked} unacknowledged message(s) and no consumer timeout is in force (no "
+        f"consumer-timeout policy, no x-consumer-timeout argument, {bound.source}): a hung "
+        "handler holds them forever",
+    )
+
+
+def _delivery_limit_findings(
+    queue: QueueStats, broker: BrokerFacts | None, dead_letter: bool, notes: list[str]
+) -> list[_Finding]:
+    if queue.kind != "quorum":
+        return []  # a delivery limit binds only quorum queues
+    bound = delivery_limit_bound(queue, broker)
+    if not bound.known:
+        notes.append(
+            f"delivery limit of quorum queue {quote(queue.name)} not known ({bound.source}); "
+            "poison bound not judged"
+        )
+        return []
+    exchange = dead_letter_exchange_in_force(queue)
+    if exchange is None and bound.value is not None and not queue.policy_known:
+        notes.append(
+            f"dead-letter exchange of quorum queue {quote(queue.name)} not known "
+            f"({POLICY_NOT_LISTED}); poison bound not judged"
+        )
+        return []
+    if dead_letter:
+        if bound.value is None or exchange is not None:
+            return []
+        return [
+            _Finding(
+                bound.value,
+                None,
+                Unit.ATTEMPTS,
+                f"reads would drop: a delivery limit of {bound.value} ({bound.source}) is in "
+                "force on this dead-letter queue with no dead-letter exchange, and every "
+                "requeueing read spends one delivery; put the dead-letter policy in force "
+                "before reading",
+            )
+        ]
+    if bound.value is None:
+        return [
+            _Finding(
+                None,
+                None,
+                Unit.ATTEMPTS,
+                f"poison is unbounded: no delivery limit is in force ({bound.source}), so a "
+                "message that kills its handler is redelivered forever",
+            )
+        ]
+    if exchange is None:
+        return [
+            _Finding(
+                bound.value,
+                None,
+                Unit.ATTEMPTS,
+                f"a delivery limit of {bound.value} ({bound.source}) would drop, not "
+                "dead-letter: no dead-letter-exchange policy or x-dead-letter-exchange "
+                "argument is in force",
+            )
+        ]
+    return []
+
+
+def _stale_ready(
+    queue: QueueStats, thresholds: Thresholds, now_us: int, notes: list[str]
+) -> Verdict | None:
+    if count(queue.consumers) != 0 or count(queue.messages_ready) <= 0:
+        return None
+    timestamp = finite(queue.head_message_timestamp)
+    if timestamp is None:
+        # An unmeasurable age is not old; say where the broker cannot tell, never guess.
+        if queue.kind == "quorum":
+            notes.append(
+                f"head-message age of quorum queue {quote(queue.name)} is not reported by the "
+                "broker; stale-ready not measured"
+            )
+        elif queue.type is None:
+            notes.append(
+                f"head-message age of queue {quote(queue.name)} is not reported by the broker "
+                "(no queue type listed, as on LavinMQ); stale-ready not measured"
+            )
+        return None
+    age_us = now_us - math.floor(timestamp * 1_000_000)
+    if age_us == 0:
+        return None
+    if age_us < 0:
+        notes.append(
+            f"head-message timestamp of queue {quote(queue.name)} is in the future (a "
+            "publisher's clock, or a timestamp not in seconds); stale-ready not measured"
+        )
+        return None
+    age = -(-age_us // 1000) / 1000  # rounded up to the millisecond
+    if is_consumerless_queue(queue.name, thresholds):
+        ttl = message_ttl_ms(queue)
+        if ttl is None and not queue.policy_known:
+            notes.append(
+                f"message TTL of consumerless queue {quote(queue.name)} not known "
+                f"({POLICY_NOT_LISTED}); stale-ready not judged"
+            )
+            return None
+        if ttl is not None:
+            slack = thresholds.consumerless_slack_seconds
+            limit: float | int = num_value((ttl + slack * 1000) / 1000)
+            why = (
+                f"consumerless by design, judged against its message TTL of {ttl} ms plus "
+                f"{slack}s slack"
+            )
+        else:
+            limit = thresholds.stale_ready_seconds
+            why = (
+                "consumerless by design but no message TTL is in force, so judged against "
+                f"stale_ready_seconds {limit}"
+            )
+    else:
+        limit = thresholds.stale_ready_seconds
+        why = f"more than stale_ready_seconds {limit}"
+    if not age > limit:
+        return None
+    return _queue_verdict(
+        queue,
+        Condition.STALE_READY,
+        Action.SURFACE,
+        measured=age,
+        threshold=limit,
+        unit=Unit.SECONDS,
+        detail=f"head message waiting {num(age)}s with no consumer: {why}",
+    )
+
+
+def _queue_verdict(
+    queue: QueueStats,
+    condition: Condition,
+    action: Action,
+    *,
+    measured: float | int | None,
+    threshold: float | int | None,
+    unit: Unit,
+    detail: str,
+) -> Verdict:
+    return Verdict(
+        source=Source.BROKER,
+        object=queue.name,
+        condition=condition,
+        measured=measured,
+        threshold=threshold,
+        unit=unit,
+        action=action,
+        queue=queue.name,
+        detail=detail,
+        trusted=False,  # a broker's queue names are not our words
+    )
+
+
+# --------------------------------------------------------------------------- values
+
+
+def ceil_seconds(delta: timedelta) -> float:
+    """Seconds, rounded up to the millisecond: a measurement past its threshold by any amount
+    never reads as equal to it."""
+    return -(-(delta // _MICROSECOND) // 1000) / 1000
+
+
+def num_value(value: float) -> float | int:
+    return int(value) if value.is_integer() else value
+
+
+def num(value: float | int) -> str:
+    return str(num_value(float(value))) if isinstance(value, float) else str(value)
+
+
+def quote(text: str) -> str:
+    cut = text[:_QUOTE_LIMIT]
+    return repr(cut) + ("…" if len(text) > _QUOTE_LIMIT else "")

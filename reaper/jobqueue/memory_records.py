@@ -1,0 +1,271 @@
+"""The in-memory double's tables, and what it does with them whatever the method: arranging
+jobs, raising and answering gates, appending to the ledger, starting a dispatch episode. The
+port's methods are in :mod:`reaper.jobqueue.memory`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from uuid import UUID, uuid4
+
+from reaper.core.canonical import canonical_json, digest_of
+from reaper.core.dead_letters import DISPATCH_SCHEMA
+from reaper.core.domain import (
+    EVENT_KIND,
+    GATE_BUS_DEAD_LETTERED,
+    GATE_DELIVERY_EXHAUSTED,
+    Dispatch,
+    Gate,
+    LedgerEvent,
+)
+from reaper.errors import GateError, StoreUnavailable
+from reaper.jobqueue.port import ParkedDeadLetter, ReplaySender
+from reaper.jobqueue.rules import (
+    DEAD_LETTER_REPLAY,
+    DEAD_LETTER_SETTLED,
+    REPLAY_NEEDS_BROKER,
+    not_the_latest,
+)
+
+__all__ = ["JobRow", "OutboxRow", "Records"]
+
+
+@dataclass(kw_only=True)
+class JobRow:
+    """The columns of a ``job`` row the reaper reads and writes (SPEC §3)."""
+
+    project_id: UUID
+    run_after: datetime
+    kind: str = "build"
+    state: str = "ready"
+    phase: str | None = None
+    attempts: int = 0
+    max_attempts: int = 7
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    finished_at: datetime | None = None
+    idempotency_key: str | None = None
+    updated_at: datetime | None = None
+    #: The dispatch generation (outbox dispatch): 0, never dispatched.
+    dispatch_seq: int = 0
+    id: UUID = field(default_factory=uuid4)
+
+
+@dataclass(kw_only=True)
+class OutboxRow:
+    """A ``job_outbox`` row (SPEC §3): one dispatch episode, for the host's relay to publish."""
+
+    key: str
+    job_id: UUID
+    project_id: UUID
+    payload: dict[str, object]
+    not_before: datetime
+    created_at: datetime
+    sent_at: datetime | None = None
+
+
+class Records:
+    """The tables of the in-memory job queue (``jobs``, ``gates``, ``ledger``... as the
+    PostgreSQL contract names them) and the writes every method shares."""
+
+    def __init__(
+        self,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        *,
+        outbox: bool = False,
+    ) -> None:
+        #: The database's clock, as the double keeps it (tests pin it).
+        self.clock = clock
+        self.jobs: dict[UUID, JobRow] = {}
+        self.dependencies: set[tuple[UUID, UUID]] = set()
+        self.gates: dict[UUID, Gate] = {}
+        #: Handled dead letters by identity, and what became of each: parked, pointer_parked,
+        #: stale_pointer (the dead_letter table).
+        self.letters: dict[str, ParkedDeadLetter] = {}
+        self.dispositions: dict[str, str] = {}
+        self.ledger: dict[UUID, list[LedgerEvent]] = {}
+        #: ``job_outbox``, or None when the host's schema has none (polling dispatch).
+        self.outbox: list[OutboxRow] | None = [] if outbox else None
+        self.closed = False
+
+    def add_job(self, row: JobRow) -> UUID:
+        """Insert a job; its id."""
+        self.jobs[row.id] = row
+        return row.id
+
+    def add_dependency(self, job_id: UUID, depends_on: UUID) -> None:
+        self.dependencies.add((job_id, depends_on))
+
+    def _dispatch(self, job: JobRow, now: datetime) -> None:
+        """A new dispatch episode: the generation bumped, one outbox row (``dispatch_jobs``)."""
+        if self.outbox is None:
+            raise StoreUnavailable("outbox dispatch, but the in-memory schema has no job_outbox")
+        job.dispatch_seq += 1
+        key = f"dispatch:{job.id}:{job.dispatch_seq}"
+        if any(row.key == key for row in self.outbox):
+            return
+        payload: dict[str, object] = {
+            "schema": DISPATCH_SCHEMA,
+            "job_id": str(job.id),
+            "project_id": str(job.project_id),
+            "dispatch_seq": job.dispatch_seq,
+            "kind": job.kind,
+            "not_before": job.run_after.isoformat(),
+        }
+        self.outbox.append(
+            OutboxRow(
+                key=key,
+                job_id=job.id,
+                project_id=job.project_id,
+                payload=payload,
+                not_before=job.run_after,
+                created_at=now,
+            )
+        )
+
+    # ----------------------------------------------------------------------- gates
+
+    async def list_gates(self, *, open_only: bool = True, kind: str | None = None) -> list[Gate]:
+        self._open()
+        return sorted(
+            (
+                g
+                for g in self.gates.values()
+                if (not open_only or g.is_open) and (kind is None or g.kind == kind)
+            ),
+            key=lambda g: (g.created_at, str(g.id)),
+        )
+
+    async def answer_gate(
+        self,
+        gate_id: UUID,
+        choice: str,
+        now: datetime,
+        *,
+        answered_by: str | None = None,
+        dispatch: Dispatch = Dispatch.POLLING,
+    ) -> Gate:
+        gate = self._gate_for_answer(gate_id, choice)
+        job = self.jobs.get(gate.job_id) if gate.job_id else None
+        if gate.kind == GATE_DELIVERY_EXHAUSTED:
+            if job is not None and job.state == "awaiting_human":
+                job.state, job.run_after, job.updated_at = "ready", now, now
+                if dispatch is Dispatch.OUTBOX:
+                    self._dispatch(job, now)
+        elif gate.kind == GATE_BUS_DEAD_LETTERED:
+            if choice == DEAD_LETTER_REPLAY:
+                raise GateError(REPLAY_NEEDS_BROKER.format(gate=gate.id))
+            self._settle(job, DEAD_LETTER_SETTLED[choice], now)
+        else:
+            raise GateError(f"gate {gate.id} is a {gate.kind} gate: this store cannot answer it")
+        return self._answer(gate, choice, now, answered_by)
+
+    async def answer_dead_letter_gate(
+        self,
+        gate_id: UUID,
+        choice: str,
+        now: datetime,
+        *,
+        replay: ReplaySender | None = None,
+        answered_by: str | None = None,
+    ) -> tuple[Gate, ParkedDeadLetter | None]:
+        gate = self._gate_for_answer(gate_id, choice)
+        if gate.kind != GATE_BUS_DEAD_LETTERED:
+            raise GateError(
+                f"gate {gate.id} is a {gate.kind} gate, not a {GATE_BUS_DEAD_LETTERED} gate"
+            )
+        job = self.jobs.get(gate.job_id) if gate.job_id else None
+        parked = next(
+            (
+                p
+                for identity, p in self.letters.items()
+                if p.job_id == gate.job_id and self.dispositions.get(identity) == "parked"
+            ),
+            None,
+        )
+        if parked is not None and job is not None:
+            parked = replace(parked, job_state=job.state)
+        if choice == DEAD_LETTER_REPLAY:
+            if replay is None:
+                raise GateError(REPLAY_NEEDS_BROKER.format(gate=gate.id))
+            if parked is None:
+                raise GateError(
+                    f"gate {gate.id}: its job keeps no dead letter, so there is nothing to replay"
+                )
+            await replay(gate, parked)
+        self._settle(job, DEAD_LETTER_SETTLED[choice], now)
+        return self._answer(gate, choice, now, answered_by), parked
+
+    def _gate_for_answer(self, gate_id: UUID, choice: str) -> Gate:
+        self._open()
+        gate = self.gates.get(gate_id)
+        if gate is None:
+            raise GateError(f"gate {gate_id} does not exist")
+        if gate.answered_at is not None:
+            raise GateError(
+                f"gate {gate.id} was already answered at {gate.answered_at.isoformat()} "
+                f"with {gate.answer!r}"
+            )
+        if choice not in gate.choices:
+            offered = ", ".join(repr(c) for c in gate.choices) or "nothing"
+            raise GateError(f"{choice!r} is not an answer gate {gate.id} offers: choose {offered}")
+        if gate.job_id is not None:
+            latest = max(
+                (g for g in self.gates.values() if g.job_id == gate.job_id),
+                key=lambda g: (g.created_at, str(g.id)),
+            )
+            if latest.id != gate.id:
+                raise GateError(not_the_latest(gate, latest.id, latest.kind, latest.created_at))
+        return gate
+
+    def _answer(self, gate: Gate, choice: str, now: datetime, answered_by: str | None) -> Gate:
+        answered = replace(gate, answer=choice, answered_at=now, answered_by=answered_by)
+        self.gates[gate.id] = answered
+        return answered
+
+    @staticmethod
+    def _settle(job: JobRow | None, state: str, now: datetime) -> None:
+        if job is not None and job.state == "awaiting_human":
+            job.state, job.finished_at, job.updated_at = state, now, now
+
+    def _raise_gate(
+        self,
+        job: JobRow,
+        kind: str,
+        prompt: str,
+        choices: Sequence[str],
+        identity: str,
+        now: datetime,
+    ) -> None:
+        if any(g.identity == identity for g in self.gates.values()):
+            return  # one gate per episode
+        gate = Gate(
+            uuid4(), job.project_id, job.id, kind, prompt, tuple(choices), None, None, identity, now
+        )
+        self.gates[gate.id] = gate
+
+    # ----------------------------------------------------------------------- ledger
+
+    async def events(self, project_id: UUID) -> list[LedgerEvent]:
+        self._open()
+        return list(self.ledger.get(project_id, ()))
+
+    def _append(
+        self, stream: UUID, payload: dict[str, object], trusted: bool, now: datetime
+    ) -> None:
+        events = self.ledger.setdefault(stream, [])
+        canonical = canonical_json(payload)
+        digest = digest_of(canonical)
+        stored = json.loads(canonical)  # as read back from the ledger
+        events.append(
+            LedgerEvent(stream, len(events) + 1, EVENT_KIND, stored, digest, trusted, now)
+        )
+
+    async def close(self) -> None:
+        self.closed = True
+
+    def _open(self) -> None:
+        if self.closed:
+            raise StoreUnavailable("the in-memory job queue is closed")

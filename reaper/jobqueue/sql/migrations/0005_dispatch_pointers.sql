@@ -1,0 +1,14 @@
+-- Dead letters that were dispatch pointers (SPEC §3, outbox dispatch): a dead-lettered
+-- pointer parks the job it points to, or is recorded as stale; its dead_letter row says which.
+-- Such a row keeps the job it pointed to (a job may be dead-lettered again at a later
+-- generation), or none when that job does not exist. Only the reaper's own table changes.
+
+ALTER TABLE dead_letter ADD COLUMN IF NOT EXISTS disposition text NOT NULL DEFAULT 'parked'
+    CONSTRAINT dead_letter_disposition_known
+    CHECK (disposition IN ('parked', 'pointer_parked', 'stale_pointer'));
+
+ALTER TABLE dead_letter ALTER COLUMN job_id DROP NOT NULL;
+
+ALTER TABLE dead_letter DROP CONSTRAINT IF EXISTS dead_letter_job_id_key;
+
+CREATE INDEX IF NOT EXISTS dead_letter_job_idx ON dead_letter (job_id);
