@@ -27,6 +27,7 @@ __all__ = [
     "Record",
     "execute_once",
     "first_line",
+    "is_lock_timeout",
     "is_row_failure",
     "where",
 ]
@@ -86,17 +87,20 @@ class Database:
                 min_size=1,
                 max_size=database.pool_size,
                 timeout=CONNECT_TIMEOUT_SECONDS,
-                server_settings={
-                    "application_name": "queue-reaper",
-                    "statement_timeout": str(int(statement_timeout_seconds * 1000)),
-                    # a batch of moves carries each event's payload through sorts and CTEs:
-                    # keep them in memory rather than spilling to temporary files
-                    "work_mem": WORK_MEM,
-                    # short statements: compiling them would cost more than running them
-                    "jit": "off",
-                },
+                server_settings=database._server_settings(),
             )
         return database
+
+    def _server_settings(self) -> dict[str, str]:
+        return {
+            "application_name": "queue-reaper",
+            "statement_timeout": str(int(self.statement_timeout * 1000)),
+            # a batch of moves carries each event's payload through sorts and CTEs:
+            # keep them in memory rather than spilling to temporary files
+            "work_mem": WORK_MEM,
+            # short statements: compiling them would cost more than running them
+            "jit": "off",
+        }
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -118,6 +122,24 @@ class Database:
             raise StoreUnavailable(f"the store for {self.where} is closed")
         async with self._pool.acquire() as conn:
             yield conn
+
+    @contextlib.asynccontextmanager
+    async def dedicated(self, doing: str) -> AsyncIterator[Connection]:
+        """A connection of its own, outside the pool, closed afterwards, with every failure
+        inside turned into :class:`StoreUnavailable` (the migrator watches its own lock waits
+        from one, whatever the pool's size)."""
+        async with self.seam(doing):
+            conn = await asyncpg.connect(
+                self._dsn,
+                password=self.password,
+                timeout=CONNECT_TIMEOUT_SECONDS,
+                server_settings=self._server_settings(),
+            )
+            try:
+                yield conn
+            finally:
+                with contextlib.suppress(Exception):
+                    await conn.close()
 
     @contextlib.asynccontextmanager
     async def seam(self, doing: str) -> AsyncIterator[None]:
@@ -171,6 +193,11 @@ def is_row_failure(exc: BaseException) -> bool:
         return False
     sqlstate = str(getattr(exc, "sqlstate", "") or "")
     return sqlstate[:2] not in _STORE_FAILURE_CLASSES
+
+
+def is_lock_timeout(exc: BaseException) -> bool:
+    """Whether a statement gave up waiting for a lock (``lock_timeout``, SQLSTATE 55P03)."""
+    return isinstance(exc, asyncpg.LockNotAvailableError)
 
 
 def first_line(exc: BaseException) -> str:
