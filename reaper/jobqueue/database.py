@@ -27,6 +27,7 @@ __all__ = [
     "Record",
     "execute_once",
     "first_line",
+    "first_line_and_detail",
     "is_lock_timeout",
     "is_row_failure",
     "where",
@@ -203,6 +204,12 @@ def is_lock_timeout(exc: BaseException) -> bool:
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def first_line_and_detail(exc: BaseException) -> str:
+    """The server's message and, where it gave one, its DETAIL (which key is duplicated)."""
+    detail = getattr(exc, "detail", None)
+    return f"{first_line(exc)} ({detail})" if detail else first_line(exc)
 
 
 def _dsn_password(dsn: str) -> str | None:

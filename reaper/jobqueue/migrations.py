@@ -33,6 +33,7 @@ from reaper.jobqueue.database import (
     Database,
     PostgresError,
     first_line,
+    first_line_and_detail,
     is_lock_timeout,
     is_row_failure,
 )
@@ -329,7 +330,7 @@ class _Migrator:
             undone = await aftermath() if aftermath else ""
             what = self._what(doing, migration, statement())
             if not is_lock_timeout(failed):
-                head = f"{what} failed: {first_line(failed)}."
+                head = f"{what} failed: {first_line_and_detail(failed)}."
                 raise MigrationStopped(self._stopped(head, undone, done, blocked=False)) from None
             still: tuple[BlockingSession, ...] = ()
             if number < LOCK_ATTEMPTS:

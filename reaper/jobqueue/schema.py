@@ -38,6 +38,9 @@ __all__ = [
     "TriggerInPlace",
     "declared_functions",
     "declared_tables",
+    "drop_index",
+    "fleet_project_refusal",
+    "function_body",
     "plan",
     "plan_migration",
 ]

@@ -356,6 +356,35 @@ async def test_the_stop_message_on_the_command_line_names_the_blocker_and_no_pas
     assert "***" in cli.err
 
 
+async def test_a_concurrent_build_that_fails_leaves_no_index_behind(pg_dsn: str) -> None:
+    """Host rows that break a unique index: the build fails, its invalid index is dropped,
+    the migration is not recorded, and the message names the duplicated key."""
+    await execute(
+        pg_dsn,
+        "DROP INDEX job_project_idempotency_key_uq;"
+        " DELETE FROM reaper_migration WHERE name = '0001_job_queue';"
+        " INSERT INTO job (project_id, kind, idempotency_key)"
+        " SELECT '00000000-0000-4000-8000-000000000001', 'build', 'twice'"
+        " FROM generate_series(1, 2)",
+    )
+    before = await schema_and_records(pg_dsn)
+
+    with pytest.raises(MigrationStopped) as stopped:
+        await migrate(pg_dsn)
+
+    message = str(stopped.value)
+    assert "CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS job_project_idempotency_key_uq" in (
+        message
+    )
+    assert "(project_id, idempotency_key)=(00000000-0000-4000-8000-000000000001, twice)" in (
+        message
+    )
+    assert "invalid index job_project_idempotency_key_uq was dropped" in message
+    assert "0001_job_queue is not recorded" in message
+    assert await index_validity(pg_dsn, "job_project_idempotency_key_uq") is None
+    assert await schema_and_records(pg_dsn) == before
+
+
 # --------------------------------------------------------------------------- (c) invalid index
 
 
