@@ -80,3 +80,13 @@ class BrokerRefused(BrokerUnavailable):
 
 class GateError(ReaperError):
     """A gate answer cannot be taken (unknown gate, already answered, invalid choice)."""
+
+
+class MigrationStopped(ReaperError):
+    """``reaper db migrate`` stopped without changing anything half-way: a lock it needed was
+    held past its lock_timeout (``blocking_pids`` names who held it), a statement failed, or the
+    host's schema needs something done by hand. The message says which, and what was done."""
+
+    def __init__(self, message: str, blocking_pids: tuple[int, ...] = ()) -> None:
+        self.blocking_pids = blocking_pids
+        super().__init__(message)

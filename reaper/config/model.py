@@ -366,6 +366,19 @@ class DatabaseSettings(BaseModel):
         below="a statement needs time to run",
         above="a statement running over a day is a hung pass",
     )
+    lock_timeout_seconds: float = _bounded(
+        2.0,
+        ge=0.1,
+        le=30,
+        finite=True,
+        description="how long `reaper db migrate` waits for a lock on a live table before "
+        "it stops and names who holds it",
+        below="0 means no timeout at all to PostgreSQL (the migration would wait behind any "
+        "long transaction while the host's traffic queues behind it), and under 0.1 s the "
+        "ordinary churn of short transactions on a busy table would refuse every lock",
+        above="the host's traffic queues behind a migration waiting for its lock: more than "
+        "30 s of stalled claims is the outage this bound exists to prevent",
+    )
 
     @field_validator("dsn")
     @classmethod

@@ -41,11 +41,45 @@ examples:
   reaper reap --json             one real pass, the report as JSON (exit 0/1/2)
   reaper gates list              what waits for a person (poison jobs, dead letters)
   reaper gates answer GATE --choice retry
+  reaper db migrate --dry-run    the schema statements a migration would run, none run
   reaper policies plan           desired broker policies against what is in force
   reaper serve                   a pass every interval_seconds, /metrics on 127.0.0.1:9464
   reaper demo                    a realistic pass against the local services
 
 exit codes: 0 ok, 1 the pass ran but is not ok, 2 usage or configuration error
+"""
+
+
+MIGRATE_DESCRIPTION = """\
+Bring the reaper's schema up to date on a live database without stalling the host's traffic.
+
+It reads the catalog first and runs only what is missing: a table, a column, an index that
+is absent or invalid, a function or trigger that is not the shipped one. On a database whose
+schema is in place it takes no lock on any of the host's tables. Each migration is recorded
+in reaper_migration once every step of it is in place; migrators take turns on an advisory
+lock.
+
+lock_timeout: a statement that needs a lock on a live table (adding a column takes ACCESS
+  EXCLUSIVE, however briefly) waits for it at most [database] lock_timeout_seconds (default
+  2 s; REAPER_DATABASE__LOCK_TIMEOUT_SECONDS), because the host's traffic queues behind it
+  while it waits. A lock that cannot be had is tried again after a short pause, unless the
+  transaction holding it is still open: then the migration stops and names the blocking
+  session (pid, application_name, user, state, how long its transaction has been open, its
+  query) and exits 1. It changes nothing half-way: the transactional steps of one migration
+  run in one transaction, which is rolled back.
+
+CONCURRENTLY: indexes are built with CREATE INDEX CONCURRENTLY, outside a transaction, so
+  writes go on during the build. A build that is cut short drops the index it began, or
+  leaves it invalid (PostgreSQL does not use it); the next run drops and rebuilds an invalid
+  index.
+
+--dry-run: prints, as SQL, exactly the statements a run would execute now, with why each is
+  needed, and runs none (exit 0; exit 1 where a run would stop before running anything).
+
+Where job.project_id (or human_gate's, or event's) references a project table, the fleet's
+reserved project row (00000000-0000-0000-0000-000000000000) is created in it; if that table
+has NOT NULL columns without a default, it says which and how to create the row by hand
+(exit 1). Exit codes: 0 done (or nothing to do), 1 stopped.
 """
 
 
@@ -113,8 +147,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     db = commands.add_parser("db", help="the PostgreSQL schema")
     db_commands = db.add_subparsers(dest="db_command", required=True)
-    db_commands.add_parser(
-        "migrate", help="apply the shipped migrations (idempotent, under an advisory lock)"
+    migrate = db_commands.add_parser(
+        "migrate",
+        help="bring the schema up to date, online: only what is missing, never a long lock",
+        description=MIGRATE_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    migrate.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="read the catalog and print the statements that would run (only those needed); "
+        "run none",
     )
 
     policies = commands.add_parser("policies", help="the declared broker policies")
@@ -192,7 +235,7 @@ async def _run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
             pushgateway=args.pushgateway,
         )
     if args.command == "db":
-        return await commands.migrate(loaded)
+        return await commands.migrate(loaded, dry_run=args.dry_run)
     if args.command == "policies":
         return await commands.policies_plan(loaded, as_json=args.json)
     if args.command == "gates" and args.gates_command == "list":

@@ -27,6 +27,8 @@ __all__ = [
     "Record",
     "execute_once",
     "first_line",
+    "first_line_and_detail",
+    "is_lock_timeout",
     "is_row_failure",
     "is_transient",
     "where",
@@ -90,17 +92,20 @@ class Database:
                 min_size=1,
                 max_size=database.pool_size,
                 timeout=CONNECT_TIMEOUT_SECONDS,
-                server_settings={
-                    "application_name": "queue-reaper",
-                    "statement_timeout": str(int(statement_timeout_seconds * 1000)),
-                    # a batch of moves carries each event's payload through sorts and CTEs:
-                    # keep them in memory rather than spilling to temporary files
-                    "work_mem": WORK_MEM,
-                    # short statements: compiling them would cost more than running them
-                    "jit": "off",
-                },
+                server_settings=database._server_settings(),
             )
         return database
+
+    def _server_settings(self) -> dict[str, str]:
+        return {
+            "application_name": "queue-reaper",
+            "statement_timeout": str(int(self.statement_timeout * 1000)),
+            # a batch of moves carries each event's payload through sorts and CTEs:
+            # keep them in memory rather than spilling to temporary files
+            "work_mem": WORK_MEM,
+            # short statements: compiling them would cost more than running them
+            "jit": "off",
+        }
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -122,6 +127,24 @@ class Database:
             raise StoreUnavailable(f"the store for {self.where} is closed")
         async with self._pool.acquire() as conn:
             yield conn
+
+    @contextlib.asynccontextmanager
+    async def dedicated(self, doing: str) -> AsyncIterator[Connection]:
+        """A connection of its own, outside the pool, closed afterwards, with every failure
+        inside turned into :class:`StoreUnavailable` (the migrator watches its own lock waits
+        from one, whatever the pool's size)."""
+        async with self.seam(doing):
+            conn = await asyncpg.connect(
+                self._dsn,
+                password=self.password,
+                timeout=CONNECT_TIMEOUT_SECONDS,
+                server_settings=self._server_settings(),
+            )
+            try:
+                yield conn
+            finally:
+                with contextlib.suppress(Exception):
+                    await conn.close()
 
     @contextlib.asynccontextmanager
     async def seam(self, doing: str) -> AsyncIterator[None]:
@@ -183,9 +206,20 @@ def is_transient(exc: BaseException) -> bool:
     return str(getattr(exc, "sqlstate", "") or "") in _TRANSIENT
 
 
+def is_lock_timeout(exc: BaseException) -> bool:
+    """Whether a statement gave up waiting for a lock (``lock_timeout``, SQLSTATE 55P03)."""
+    return isinstance(exc, asyncpg.LockNotAvailableError)
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def first_line_and_detail(exc: BaseException) -> str:
+    """The server's message and, where it gave one, its DETAIL (which key is duplicated)."""
+    detail = getattr(exc, "detail", None)
+    return f"{first_line(exc)} ({detail})" if detail else first_line(exc)
 
 
 def _dsn_password(dsn: str) -> str | None:

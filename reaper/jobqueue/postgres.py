@@ -29,6 +29,7 @@ from reaper.core.domain import (
 )
 from reaper.jobqueue import dead_letters, gates, leases, ledger, migrations, sightings
 from reaper.jobqueue.database import Database
+from reaper.jobqueue.migrations import DEFAULT_LOCK_TIMEOUT_SECONDS, MigrationRun
 from reaper.jobqueue.port import (
     DatabaseFacts,
     DeadLetterParks,
@@ -72,9 +73,25 @@ class PostgresStore:
     async def close(self) -> None:
         await self.database.close()
 
-    async def migrate(self) -> list[str]:
-        """Apply the shipped migrations not yet applied; their names (empty: up to date)."""
-        return await migrations.migrate(self.database)
+    async def migrate(
+        self, *, lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS
+    ) -> list[str]:
+        """Bring the schema up to date, online (:mod:`~reaper.jobqueue.migrations`); the names
+        of the migrations recorded as applied (empty: there was nothing to apply). Raises
+        :class:`~reaper.errors.MigrationStopped` when it must stop."""
+        run = await self.migrate_schema(lock_timeout_seconds=lock_timeout_seconds)
+        return list(run.applied)
+
+    async def migrate_schema(
+        self,
+        *,
+        dry_run: bool = False,
+        lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+    ) -> MigrationRun:
+        """Like :meth:`migrate`, with everything it ran (or, ``dry_run``, would run) and why."""
+        return await migrations.migrate(
+            self.database, lock_timeout_seconds=lock_timeout_seconds, dry_run=dry_run
+        )
 
     async def database_facts(self) -> DatabaseFacts:
         async with self.database.session("reading the database's clock") as conn:

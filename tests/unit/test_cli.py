@@ -87,3 +87,23 @@ def test_every_subcommand_has_help() -> None:
         with pytest.raises(SystemExit) as exc:
             parser.parse_args([*argv, "--help"])
         assert exc.value.code == 0
+
+
+def test_db_migrate_help_explains_the_lock_timeout_concurrent_builds_and_the_dry_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["db", "migrate", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for phrase in (
+        "--dry-run",
+        "lock_timeout_seconds",
+        "REAPER_DATABASE__LOCK_TIMEOUT_SECONDS",
+        "CREATE INDEX CONCURRENTLY",
+        "names the blocking",
+        "takes no lock on any of the host's tables",
+        "invalid",
+        "00000000-0000-0000-0000-000000000000",
+    ):
+        assert phrase in " ".join(out.split()), phrase

@@ -45,6 +45,7 @@ LEAF_KEYS = [
     "database.password",
     "database.pool_size",
     "database.statement_timeout_seconds",
+    "database.lock_timeout_seconds",
 ]
 SECRET_KEYS = {"bus.password", "database.password"}
 
@@ -125,6 +126,7 @@ def test_defaults_with_nothing_declared() -> None:
     assert database.dsn == "postgresql://127.0.0.1:5432/postgres"
     assert database.password is None
     assert (database.pool_size, database.statement_timeout_seconds) == (4, 30)
+    assert database.lock_timeout_seconds == 2
     assert [v.key for v in loaded.values] == LEAF_KEYS
     assert {v.origin for v in loaded.values} == {"default"}
 
@@ -415,6 +417,28 @@ def test_infinity_and_huge_floats_are_refused(tmp_path: Path) -> None:
     assert problems[1].startswith("bus.timeout_seconds = 1e+300 is above 600")
     assert problems[2].startswith("database.pool_size = 0 is below 1")
     assert problems[3].startswith("database.statement_timeout_seconds = -inf must be a finite")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (0, "is below 0.1: 0 means no timeout at all to PostgreSQL"),
+        (0.05, "is below 0.1"),
+        (31, "is above 30.0: the host's traffic queues behind a migration"),
+    ],
+)
+def test_the_migration_lock_timeout_is_short_and_never_none(
+    tmp_path: Path, value: float, expected: str
+) -> None:
+    directory = tmp_path / "conf.d"
+    drop_in(directory, "50-test.toml", {"database": {"lock_timeout_seconds": value}})
+
+    (problem,) = problems_of(directory)
+
+    assert problem.startswith(f"database.lock_timeout_seconds = {value} "), problem
+    assert expected in problem
+    loaded = load_config(None, environ={"REAPER_DATABASE__LOCK_TIMEOUT_SECONDS": "0.5"})
+    assert loaded.settings.database.lock_timeout_seconds == 0.5
 
 
 def test_environment_values_are_converted_then_validated_strictly() -> None:

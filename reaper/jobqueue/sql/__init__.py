@@ -1,7 +1,11 @@
-"""The reaper's SQL: ordered migrations and one file of named queries.
+"""The reaper's SQL: one file of named queries, the ordered migrations, and the migrator's
+own queries.
 
 ``queries.sql`` holds every query under a ``-- name: NAME --`` header followed by a one-line
 description; :data:`QUERIES` maps each name to its text. Reading the SQL means opening one file.
+Each migration (``migrations/NNNN_*.sql``) is a file of named statements in the same form,
+which :mod:`reaper.jobqueue.schema` declares as steps; ``migrate.sql`` (:data:`MIGRATE`) holds
+the queries of ``reaper db migrate`` itself.
 """
 
 from __future__ import annotations
@@ -30,13 +34,31 @@ def load_queries(package: str = __name__, filename: str = "queries.sql") -> dict
     return parse_queries(resources.files(package).joinpath(filename).read_text("utf-8"))
 
 
-def migrations() -> list[tuple[str, str]]:
-    """Every migration as ``(name, sql)``, in the order they apply (by file name)."""
+def migrations() -> list[tuple[str, dict[str, str]]]:
+    """Every migration as ``(name, {statement name: sql})``, in the order they apply (by file
+    name), each statement in the order of its file."""
     folder = resources.files(__name__).joinpath("migrations")
     files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
-    return [(f.name.removesuffix(".sql"), f.read_text("utf-8")) for f in files]
+    return [(f.name.removesuffix(".sql"), parse_queries(f.read_text("utf-8"))) for f in files]
+
+
+def without_description(sql: str) -> str:
+    """A named statement without its leading description comment and its final semicolon:
+    what is run, and shown."""
+    lines = sql.splitlines()
+    while lines and lines[0].startswith("--"):
+        lines.pop(0)
+    return "\n".join(lines).strip().removesuffix(";").rstrip()
 
 
 QUERIES: dict[str, str] = load_queries()
+MIGRATE: dict[str, str] = load_queries(filename="migrate.sql")
 
-__all__ = ["QUERIES", "load_queries", "migrations", "parse_queries"]
+__all__ = [
+    "MIGRATE",
+    "QUERIES",
+    "load_queries",
+    "migrations",
+    "parse_queries",
+    "without_description",
+]

@@ -1,4 +1,4 @@
--- Dead letters parked as jobs (SPEC §1 (e)): the reaper's own side table.
+-- 0004: dead letters parked as jobs (SPEC §1 (e)): the reaper's own side table.
 --
 -- A parked dead letter is a `bus.dead_letter` job (state awaiting_human, on the fleet project,
 -- idempotency_key `dead_letter:<identity>`) and a `bus_dead_lettered` gate (identity
@@ -10,9 +10,12 @@
 -- reach it: reaper.deadletters.park_fields re-encodes such a body as base64 and drops such a
 -- header value. Nothing here is ever deleted by the reaper.
 
+-- name: create_dead_letter --
+-- What each parked dead letter was (its foreign key takes a brief lock on job). Created in
+-- the shape 0005 gives an older table: a disposition, and a job_id that may repeat or be null.
 CREATE TABLE IF NOT EXISTS dead_letter (
     identity       text PRIMARY KEY,
-    job_id         uuid NOT NULL UNIQUE REFERENCES job (id),
+    job_id         uuid REFERENCES job (id),
     queue          text NOT NULL,
     message_id     text,
     origin_queue   text,
@@ -25,8 +28,12 @@ CREATE TABLE IF NOT EXISTS dead_letter (
                    CHECK (body_bytes >= 0),
     body_truncated boolean NOT NULL,
     is_json_object boolean NOT NULL,
-    parked_at      timestamptz NOT NULL
+    parked_at      timestamptz NOT NULL,
+    disposition    text NOT NULL DEFAULT 'parked'
+                   CONSTRAINT dead_letter_disposition_known
+                   CHECK (disposition IN ('parked', 'pointer_parked', 'stale_pointer'))
 );
 
+-- name: index_dead_letter_queue --
 -- How many dead letters of one dead-letter queue are parked (a pass reads past them).
-CREATE INDEX IF NOT EXISTS dead_letter_queue_idx ON dead_letter (queue);
+CREATE INDEX CONCURRENTLY IF NOT EXISTS dead_letter_queue_idx ON dead_letter (queue);

@@ -1,0 +1,495 @@
+"""The reaper's schema as ordered migrations of steps, each with the catalog check that says
+whether it is needed, and the plan: what ``reaper db migrate`` would run on a database as its
+:class:`~reaper.jobqueue.catalog.Catalog` shows it. Pure: no I/O.
+
+Each step names one statement of its migration's file (``sql/migrations/NNNN_*.sql``). A step
+whose check finds its work already done is skipped, so a database whose schema is in place is
+migrated without a lock on any table of the host's. A column is added only to a table that
+exists (a table created by this run has it already). An index is built ``CONCURRENTLY``,
+outside a transaction, and one left invalid by an interrupted build is dropped and built again.
+A migration is recorded once every step of it is in place.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from reaper.jobqueue.catalog import FLEET_PROJECT_LITERAL, RECORD_TABLE, Catalog
+from reaper.jobqueue.sql import MIGRATE, migrations, without_description
+
+__all__ = [
+    "HOST_TABLES",
+    "MIGRATIONS",
+    "ColumnExists",
+    "ColumnNullable",
+    "ConstraintAbsent",
+    "FleetProjectExists",
+    "FleetStreamExists",
+    "FunctionInPlace",
+    "IndexBuild",
+    "IndexValid",
+    "Migration",
+    "MigrationPlan",
+    "PlannedStatement",
+    "SchemaPlan",
+    "Step",
+    "TableCreatedNow",
+    "TableExists",
+    "TriggerInPlace",
+    "declared_functions",
+    "declared_tables",
+    "drop_index",
+    "fleet_project_refusal",
+    "function_body",
+    "plan",
+    "plan_migration",
+]
+
+#: The host's tables (SPEC §3): whatever the reaper builds on them must not stall its traffic.
+HOST_TABLES: Final = ("job", "job_dependency", "human_gate", "event")
+
+# When a trigger fires, as pg_trigger.tgtype encodes it (PostgreSQL's pg_trigger.h).
+_ROW: Final = 1 << 0
+_BEFORE: Final = 1 << 1
+_DELETE: Final = 1 << 3
+_UPDATE: Final = 1 << 4
+_TRUNCATE: Final = 1 << 5
+
+_PLAIN_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+# --------------------------------------------------------------------------- checks
+
+
+@dataclass(frozen=True)
+class TableExists:
+    table: str
+
+
+@dataclass(frozen=True)
+class ColumnExists:
+    table: str
+    column: str
+
+
+@dataclass(frozen=True)
+class ColumnNullable:
+    """The column ``table.column`` takes NULL (needed only where it exists NOT NULL)."""
+
+    table: str
+    column: str
+
+
+@dataclass(frozen=True)
+class ConstraintAbsent:
+    """The table has no constraint named ``name`` (needed only where it has one)."""
+
+    table: str
+    name: str
+
+
+@dataclass(frozen=True)
+class IndexValid:
+    """The index ``name`` on ``table`` exists and is valid; or, where ``columns`` is given,
+    any valid index on exactly those plain key columns (unique, where ``unique``) serves."""
+
+    name: str
+    table: str
+    columns: tuple[str, ...] | None = None
+    unique: bool = False
+
+
+@dataclass(frozen=True)
+class FunctionInPlace:
+    """The function exists with the body this version ships."""
+
+    signature: str
+
+
+@dataclass(frozen=True)
+class TriggerInPlace:
+    """The trigger exists on ``table``, calls ``function`` and fires as ``fires`` says."""
+
+    table: str
+    name: str
+    function: str
+    fires: int
+
+
+@dataclass(frozen=True)
+class TableCreatedNow:
+    """Data that goes with a new table: needed only in the run that creates ``table``."""
+
+    table: str
+
+
+@dataclass(frozen=True)
+class FleetStreamExists:
+    """The fleet stream has its ``ledger_stream`` row."""
+
+
+@dataclass(frozen=True)
+class FleetProjectExists:
+    """Every project table a ``project_id`` must exist in holds the fleet's project row."""
+
+
+Check = (
+    TableExists
+    | ColumnExists
+    | ColumnNullable
+    | ConstraintAbsent
+    | IndexValid
+    | FunctionInPlace
+    | TriggerInPlace
+    | TableCreatedNow
+    | FleetStreamExists
+    | FleetProjectExists
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One statement of a migration and the check that says whether it is needed."""
+
+    statement: str
+    check: Check
+    sql: str
+
+    @property
+    def concurrent(self) -> bool:
+        """Run outside a transaction (``CREATE INDEX CONCURRENTLY``)."""
+        return isinstance(self.check, IndexValid)
+
+
+@dataclass(frozen=True)
+class Migration:
+    name: str
+    steps: tuple[Step, ...]
+
+
+_DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
+    "0001_job_queue": (
+        ("create_job", TableExists("job")),
+        ("add_job_max_attempts", ColumnExists("job", "max_attempts")),
+        ("add_job_finished_at", ColumnExists("job", "finished_at")),
+        ("add_job_phase", ColumnExists("job", "phase")),
+        ("create_job_dependency", TableExists("job_dependency")),
+        ("create_human_gate", TableExists("human_gate")),
+        ("add_human_gate_answered_by", ColumnExists("human_gate", "answered_by")),
+        ("add_human_gate_identity", ColumnExists("human_gate", "identity")),
+        (
+            "index_job_idempotency_key",
+            IndexValid(
+                "job_project_idempotency_key_uq",
+                "job",
+                columns=("project_id", "idempotency_key"),
+                unique=True,
+            ),
+        ),
+        (
+            "index_job_dependency_depends_on",
+            IndexValid("job_dependency_depends_on_idx", "job_dependency", columns=("depends_on",)),
+        ),
+        ("index_human_gate_identity", IndexValid("human_gate_identity_uq", "human_gate")),
+        ("index_human_gate_open", IndexValid("human_gate_open_idx", "human_gate")),
+    ),
+    "0002_ledger": (
+        ("create_event", TableExists("event")),
+        ("create_refuse_ledger_change", FunctionInPlace("reaper_refuse_ledger_change()")),
+        (
+            "create_event_append_only",
+            TriggerInPlace(
+                "event",
+                "event_append_only",
+                "reaper_refuse_ledger_change()",
+                _ROW | _BEFORE | _UPDATE | _DELETE,
+            ),
+        ),
+        (
+            "create_event_append_only_truncate",
+            TriggerInPlace(
+                "event",
+                "event_append_only_truncate",
+                "reaper_refuse_ledger_change()",
+                _BEFORE | _TRUNCATE,
+            ),
+        ),
+        ("create_ledger_stream", TableExists("ledger_stream")),
+        ("continue_existing_streams", TableCreatedNow("ledger_stream")),
+        ("create_fleet_stream", FleetStreamExists()),
+        ("create_fleet_project", FleetProjectExists()),
+    ),
+    "0003_reaper_indexes": (
+        ("index_job_leased_expiry", IndexValid("job_leased_expiry_idx", "job")),
+        ("index_job_ready_project_run_after", IndexValid("job_ready_project_run_after_idx", "job")),
+        ("create_sighting_scope", FunctionInPlace("reaper_sighting_scope(uuid,jsonb)")),
+        ("index_event_sighting_latest", IndexValid("event_sighting_latest_idx", "event")),
+    ),
+    "0004_dead_letters": (
+        ("create_dead_letter", TableExists("dead_letter")),
+        (
+            "index_dead_letter_queue",
+            IndexValid("dead_letter_queue_idx", "dead_letter", columns=("queue",)),
+        ),
+    ),
+    "0005_dispatch_pointers": (
+        ("add_dead_letter_disposition", ColumnExists("dead_letter", "disposition")),
+        ("let_dead_letter_job_id_be_null", ColumnNullable("dead_letter", "job_id")),
+        (
+            "drop_dead_letter_job_id_unique",
+            ConstraintAbsent("dead_letter", "dead_letter_job_id_key"),
+        ),
+        (
+            "index_dead_letter_job",
+            IndexValid("dead_letter_job_idx", "dead_letter", columns=("job_id",)),
+        ),
+    ),
+}
+
+#: Every migration, in the order they apply, each step bound to its statement.
+MIGRATIONS: Final = tuple(
+    Migration(
+        name,
+        tuple(
+            Step(statement, check, without_description(statements[statement]))
+            for statement, check in _DECLARED[name]
+        ),
+    )
+    for name, statements in migrations()
+)
+
+
+def declared_tables() -> tuple[str, ...]:
+    """Every table a step checks or creates, in declaration order."""
+    found: dict[str, None] = {}
+    for migration in MIGRATIONS:
+        for step in migration.steps:
+            table = getattr(step.check, "table", None)
+            if isinstance(table, str):
+                found[table] = None
+    return tuple(found)
+
+
+def declared_functions() -> tuple[str, ...]:
+    """Every function a step checks, by signature."""
+    return tuple(
+        s.check.signature
+        for m in MIGRATIONS
+        for s in m.steps
+        if isinstance(s.check, FunctionInPlace)
+    )
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class PlannedStatement:
+    """One statement a migration runs (or, in a dry run, would run), and what the catalog
+    showed that makes it needed."""
+
+    migration: str
+    statement: str
+    sql: str
+    reason: str
+    #: Run outside a transaction (a concurrent index build or drop).
+    concurrent: bool = False
+
+
+@dataclass(frozen=True)
+class IndexBuild:
+    """A concurrent build of one index, preceded by the drop of an invalid one of that name."""
+
+    index: str
+    create: PlannedStatement
+    drop: PlannedStatement | None = None
+
+
+@dataclass(frozen=True)
+class MigrationPlan:
+    """What one migration still needs: its transactional statements (one transaction, in
+    order), then its index builds, then its record."""
+
+    name: str
+    recorded: bool
+    transactional: tuple[PlannedStatement, ...] = ()
+    builds: tuple[IndexBuild, ...] = ()
+
+    @property
+    def statements(self) -> tuple[PlannedStatement, ...]:
+        builds = (s for b in self.builds for s in (b.drop, b.create) if s is not None)
+        return (*self.transactional, *builds)
+
+    @property
+    def complete(self) -> bool:
+        """Every step is in place (whether or not it is recorded)."""
+        return not self.transactional and not self.builds
+
+
+@dataclass(frozen=True)
+class SchemaPlan:
+    """What ``reaper db migrate`` would do, in order; ``refusal`` says why it must not start."""
+
+    record_table: PlannedStatement | None
+    migrations: tuple[MigrationPlan, ...]
+    refusal: str | None = None
+
+    @property
+    def statements(self) -> tuple[PlannedStatement, ...]:
+        first = (self.record_table,) if self.record_table else ()
+        return (*first, *(s for m in self.migrations for s in m.statements))
+
+
+def plan(catalog: Catalog) -> SchemaPlan:
+    """What to run on a database as ``catalog`` shows it: only what is needed."""
+    record_table = None
+    if RECORD_TABLE not in catalog.tables:
+        record_table = PlannedStatement(
+            "",
+            "create_migration_table",
+            without_description(MIGRATE["create_migration_table"]),
+            f"table {RECORD_TABLE} does not exist",
+        )
+    needed = (plan_migration(m, catalog) for m in MIGRATIONS)
+    return SchemaPlan(
+        record_table=record_table,
+        migrations=tuple(m for m in needed if not (m.complete and m.recorded)),
+        refusal=fleet_project_refusal(catalog),
+    )
+
+
+def plan_migration(migration: Migration, catalog: Catalog) -> MigrationPlan:
+    """What one migration still needs on a database as ``catalog`` shows it."""
+    transactional: list[PlannedStatement] = []
+    builds: list[IndexBuild] = []
+    for step in migration.steps:
+        if isinstance(step.check, IndexValid):
+            build = _index_build(migration.name, step, step.check, catalog)
+            if build is not None:
+                builds.append(build)
+        else:
+            transactional.extend(
+                PlannedStatement(migration.name, step.statement, sql, reason)
+                for sql, reason in _needed(step, catalog)
+            )
+    return MigrationPlan(
+        migration.name, migration.name in catalog.recorded, tuple(transactional), tuple(builds)
+    )
+
+
+def _needed(step: Step, catalog: Catalog) -> list[tuple[str, str]]:
+    """``(sql, reason)`` for each statement this step needs (none: it is in place)."""
+    check, sql = step.check, step.sql
+    match check:
+        case TableExists(table):
+            if table not in catalog.tables:
+                return [(sql, f"table {table} does not exist")]
+        case ColumnExists(table, column):
+            # a table this run creates has the column already
+            if table in catalog.tables and (table, column) not in catalog.columns:
+                return [(sql, f"column {table}.{column} does not exist")]
+        case ColumnNullable(table, column):
+            if (table, column) in catalog.not_null:
+                return [(sql, f"column {table}.{column} is NOT NULL")]
+        case ConstraintAbsent(table, name):
+            if (table, name) in catalog.constraints:
+                return [(sql, f"table {table} has constraint {name}")]
+        case FunctionInPlace(signature):
+            body = catalog.functions.get(signature)
+            if body is None:
+                return [(sql, f"function {signature} does not exist")]
+            if body != function_body(sql):
+                return [(sql, f"function {signature} differs from the one this version ships")]
+        case TriggerInPlace(table, name, function, fires):
+            found = catalog.triggers.get((table, name))
+            if found is None:
+                return [(sql, f"trigger {name} on {table} does not exist")]
+            if found != (function, fires):
+                return [(sql, f"trigger {name} on {table} is not the one this version ships")]
+        case TableCreatedNow(table):
+            if table not in catalog.tables:
+                return [(sql, f"table {table} is created by this run")]
+        case FleetStreamExists():
+            if not catalog.fleet_stream:
+                return [(sql, "the fleet stream has no ledger_stream row")]
+        case FleetProjectExists():
+            return [
+                (
+                    sql.format(table=t.table, column=t.column, fleet=FLEET_PROJECT_LITERAL),
+                    f"{t.table} has no row for the fleet's project id {FLEET_PROJECT_LITERAL}",
+                )
+                for t in catalog.project_tables
+                if not t.has_fleet_row and not t.required_columns
+            ]
+    return []
+
+
+def _index_build(
+    migration: str, step: Step, check: IndexValid, catalog: Catalog
+) -> IndexBuild | None:
+    found = catalog.index(check.table, check.name)
+    if found is not None and found.valid:
+        return None
+    if found is None and check.columns is not None:
+        serves = any(
+            i.valid and i.key_columns == check.columns and (i.unique or not check.unique)
+            for i in catalog.indexes
+            if i.table == check.table
+        )
+        if serves:
+            return None
+    if found is None:
+        reason = f"index {check.name} on {check.table} does not exist"
+        create = PlannedStatement(migration, step.statement, step.sql, reason, True)
+        return IndexBuild(check.name, create)
+    reason = (
+        f"index {check.name} on {check.table} is invalid (pg_index.indisvalid is false: an "
+        "interrupted concurrent build left it)"
+    )
+    return IndexBuild(
+        check.name,
+        PlannedStatement(migration, step.statement, step.sql, f"{reason}: built again", True),
+        drop=drop_index(migration, check.name, f"{reason}: dropped first"),
+    )
+
+
+def drop_index(migration: str, index: str, reason: str) -> PlannedStatement:
+    """The concurrent drop of an invalid index (a declared name, plain by construction)."""
+    if _PLAIN_NAME.fullmatch(index) is None:
+        raise ValueError(f"not a plain index name: {index!r}")
+    sql = without_description(MIGRATE["drop_invalid_index"]).format(index=index)
+    return PlannedStatement(migration, "drop_invalid_index", sql, reason, True)
+
+
+def function_body(sql: str) -> str:
+    """The body of a ``CREATE FUNCTION ... AS $$ body $$`` statement, as ``pg_proc.prosrc``
+    holds it."""
+    found = re.search(r"\$\$(.*)\$\$", sql, re.DOTALL)
+    if found is None:
+        raise ValueError("a function's statement has no $$-quoted body")
+    return found.group(1)
+
+
+def fleet_project_refusal(catalog: Catalog) -> str | None:
+    """Why the fleet's project row cannot be created by the migration, with how to create it
+    by hand; None when it can (or is there)."""
+    blocked = [t for t in catalog.project_tables if not t.has_fleet_row and t.required_columns]
+    if not blocked:
+        return None
+    lines = [
+        "the fleet's reserved project id "
+        f"{FLEET_PROJECT_LITERAL} (dead-letter parks and fleet events are recorded under it) "
+        "must exist in the host's project table, and the migration cannot insert it:"
+    ]
+    for t in blocked:
+        columns = ", ".join(t.required_columns)
+        values = ", ".join(f"<{c}>" for c in t.required_columns)
+        lines.append(
+            f"  {t.table} has NOT NULL columns without a default: {columns}. Create the row "
+            f"by hand: INSERT INTO {t.table} ({t.column}, {columns}) "
+            f"VALUES ({FLEET_PROJECT_LITERAL}, {values});"
+        )
+    lines.append("Nothing was changed; run `reaper db migrate` again once the row exists.")
+    return "\n".join(lines)
