@@ -2,8 +2,9 @@
 no I/O (SPEC §8: "run_if_due when not due: no I/O").
 
 One pass runs first against the real local services (a scratch database of its own, migrated,
-and the broker the ``REAPER_`` environment names), so the hook has connections to keep; then
-100,000 not-due calls are timed while every socket send and receive is counted.
+and the broker the ``REAPER_`` environment names), so the hook has taken the fleet's turn and
+knows when to ask again; then 100,000 not-due calls are timed while every socket send and
+receive is counted.
 """
 
 from __future__ import annotations

@@ -90,3 +90,7 @@ class MigrationStopped(ReaperError):
     def __init__(self, message: str, blocking_pids: tuple[int, ...] = ()) -> None:
         self.blocking_pids = blocking_pids
         super().__init__(message)
+
+
+class PassFailed(ReaperError):
+    """A pass could not produce a result (``reaper serve`` logs and counts it, and goes on)."""

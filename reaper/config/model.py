@@ -5,7 +5,8 @@ The judging thresholds take their defaults from :class:`reaper.core.domain.Thres
 home of those values; a bound's reasons (``below``/``above``) travel with its field, and
 :mod:`reaper.config.problems` reads them from there when it tells an operator what is wrong.
 Sections are strict (``"600"`` is not a number in a file) and forbid unknown keys: a typo is a
-problem, never a silent default.
+problem, never a silent default. ``[bus]`` and ``[database]`` are in
+:mod:`reaper.config.connections`, the pieces of every section in :mod:`reaper.config.fields`.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from typing import Any, Final, Literal
-from urllib.parse import SplitResult, parse_qs, urlsplit
+from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from reaper.config.connections import BusSettings, DatabaseSettings
+from reaper.config.fields import MAX_COUNT, SECTION, YEAR, bound_reasons, bounded, refused
 from reaper.config.sources import ENV_DELIMITER, ENV_PREFIX, DropInSource, EnvironSource, inputs
 from reaper.core.domain import Thresholds
 
@@ -62,59 +64,20 @@ _PROBE_QUEUE_NAMES: Final = (
     "ü-β.λ",
 )
 
-#: Longest period accepted where the SPEC names no maximum: a year is already a typo.
-_YEAR: Final = 365 * 24 * 3600
-#: Largest count accepted: the broker's and PostgreSQL's integer.
-_MAX_COUNT: Final = 2**31 - 1
-
-_SECTION = ConfigDict(extra="forbid", strict=True, frozen=True)
-
 _DEFAULTS = Thresholds()
-
-
-def _bounded(
-    default: Any,
-    *,
-    description: str,
-    ge: float | None = None,
-    gt: float | None = None,
-    le: float | None = None,
-    below: str = "",
-    above: str = "",
-    finite: bool = False,
-) -> Any:
-    """A bounded key: its default, its bounds, and why each bound exists (``below``: why a
-    smaller value is refused; ``above``: why a larger one is)."""
-    return Field(
-        default=default,
-        ge=ge,
-        gt=gt,
-        le=le,
-        description=description,
-        allow_inf_nan=False if finite else None,
-        json_schema_extra={"below": below, "above": above},
-    )
-
-
-def bound_reasons(model: type[BaseModel], name: str) -> tuple[str, str]:
-    """Why the key ``name`` of ``model`` refuses a value below, and above, its bounds."""
-    extra = model.model_fields[name].json_schema_extra
-    if not isinstance(extra, dict):
-        return "", ""
-    return str(extra.get("below") or ""), str(extra.get("above") or "")
 
 
 class QueueReapSettings(BaseModel):
     """``[queue.reap]``: the thresholds the pass judges against and how it runs."""
 
-    model_config = _SECTION
+    model_config = SECTION
 
     enabled: bool = Field(
         default=True,
         description="run the automatic hook in workers' idle loops "
         "(on-demand passes and the lease reap always run)",
     )
-    interval_seconds: int = _bounded(
+    interval_seconds: int = bounded(
         60,
         ge=1,
         le=86400,
@@ -122,7 +85,7 @@ class QueueReapSettings(BaseModel):
         below="a pass needs a period of at least a second",
         above="a pass less than daily would leave stuck work unseen for days",
     )
-    lease_grace_seconds: int = _bounded(
+    lease_grace_seconds: int = bounded(
         _DEFAULTS.lease_grace_seconds,
         ge=0,
         le=86400,
@@ -130,34 +93,34 @@ class QueueReapSettings(BaseModel):
         below="a grace cannot be negative",
         above="a grace over a day leaves a dead holder's job unreaped for longer than anyone waits",
     )
-    stale_ready_seconds: int = _bounded(
+    stale_ready_seconds: int = bounded(
         _DEFAULTS.stale_ready_seconds,
         ge=1,
-        le=_YEAR,
+        le=YEAR,
         description="a claimable job unclaimed this long (or a head message) is stale",
         below="every claimable job would be stale the moment it became claimable",
         above="a threshold over a year is a typo, not a threshold",
     )
-    longest_lease_seconds: int = _bounded(
+    longest_lease_seconds: int = bounded(
         _DEFAULTS.longest_lease_seconds,
         ge=1,
-        le=_YEAR,
+        le=YEAR,
         description="the longest lease a handler holds",
         below="a lease lasts at least a second",
         above="a lease over a year is a typo, not a lease",
     )
-    consumer_timeout_seconds: int = _bounded(
+    consumer_timeout_seconds: int = bounded(
         _DEFAULTS.consumer_timeout_seconds,
         ge=1,
-        le=_YEAR,
+        le=YEAR,
         description="the broker's consumer timeout on owned queues (by policy)",
         below="the broker would cancel every consumer at once",
         above="a timeout over a year is no bound at all",
     )
-    delivery_limit: int = _bounded(
+    delivery_limit: int = bounded(
         _DEFAULTS.delivery_limit,
         ge=1,
-        le=_MAX_COUNT,
+        le=MAX_COUNT,
         description="deliveries of a quorum message before it dies",
         below="a message must be deliverable at least once",
         above="the broker's limit is a 32-bit integer",
@@ -173,15 +136,15 @@ class QueueReapSettings(BaseModel):
         default=_DEFAULTS.consumerless_queue_pattern,
         description="queues that hold messages with no consumer on purpose",
     )
-    dead_letter_min_depth: int = _bounded(
+    dead_letter_min_depth: int = bounded(
         _DEFAULTS.dead_letter_min_depth,
         ge=1,
-        le=_MAX_COUNT,
+        le=MAX_COUNT,
         description="a dead-letter queue this deep is reported",
         below="a depth of 0 would report every empty dead-letter queue",
         above="the depth is a 32-bit integer",
     )
-    dead_letter_peek_limit: int = _bounded(
+    dead_letter_peek_limit: int = bounded(
         _DEFAULTS.dead_letter_peek_limit,
         ge=1,
         le=1000,
@@ -189,15 +152,15 @@ class QueueReapSettings(BaseModel):
         below="a pass must be able to park at least one dead letter",
         above="a pass reads at most 1000 dead letters per queue, so that it stays bounded",
     )
-    policy_priority: int = _bounded(
+    policy_priority: int = bounded(
         0,
         ge=0,
-        le=_MAX_COUNT,
+        le=MAX_COUNT,
         description="priority of the reconciled broker policies",
         below="RabbitMQ policy priorities are not negative",
         above="the priority is a 32-bit integer",
     )
-    policy_verify_wait_seconds: float = _bounded(
+    policy_verify_wait_seconds: float = bounded(
         10.0,
         ge=0,
         le=120,
@@ -246,6 +209,22 @@ class QueueReapSettings(BaseModel):
         )
         return pattern
 
+    @field_validator("policy_verify_wait_seconds")
+    @classmethod
+    def _wait_fits_the_interval(cls, wait: float, info: ValidationInfo) -> float:
+        # interval_seconds comes first: it is in info.data only when valid itself.
+        interval = info.data.get("interval_seconds")
+        if isinstance(interval, int) and wait * 2 > interval:
+            raise PydanticCustomError(
+                "reaper_cross_field",
+                "queue.reap.policy_verify_wait_seconds = {wait} is more than half of "
+                "queue.reap.interval_seconds = {interval}: a pass is cut at its interval, so "
+                "a pass that writes a policy and waits this long could be cut before it verifies "
+                "or parks anything; lower the wait to at most {most} or raise the interval",
+                {"wait": wait, "interval": interval, "most": interval / 2},
+            )
+        return wait
+
     @field_validator("known_phases")
     @classmethod
     def _phases(cls, phases: list[str]) -> list[str]:
@@ -290,112 +269,9 @@ class QueueReapSettings(BaseModel):
 class QueueSettings(BaseModel):
     """``[queue]``: holds only ``[queue.reap]``."""
 
-    model_config = _SECTION
+    model_config = SECTION
 
     reap: QueueReapSettings = Field(default_factory=lambda: QueueReapSettings())
-
-
-class BusSettings(BaseModel):
-    """``[bus]``: the broker's management HTTP API."""
-
-    model_config = _SECTION
-
-    management_url: str = Field(
-        default="http://127.0.0.1:15672", description="the management API, http(s), no credentials"
-    )
-    username: str = Field(default="guest", min_length=1, description="management API user")
-    password: SecretStr = Field(default=SecretStr("guest"), description="management API password")
-    vhost: str = Field(default="/", min_length=1, description="the virtual host the reaper judges")
-    prefix: str = Field(
-        default="vibey",
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
-        description="prefix of the policy names the reaper owns",
-    )
-    timeout_seconds: float = _bounded(
-        10.0,
-        gt=0,
-        le=600,
-        finite=True,
-        description="per-request HTTP timeout",
-        below="a request needs time to be answered",
-        above="a request waiting over ten minutes is a hung pass",
-    )
-
-    @field_validator("management_url")
-    @classmethod
-    def _management_url(cls, url: str) -> str:
-        if "@" in url:
-            raise refused(
-                "carries credentials (an '@' in the URL): set bus.username and bus.password "
-                "(REAPER_BUS__PASSWORD) instead, so that no log line can print the password"
-            )
-        parts = split_url(url)
-        if parts is None:
-            raise refused("is not a valid URL")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise refused("must be an http:// or https:// URL with a host")
-        return url
-
-
-class DatabaseSettings(BaseModel):
-    """``[database]``: the PostgreSQL that holds the job queue and the ledger."""
-
-    model_config = _SECTION
-
-    dsn: str = Field(
-        default="postgresql://127.0.0.1:5432/postgres",
-        description="a postgresql:// URL; a user is fine, a password is refused",
-    )
-    password: SecretStr | None = Field(
-        default=None, description="the database password (else PGPASSWORD or ~/.pgpass)"
-    )
-    pool_size: int = _bounded(
-        4,
-        ge=1,
-        le=100,
-        description="connections in the pool",
-        below="the store needs at least one connection",
-        above="a reaper needs no more than a hundred connections",
-    )
-    statement_timeout_seconds: float = _bounded(
-        30.0,
-        gt=0,
-        le=86400,
-        finite=True,
-        description="per-statement timeout",
-        below="a statement needs time to run",
-        above="a statement running over a day is a hung pass",
-    )
-    lock_timeout_seconds: float = _bounded(
-        2.0,
-        ge=0.1,
-        le=30,
-        finite=True,
-        description="how long `reaper db migrate` waits for a lock on a live table before "
-        "it stops and names who holds it",
-        below="0 means no timeout at all to PostgreSQL (the migration would wait behind any "
-        "long transaction while the host's traffic queues behind it), and under 0.1 s the "
-        "ordinary churn of short transactions on a busy table would refuse every lock",
-        above="the host's traffic queues behind a migration waiting for its lock: more than "
-        "30 s of stalled claims is the outage this bound exists to prevent",
-    )
-
-    @field_validator("dsn")
-    @classmethod
-    def _dsn(cls, dsn: str) -> str:
-        parts = split_url(dsn)
-        if parts is None:
-            raise refused("is not a valid postgresql:// URL")
-        if parts.password is not None or any(
-            k.lower() == "password" for k in parse_qs(parts.query)
-        ):
-            raise refused(
-                "carries a password; put it in database.password (REAPER_DATABASE__PASSWORD), "
-                "PGPASSWORD or ~/.pgpass instead, so that no log line can print it"
-            )
-        if parts.scheme not in ("postgresql", "postgres"):
-            raise refused("must be a postgresql:// URL")
-        return dsn
 
 
 class Settings(BaseSettings):
@@ -439,22 +315,6 @@ class Settings(BaseSettings):
 
 
 # --------------------------------------------------------------------------- refusals
-
-
-def refused(reason: str) -> PydanticCustomError:
-    """A value refused for ``reason`` (the problem text names the key and the value)."""
-    return PydanticCustomError("reaper_refused", "{reason}", {"reason": reason})
-
-
-def split_url(url: str) -> SplitResult | None:
-    """The URL's parts, or None when it cannot be parsed (a bad port, a broken IPv6 host)."""
-    try:
-        parts = urlsplit(url)
-        if parts.port is not None and parts.port < 1:
-            return None
-    except ValueError:
-        return None
-    return parts
 
 
 def _compiled(pattern: str) -> re.Pattern[str]:

@@ -54,10 +54,12 @@ def judge(measurements: Measurements, thresholds: Thresholds, now: datetime) -> 
         raise ValueError("now must be timezone-aware")
     verdicts: list[Verdict] = []
     notes: list[str] = []
-    if measurements.leases is not None and measurements.claimable is not None:
+    if measurements.leases is not None:
         verdicts.extend(_judge_leases(measurements.leases, thresholds, now))
+    if measurements.claimable is not None:
         verdicts.extend(_judge_claimable(measurements.claimable, thresholds, now))
-        verdicts.extend(_judge_unsent(measurements.unsent or (), thresholds, now))
+    if measurements.unsent is not None:
+        verdicts.extend(_judge_unsent(measurements.unsent, thresholds, now))
     if measurements.queues is not None:
         now_us = (now - _EPOCH) // _MICROSECOND
         for queue in measurements.queues:

@@ -18,13 +18,14 @@ from reaper.edges.hook import QueueReaper
 from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.report import gate_json, render_json, render_text
 from reaper.edges.serve import serve as serve_http
-from reaper.errors import MigrationStopped, ReaperError
+from reaper.errors import MigrationStopped, PassFailed, ReaperError
 from reaper.jobqueue.migrations import MigrationRun, one_line
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.schema import SchemaPlan
 from reaper.policies.report import plan_json, plan_text
 from reaper.reap.dispatch import dispatch_in_force
 from reaper.reap.policies import policy_plan
+from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
 from reaper.reap.sources import open_sources
 
@@ -199,13 +200,21 @@ async def policies_plan(loaded: LoadedConfig, *, as_json: bool) -> int:
 
 
 async def serve(loaded: LoadedConfig, listen: str) -> int:
-    reaper = QueueReaper(loaded.settings)
+    reaper = QueueReaper(loaded.settings, holder=f"{QueueReaper.default_holder()} serve")
+
+    async def turn() -> PassResult | None:
+        run = await reaper.run_turn()
+        if run.error is not None:
+            raise PassFailed(run.error)
+        return run.result  # None: another reaper had the turn
+
     try:
         return await serve_http(
             listen,
             loaded.settings.queue.reap.interval_seconds,
-            reaper.run_now,
+            turn,
             ReaperMetrics(),
+            next_in=reaper.seconds_until_due,
         )
     finally:
         await reaper.aclose()

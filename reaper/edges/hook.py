@@ -1,13 +1,26 @@
-"""The idle-loop hook workers import.
+"""The idle-loop hook workers import, and the turn it shares with ``reaper serve``.
 
-A worker that finds no work calls ``await reaper.run_if_due(project_id)``. Not due: it
-returns at once, having done no I/O at all. Due: one bounded pass, at most one at a time and
-at most one per ``interval_seconds`` in the process; its failure is logged and returned,
-never raised into the worker. ``[queue.reap] enabled = false`` switches only this hook off.
+A worker that finds no work calls ``await reaper.run_if_due(project_id)``:
+
+- **Not due locally**: it returns at once, having done no I/O at all.
+- **Due**: it asks PostgreSQL for the fleet's turn, in one short statement (SPEC §10 "A fleet
+  shares one pass"). However many workers ask, one takes it per ``interval_seconds``; the
+  others do no other I/O and come back when the turn is free again (told by the database,
+  spread by a little jitter so that the fleet does not ask all at once).
+- **The turn is this worker's**: one bounded pass over **every** project (the ``project_id``
+  it was called with names the worker in the logs; it does not narrow the pass). Its failure
+  is logged and returned, never raised into the worker. With ``[queue.reap] enabled = false``
+  the pass is the lease reap alone: expired leases are still requeued and poison still parked.
+
+Connections: the hook uses at most ``[database] hook_connections`` (default 1) during a pass,
+of the worker's own asyncpg pool when it is given one (``pool=``), else of a pool it opens for
+the pass (from the worker's ``connection_factory=``, else from ``[database] dsn``) and closes
+after it, so that it holds no connection between passes (``[database] keep_connections =
+true`` keeps its own pool open instead).
 
     from reaper import QueueReaper
 
-    reaper = QueueReaper.from_config()
+    reaper = QueueReaper.from_config(pool=worker_pool)
     while True:
         if not await claim_and_run_one(project_id):
             await reaper.run_if_due(project_id)
@@ -18,30 +31,57 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import random
+import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Final
 from uuid import UUID
 
 from reaper.config import Settings, load_config
 from reaper.core.domain import Action
 from reaper.errors import scrub
+from reaper.jobqueue.database import ConnectionFactory, WorkerPool
+from reaper.jobqueue.port import Turn
 from reaper.reap.result import PassResult
 from reaper.reap.run import run_pass, utcnow
-from reaper.reap.sources import Sources, open_sources
+from reaper.reap.sources import Sources, open_broker, open_store
+
+__all__ = ["TURN", "HookRun", "QueueReaper"]
 
 log = logging.getLogger("reaper.hook")
+
+#: The name of the fleet's one turn (``reaper_turn.name``): one whole pass per interval over
+#: the database, whoever takes it (a worker's hook or ``reaper serve``).
+TURN: Final = "pass"
+
+#: The most a hook that lost the turn adds, at random, to the time the turn frees, so that a
+#: fleet spreads its next asks (a tenth of the interval, at most this many seconds).
+MAX_JITTER_SECONDS: Final = 5.0
+
+#: What ``reaper serve`` adds to the time the turn frees: it comes first, and so keeps the turn
+#: while it runs, which keeps its metrics those of the fleet's pass.
+SERVE_LEAD_SECONDS: Final = 0.05
 
 
 @dataclass(frozen=True)
 class HookRun:
-    """What one ``run_if_due`` call did."""
+    """What one call did. ``due``: the local interval had passed, so the turn was asked for;
+    ``turn``: the turn as found (None when it could not be asked); ``result``: the pass, when
+    the turn was this caller's."""
 
     due: bool
+    turn: Turn | None = None
     result: PassResult | None = None
     error: str | None = None
+
+    @property
+    def ran(self) -> bool:
+        return self.result is not None
 
     @property
     def ok(self) -> bool:
@@ -49,103 +89,187 @@ class HookRun:
 
 
 class QueueReaper:
-    """One per worker process. Holds its connections between passes."""
+    """One per worker process (or one in ``reaper serve``)."""
 
     def __init__(
         self,
         settings: Settings,
         *,
+        pool: WorkerPool | None = None,
+        connection_factory: ConnectionFactory | None = None,
+        holder: str | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         clock: Callable[[], datetime] = utcnow,
-        connect: Callable[[Settings], Awaitable[Sources]] = open_sources,
+        jitter: Callable[[], float] = random.random,
+        connect: Callable[[Settings], Awaitable[Sources]] | None = None,
     ) -> None:
+        if pool is not None and connection_factory is not None:
+            raise ValueError("give the hook a pool or a connection factory, not both")
         self._settings = settings
+        self._pool = pool
+        self._factory = connection_factory
         self._connect = connect
         self._monotonic = monotonic
         self._clock = clock
-        self._last_started: float | None = None
+        self._jitter = jitter
+        self.holder = holder or self.default_holder()
+        #: ``monotonic()`` at or after which the next call asks for the turn (None: at once).
+        self._next_ask: float | None = None
         self._running = False
-        self._sources: Sources | None = None
+        self._kept: Sources | None = None
 
     @classmethod
     def from_config(
-        cls, config_dir: Path | None = None, environ: Mapping[str, str] | None = None
+        cls,
+        config_dir: Path | None = None,
+        environ: Mapping[str, str] | None = None,
+        *,
+        pool: WorkerPool | None = None,
+        connection_factory: ConnectionFactory | None = None,
     ) -> QueueReaper:
         """Build from the declared configuration (raises ``ConfigError`` at start-up, where
-        a worker should fail loudly, never later inside its loop)."""
-        return cls(load_config(config_dir, environ).settings)
+        a worker should fail loudly, never later inside its loop). ``pool``: the worker's own
+        asyncpg pool, shared; ``connection_factory``: how the worker opens a connection."""
+        settings = load_config(config_dir, environ).settings
+        return cls(settings, pool=pool, connection_factory=connection_factory)
+
+    @staticmethod
+    def default_holder() -> str:
+        """Who takes the turn, as ``reaper_turn.taken_by`` shows it: host and process."""
+        return f"{socket.gethostname()}:{os.getpid()}"
 
     @property
     def interval_seconds(self) -> int:
         return self._settings.queue.reap.interval_seconds
 
     def is_due(self) -> bool:
-        if not self._settings.queue.reap.enabled or self._running:
+        """Whether the next call asks for the turn (no I/O)."""
+        if self._running:
             return False
-        last = self._last_started
-        return last is None or self._monotonic() - last >= self.interval_seconds
+        return self._next_ask is None or self._monotonic() >= self._next_ask
+
+    def seconds_until_due(self) -> float:
+        if self._next_ask is None:
+            return 0.0
+        return max(0.0, self._next_ask - self._monotonic())
 
     async def run_if_due(self, project_id: UUID | None = None) -> HookRun:
+        """The worker's call: nothing when not due; else the turn, and the pass if it is
+        this worker's. Never raises."""
         if not self.is_due():
             return HookRun(due=False)
+        return await self._take_turn_and_run(project_id, serve=False)
+
+    async def run_turn(self) -> HookRun:
+        """``reaper serve``'s call every interval: the same turn as the hooks', asked for first
+        (it comes back as the turn frees, the hooks a little later). When PostgreSQL cannot be
+        reached, the pass runs all the same, to report it unreadable. Never raises."""
+        return await self._take_turn_and_run(None, serve=True)
+
+    async def run_now(self, project_id: UUID | None = None) -> PassResult:
+        """One whole pass now, turn or not (raises what it cannot report)."""
+        sources = await self._sources()
+        try:
+            return await self._pass(sources, project_id, whole=True)
+        finally:
+            await self._release(sources)
+
+    async def _take_turn_and_run(self, project_id: UUID | None, *, serve: bool) -> HookRun:
         # Claimed before the first await, so a concurrent caller in the same loop sees it.
         self._running = True
-        self._last_started = self._monotonic()
+        started = self._monotonic()
+        self._next_ask = started + self.interval_seconds  # until the turn says otherwise
+        sources: Sources | None = None
         try:
-            result = await self.run_now(project_id)
+            async with asyncio.timeout(max(self.interval_seconds, 1)):
+                sources = await self._sources(broker=False)
+                turn: Turn | None = None
+                if sources.store is not None:
+                    turn = await sources.store.take_turn(TURN, self.interval_seconds, self.holder)
+                    self._schedule(started, turn, SERVE_LEAD_SECONDS if serve else None)
+                    if not turn.mine:
+                        return HookRun(due=True, turn=turn)
+                elif not serve:
+                    error = f"the turn could not be asked for: {sources.store_error}"
+                    log.warning("queue reap skipped: %s", error)
+                    return HookRun(due=True, error=error)
+                result = await self._pass(sources, project_id, whole=serve)
+            if result.unreadable:
+                # Reconnect next time rather than keep a pool pointing at a dead server
+                # (forgotten here, closed below).
+                self._kept = None
         except Exception as exc:  # never raised into the worker: logged and returned
             error = scrub(f"{type(exc).__name__}: {exc}") if str(exc) else type(exc).__name__
             if isinstance(exc, TimeoutError):
                 error = f"the pass did not finish within {self.interval_seconds} s"
             log.warning("queue reap failed: %s", error)
+            self._kept = None  # closed below: the next pass starts afresh
             return HookRun(due=True, error=error)
         finally:
+            if sources is not None:
+                await self._release(sources)
             self._running = False
-        self._log(result)
-        return HookRun(due=True, result=result)
+        self._log(result, project_id)
+        return HookRun(due=True, turn=turn, result=result)
 
-    async def run_now(self, project_id: UUID | None = None) -> PassResult:
-        """One bounded pass now, due or not (``reaper serve`` calls this every interval).
-        A pass never outlives its interval: a worker's idle loop must come back."""
-        try:
-            async with asyncio.timeout(max(self.interval_seconds, 1)):
-                result = await self._pass(project_id)
-        except BaseException:
-            await self._drop_sources()
-            raise
-        if result.unreadable:
-            # Reconnect next time rather than keep a pool pointing at a dead server.
-            await self._drop_sources()
-        return result
+    def _schedule(self, started: float, turn: Turn, lead: float | None) -> None:
+        """When to ask again: when the turn frees, plus the jitter (or ``lead``)."""
+        spread = min(self.interval_seconds / 10, MAX_JITTER_SECONDS)
+        extra = lead if lead is not None else spread * self._jitter()
+        self._next_ask = started + turn.free_in_seconds + extra
 
-    async def _pass(self, project_id: UUID | None) -> PassResult:
-        if self._sources is None or self._sources.store is None:
-            await self._drop_sources()
-            self._sources = await self._connect(self._settings)
-        sources = self._sources
+    async def _pass(self, sources: Sources, project_id: UUID | None, *, whole: bool) -> PassResult:
+        """A whole pass; or, for a hook switched off (``enabled = false``), the lease reap
+        alone. ``project_id`` never narrows the pass: every project is measured."""
+        enabled = whole or self._settings.queue.reap.enabled
+        broker = sources.broker
+        if enabled and broker is None:
+            broker = sources.broker = open_broker(self._settings)
         return await run_pass(
             self._settings,
             store=sources.store,
-            broker=sources.broker,
-            project_id=project_id,
+            broker=broker if enabled else None,
             clock=self._clock,
             store_error=sources.store_error,
             broker_error=sources.broker_error,
+            leases_only=not enabled,
         )
 
-    async def _drop_sources(self) -> None:
-        sources, self._sources = self._sources, None
-        if sources is not None:
-            try:
-                await sources.close()
-            except Exception:  # closing a broken connection must not mask the pass's outcome
-                log.debug("closing sources failed", exc_info=True)
+    async def _sources(self, *, broker: bool = True) -> Sources:
+        if self._kept is not None:
+            return self._kept
+        if self._connect is not None:
+            sources = await self._connect(self._settings)
+        else:
+            store, error = await open_store(
+                self._settings,
+                pool_size=self._settings.database.hook_connections,
+                pool=self._pool,
+                factory=self._factory,
+            )
+            sources = Sources(store=store, store_error=error)
+            if broker:
+                sources.broker = open_broker(self._settings)
+        if self._settings.database.keep_connections and sources.store is not None:
+            self._kept = sources
+        return sources
+
+    async def _release(self, sources: Sources) -> None:
+        """Close what a pass opened, unless it is kept between passes."""
+        if sources is self._kept:
+            return
+        await _close(sources)
+
+    async def _drop_kept(self) -> None:
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            await _close(kept)
 
     async def aclose(self) -> None:
-        await self._drop_sources()
+        await self._drop_kept()
 
     @staticmethod
-    def _log(result: PassResult) -> None:
+    def _log(result: PassResult, project_id: UUID | None) -> None:
         for entry in result.unreadable:
             log.warning("queue reap could not read %s: %s", entry.source, entry.error)
         for r in result.verdicts:
@@ -161,8 +285,16 @@ class QueueReaper:
                     v.threshold,
                 )
         log.info(
-            "queue reap %s in %.2f s: %d verdict(s)",
+            "queue reap %s in %.2f s: %d verdict(s)%s",
             "ok" if result.ok else "NOT ok",
             result.duration_seconds,
             len(result.verdicts),
+            f" (the turn fell to project {project_id}'s worker)" if project_id else "",
         )
+
+
+async def _close(sources: Sources) -> None:
+    try:
+        await sources.close()
+    except Exception:  # closing a broken connection must not mask the pass's outcome
+        log.debug("closing sources failed", exc_info=True)

@@ -1,5 +1,9 @@
 """``reaper serve``: a pass every ``interval_seconds``, ``/metrics`` and ``/healthz`` on a port.
 
+It shares the fleet's turn with the workers' hooks (:mod:`reaper.edges.hook`): when another
+reaper has the turn, ``run_once`` answers None, nothing is measured and the metrics stay those
+of serve's last pass; ``/healthz`` counts the turn checked as the loop being alive.
+
 The HTTP side is the standard library's WSGI server in a thread of its own, so a scrape is
 answered even while a pass is busy on the event loop. The loop side never cuts a pass in half:
 SIGTERM or SIGINT only sets the stop event, the pass in flight runs to its end, then the
@@ -75,9 +79,15 @@ class _Health:
     last_ok: bool | None = None
     passes: int = 0
     errors: int = 0
+    #: time.monotonic() of the last turn another reaper had, and how many there were.
+    elsewhere_at: float | None = None
+    turns_elsewhere: int = 0
 
     def answer(self) -> tuple[int, dict[str, Any]]:
-        completed_at, last_ok = self.completed_at, self.last_ok
+        last_ok = self.last_ok
+        completed_at = max(
+            (t for t in (self.completed_at, self.elsewhere_at) if t is not None), default=None
+        )
         if completed_at is None:
             return 503, {
                 "status": "starting",
@@ -93,6 +103,10 @@ class _Health:
             "interval_seconds": self.interval_seconds,
             "passes": self.passes,
             "errors": self.errors,
+            "turns_elsewhere": self.turns_elsewhere,
+            "last_turn": "elsewhere"
+            if self.elsewhere_at is not None and self.elsewhere_at == completed_at
+            else "mine",
         }
         return (503 if stale else 200), body
 
@@ -161,17 +175,21 @@ def _install_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> li
 async def serve(
     listen: str,
     interval_seconds: float,
-    run_once: Callable[[], Awaitable[PassResult]],
+    run_once: Callable[[], Awaitable[PassResult | None]],
     metrics: ReaperMetrics,
     *,
     stop: asyncio.Event | None = None,
     log: logging.Logger | logging.LoggerAdapter[logging.Logger] = _log,
     on_listening: Callable[[str, int], None] | None = None,
+    next_in: Callable[[], float] | None = None,
 ) -> int:
     """Serve ``/metrics`` and ``/healthz`` on ``listen`` and run a pass every
     ``interval_seconds`` (the first at once, start to start) until ``stop`` is set or the
     process gets SIGTERM/SIGINT. Returns 0 once the pass in flight has finished and the server
     is closed. ``on_listening(host, port)`` is told the bound address (port 0 picks one).
+
+    ``run_once`` answers None when another reaper had the fleet's turn; ``next_in`` then says
+    how long until it is free (by default the rest of the interval).
 
     A pass that raises is logged and counted (``reaper_last_pass_ok`` 0); the loop goes on.
     """
@@ -200,7 +218,9 @@ async def serve(
         while not stop.is_set():
             started = loop.time()
             await _one_pass(run_once, metrics, health, log)
-            remaining = interval_seconds - (loop.time() - started)
+            remaining = (
+                next_in() if next_in is not None else interval_seconds - (loop.time() - started)
+            )
             if remaining > 0 and not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=remaining)
@@ -215,7 +235,7 @@ async def serve(
 
 
 async def _one_pass(
-    run_once: Callable[[], Awaitable[PassResult]],
+    run_once: Callable[[], Awaitable[PassResult | None]],
     metrics: ReaperMetrics,
     health: _Health,
     log: logging.Logger | logging.LoggerAdapter[logging.Logger],
@@ -235,6 +255,11 @@ async def _one_pass(
         health.last_ok = False
         log.error("pass failed (the loop goes on): %s", scrub(f"{type(exc).__name__}: {exc}"))
         log.debug("pass failure", exc_info=True)
+        return
+    if result is None:
+        health.turns_elsewhere += 1
+        health.elsewhere_at = time.monotonic()
+        log.info("another reaper had the fleet's turn: no pass this interval")
         return
     metrics.observe(result)
     health.passes += 1

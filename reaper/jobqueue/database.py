@@ -5,13 +5,20 @@ The only module of the package that imports asyncpg. Every other part of the sto
 connection through :meth:`Database.session`, inside which any driver or network failure becomes
 :class:`~reaper.errors.StoreUnavailable` with a scrubbed one-line reason a person can act on;
 nothing above the store sees a driver type.
+
+The pool is the reaper's own (:meth:`Database.connect`, from a DSN or from a worker's
+connection factory) or a worker's asyncpg pool it borrows from (:meth:`Database.borrowing`):
+then it takes at most ``connections`` of it at once, sets its own session settings on each
+connection it takes and puts them back as the connection's defaults when it gives it back, and
+never closes the pool.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -22,9 +29,11 @@ from reaper.errors import ReaperError, StoreUnavailable, scrub
 __all__ = [
     "CONNECT_TIMEOUT_SECONDS",
     "Connection",
+    "ConnectionFactory",
     "Database",
     "PostgresError",
     "Record",
+    "WorkerPool",
     "execute_once",
     "first_line",
     "first_line_and_detail",
@@ -39,6 +48,12 @@ __all__ = [
 Connection = Any
 Record = Any
 
+#: A worker's own asyncpg pool (``asyncpg.create_pool(...)``), which the reaper may borrow from.
+WorkerPool = Any
+
+#: A worker's way of opening one connection: ``lambda: asyncpg.connect(dsn)``.
+ConnectionFactory = Callable[[], Awaitable[Connection]]
+
 #: The driver's error for a statement the server refused; callers tell a row's fault from
 #: the database's with :func:`is_row_failure`.
 PostgresError: Final = asyncpg.PostgresError
@@ -48,6 +63,16 @@ CONNECT_TIMEOUT_SECONDS: Final = 10.0
 
 #: ``work_mem`` of the store's sessions (a batch of lease moves needs a few MB).
 WORK_MEM: Final = "64MB"
+
+#: The reaper's session settings, on every connection it uses (its own, or one borrowed).
+_SESSION_SETTINGS: Final = {
+    "application_name": "queue-reaper",
+    # a batch of moves carries each event's payload through sorts and CTEs: keep them in
+    # memory rather than spilling to temporary files
+    "work_mem": WORK_MEM,
+    # short statements: compiling them would cost more than running them
+    "jit": "off",
+}
 
 #: SQLSTATE classes that say the database, not one row, is the problem: the store is then
 #: unavailable, instead of the row failing (connection exception, insufficient resources,
@@ -71,6 +96,8 @@ class Database:
         self._dsn = dsn
         self._pool: Any = None
         self.pool_size = 1
+        #: Set when the pool is a worker's: bounds how many of its connections are taken.
+        self._borrowed: asyncio.Semaphore | None = None
 
     @classmethod
     async def connect(
@@ -80,36 +107,80 @@ class Database:
         password: str | None = None,
         pool_size: int = 4,
         statement_timeout_seconds: float = 30,
+        factory: ConnectionFactory | None = None,
     ) -> Database:
-        """Open the pool; every statement is bounded by ``statement_timeout_seconds``. Raises
+        """Open the pool (one connection at once, at most ``pool_size``); every statement is
+        bounded by ``statement_timeout_seconds``. With ``factory`` the pool's connections are
+        the worker's, opened by it (``dsn`` then only names the database in messages). Raises
         :class:`StoreUnavailable` when it cannot."""
         database = cls(dsn, password, statement_timeout_seconds)
         database.pool_size = max(1, pool_size)
         async with database.seam("connecting"):
-            database._pool = await asyncpg.create_pool(
-                dsn,
-                password=password,
-                min_size=1,
-                max_size=database.pool_size,
-                timeout=CONNECT_TIMEOUT_SECONDS,
-                server_settings=database._server_settings(),
-            )
+            if factory is None:
+                database._pool = await asyncpg.create_pool(
+                    dsn,
+                    password=password,
+                    min_size=1,
+                    max_size=database.pool_size,
+                    timeout=CONNECT_TIMEOUT_SECONDS,
+                    server_settings=database._server_settings(),
+                )
+            else:
+
+                async def opened(*_args: object, **_kwargs: object) -> Connection:
+                    return await factory()
+
+                database._pool = await asyncpg.create_pool(
+                    min_size=1,
+                    max_size=database.pool_size,
+                    connect=opened,
+                    init=database._apply_settings,
+                )
         return database
 
+    @classmethod
+    def borrowing(
+        cls,
+        pool: WorkerPool,
+        *,
+        connections: int = 1,
+        statement_timeout_seconds: float = 30,
+        named: str = "the worker's pool",
+    ) -> Database:
+        """Borrow from a worker's asyncpg ``pool``: at most ``connections`` of it at once, each
+        with the reaper's session settings while it holds it. Opens nothing; closing it leaves
+        the worker's pool as it was."""
+        database = cls("", None, statement_timeout_seconds)
+        database.where = named
+        database.pool_size = max(1, connections)
+        database._pool = pool
+        database._borrowed = asyncio.Semaphore(database.pool_size)
+        return database
+
+    @property
+    def borrowed(self) -> bool:
+        """Whether the pool is a worker's, borrowed from."""
+        return self._borrowed is not None
+
+    def _timeout_ms(self) -> str:
+        return str(int(self.statement_timeout * 1000))
+
+    async def _apply_settings(self, conn: Connection) -> None:
+        await conn.execute(
+            "SELECT set_config('application_name', $1, false), set_config('work_mem', $2, false),"
+            " set_config('jit', $3, false), set_config('statement_timeout', $4, false)",
+            _SESSION_SETTINGS["application_name"],
+            _SESSION_SETTINGS["work_mem"],
+            _SESSION_SETTINGS["jit"],
+            self._timeout_ms(),
+        )
+
     def _server_settings(self) -> dict[str, str]:
-        return {
-            "application_name": "queue-reaper",
-            "statement_timeout": str(int(self.statement_timeout * 1000)),
-            # a batch of moves carries each event's payload through sorts and CTEs:
-            # keep them in memory rather than spilling to temporary files
-            "work_mem": WORK_MEM,
-            # short statements: compiling them would cost more than running them
-            "jit": "off",
-        }
+        return {**_SESSION_SETTINGS, "statement_timeout": self._timeout_ms()}
 
     async def close(self) -> None:
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
+        pool, self._pool = self._pool, None
+        if pool is not None and self._borrowed is None:
             with contextlib.suppress(Exception):
                 await pool.close()
 
@@ -125,8 +196,21 @@ class Database:
         """A pooled connection, outside the seam (the caller has entered one)."""
         if self._pool is None:
             raise StoreUnavailable(f"the store for {self.where} is closed")
-        async with self._pool.acquire() as conn:
-            yield conn
+        if self._borrowed is None:
+            async with self._pool.acquire() as conn:
+                yield conn
+            return
+        async with self._borrowed, self._pool.acquire() as conn:
+            await self._apply_settings(conn)
+            try:
+                yield conn
+            finally:
+                # The worker's connection goes back with its own defaults (asyncpg's pool
+                # resets it on release too; this holds for a pool that does not).
+                with contextlib.suppress(Exception):
+                    await conn.execute(
+                        "RESET application_name; RESET work_mem; RESET jit; RESET statement_timeout"
+                    )
 
     @contextlib.asynccontextmanager
     async def dedicated(self, doing: str) -> AsyncIterator[Connection]:

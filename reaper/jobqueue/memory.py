@@ -41,6 +41,7 @@ from reaper.jobqueue.port import (
     LeaseMoves,
     ParkedDeadLetter,
     ParkRules,
+    Turn,
 )
 from reaper.jobqueue.rules import (
     DELIVERY_EXHAUSTED_CHOICES,
@@ -59,6 +60,15 @@ class MemoryJobQueue(Records):
     async def database_facts(self) -> DatabaseFacts:
         self._open()
         return DatabaseFacts(self.clock(), self.outbox is not None)
+
+    async def take_turn(self, name: str, interval_seconds: float, holder: str) -> Turn:
+        self._open()
+        now = self.clock()
+        held = self.turns.get(name)
+        if held is None or held[0] <= now - timedelta(seconds=interval_seconds):
+            self.turns[name] = (now, holder)
+            return Turn.as_found(True, now, holder, now, interval_seconds)
+        return Turn.as_found(False, held[0], held[1], now, interval_seconds)
 
     async def unsent_dispatches(self, project_id: UUID | None = None) -> list[UnsentDispatch]:
         self._open()

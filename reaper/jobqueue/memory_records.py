@@ -88,6 +88,8 @@ class Records:
         self.ledger: dict[UUID, list[LedgerEvent]] = {}
         #: ``job_outbox``, or None when the host's schema has none (polling dispatch).
         self.outbox: list[OutboxRow] | None = [] if outbox else None
+        #: ``reaper_turn``: each turn's ``taken_at`` and ``taken_by``.
+        self.turns: dict[str, tuple[datetime, str]] = {}
         self.closed = False
 
     def add_job(self, row: JobRow) -> UUID:

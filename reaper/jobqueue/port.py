@@ -38,6 +38,7 @@ __all__ = [
     "ParkRules",
     "ParkedDeadLetter",
     "ReplaySender",
+    "Turn",
 ]
 
 
@@ -85,6 +86,43 @@ class DatabaseFacts:
 
 
 @dataclass(frozen=True)
+class Turn:
+    """The fleet's turn to run a whole pass (SPEC §10 "A fleet shares one pass"), as one
+    :meth:`JobQueue.take_turn` found it: taken by this caller now, or held by another since
+    ``taken_at``. Times are the database's."""
+
+    #: Whether this caller took the turn.
+    mine: bool
+    #: When the turn in force was taken (by this caller when ``mine``).
+    taken_at: datetime
+    #: Who holds it: the ``holder`` text its taker gave.
+    taken_by: str
+    #: The database's clock when the turn was asked for.
+    now: datetime
+    #: Seconds from ``now`` until the turn is free again (0 when it is free already; the
+    #: whole interval for the caller that just took it).
+    free_in_seconds: float
+
+    @classmethod
+    def as_found(
+        cls,
+        mine: bool,
+        taken_at: datetime | None,
+        taken_by: str | None,
+        now: datetime,
+        interval_seconds: float,
+    ) -> Turn:
+        """The turn as one ask found it. A turn row gone between the ask's two reads (the
+        reaper never deletes it; a person may) reads as free now."""
+        if taken_at is None:
+            return cls(False, now, taken_by or "", now, 0.0)
+        if mine:
+            return cls(True, taken_at, taken_by or "", now, float(interval_seconds))
+        free_in = interval_seconds - (now - taken_at).total_seconds()
+        return cls(False, taken_at, taken_by or "", now, max(0.0, free_in))
+
+
+@dataclass(frozen=True)
 class DeadLetterParks:
     """What :meth:`JobQueue.park_dead_letters` did with the letters given."""
 
@@ -129,6 +167,11 @@ class JobQueue(Protocol):
 
     async def database_facts(self) -> DatabaseFacts:
         """The database's clock, and whether the host's schema dispatches through an outbox."""
+        ...
+
+    async def take_turn(self, name: str, interval_seconds: float, holder: str) -> Turn:
+        """Take the turn ``name`` if nobody took it in the last ``interval_seconds`` (by the
+        database's clock), in one short statement; else say who holds it and for how long."""
         ...
 
     async def unsent_dispatches(self, project_id: UUID | None = None) -> list[UnsentDispatch]:

@@ -4,7 +4,8 @@
 Each concern has its own module, and this class only holds the pool and hands each call to its
 module: leases (:mod:`~reaper.jobqueue.leases`), sightings (:mod:`~reaper.jobqueue.sightings`),
 gates (:mod:`~reaper.jobqueue.gates`), dead-letter parks (:mod:`~reaper.jobqueue.dead_letters`),
-the ledger (:mod:`~reaper.jobqueue.ledger`) and migrations (:mod:`~reaper.jobqueue.migrations`).
+the ledger (:mod:`~reaper.jobqueue.ledger`), the fleet's turn (:mod:`~reaper.jobqueue.turns`)
+and migrations (:mod:`~reaper.jobqueue.migrations`).
 Every query is named in ``sql/queries.sql``; every query that depends on time takes ``now``
 from the caller.
 """
@@ -27,8 +28,8 @@ from reaper.core.domain import (
     UnsentDispatch,
     Verdict,
 )
-from reaper.jobqueue import dead_letters, gates, leases, ledger, migrations, sightings
-from reaper.jobqueue.database import Database
+from reaper.jobqueue import dead_letters, gates, leases, ledger, migrations, sightings, turns
+from reaper.jobqueue.database import ConnectionFactory, Database, WorkerPool
 from reaper.jobqueue.migrations import DEFAULT_LOCK_TIMEOUT_SECONDS, MigrationRun
 from reaper.jobqueue.port import (
     DatabaseFacts,
@@ -37,6 +38,7 @@ from reaper.jobqueue.port import (
     ParkedDeadLetter,
     ParkRules,
     ReplaySender,
+    Turn,
 )
 from reaper.jobqueue.sql import QUERIES
 
@@ -57,8 +59,10 @@ class PostgresStore:
         password: str | None = None,
         pool_size: int = 4,
         statement_timeout_seconds: float = 30,
+        factory: ConnectionFactory | None = None,
     ) -> PostgresStore:
-        """Open a pool of at most ``pool_size`` connections; every statement is bounded by
+        """Open a pool of at most ``pool_size`` connections (the worker's, opened by
+        ``factory``, when it is given); every statement is bounded by
         ``statement_timeout_seconds``. Raises :class:`~reaper.errors.StoreUnavailable` when
         it cannot."""
         return cls(
@@ -67,6 +71,19 @@ class PostgresStore:
                 password=password,
                 pool_size=pool_size,
                 statement_timeout_seconds=statement_timeout_seconds,
+                factory=factory,
+            )
+        )
+
+    @classmethod
+    def borrowing(
+        cls, pool: WorkerPool, *, connections: int = 1, statement_timeout_seconds: float = 30
+    ) -> PostgresStore:
+        """A store over a worker's own asyncpg pool, taking at most ``connections`` of it at
+        once; closing the store leaves the pool open."""
+        return cls(
+            Database.borrowing(
+                pool, connections=connections, statement_timeout_seconds=statement_timeout_seconds
             )
         )
 
@@ -98,6 +115,9 @@ class PostgresStore:
             now: datetime = await conn.fetchval(QUERIES["database_now"])
             outbox: bool = await conn.fetchval(QUERIES["dispatch_schema"])
         return DatabaseFacts(now, outbox)
+
+    async def take_turn(self, name: str, interval_seconds: float, holder: str) -> Turn:
+        return await turns.take_turn(self.database, name, interval_seconds, holder)
 
     async def unsent_dispatches(self, project_id: UUID | None = None) -> list[UnsentDispatch]:
         return await leases.unsent_dispatches(self.database, project_id)

@@ -246,6 +246,7 @@ _DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
             IndexValid("dead_letter_job_idx", "dead_letter", columns=("job_id",)),
         ),
     ),
+    "0006_reaper_turn": (("create_reaper_turn", TableExists("reaper_turn")),),
 }
 
 #: Every migration, in the order they apply, each step bound to its statement.

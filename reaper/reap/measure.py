@@ -38,11 +38,12 @@ class JobQueueReading:
     now: datetime
     dispatch: DispatchInForce
     leases: tuple[HeldLease, ...]
-    claimable: tuple[ClaimableHead, ...]
+    #: None when not read (a lease-only pass).
+    claimable: tuple[ClaimableHead, ...] | None
     #: Expired leases beyond this pass's bound.
     remainder: int
-    #: Unsent dispatches (outbox dispatch only).
-    unsent: tuple[UnsentDispatch, ...] = ()
+    #: Unsent dispatches (outbox dispatch only); None when not read (a lease-only pass).
+    unsent: tuple[UnsentDispatch, ...] | None = ()
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class Reading:
 
 
 async def _read_job_queue(
-    store: JobQueue, settings: Settings, project_id: UUID | None
+    store: JobQueue, settings: Settings, project_id: UUID | None, leases_only: bool
 ) -> JobQueueReading:
     reap = settings.queue.reap
     # The host stamps leases and run_after with its database's clock (or its workers' own):
@@ -78,20 +79,18 @@ async def _read_job_queue(
     facts = await store.database_facts()
     now = facts.now
     dispatch = dispatch_in_force(reap.dispatch, facts.outbox_schema)
-    leases, claimable, expired, unsent = await asyncio.gather(
+    leases, expired = await asyncio.gather(
         store.expired_leases(now, reap.lease_grace_seconds, MAX_LEASES_PER_PASS, project_id),
-        store.claimable_heads(now, frozenset(reap.known_phases), project_id),
         store.count_expired_leases(now, reap.lease_grace_seconds, project_id),
+    )
+    remainder = max(0, expired - len(leases))
+    if leases_only:
+        return JobQueueReading(now, dispatch, tuple(leases), None, remainder, None)
+    claimable, unsent = await asyncio.gather(
+        store.claimable_heads(now, frozenset(reap.known_phases), project_id),
         store.unsent_dispatches(project_id) if dispatch.mode is Dispatch.OUTBOX else _none(),
     )
-    return JobQueueReading(
-        now,
-        dispatch,
-        tuple(leases),
-        tuple(claimable),
-        max(0, expired - len(leases)),
-        tuple(unsent),
-    )
+    return JobQueueReading(now, dispatch, tuple(leases), tuple(claimable), remainder, tuple(unsent))
 
 
 async def _read_broker(client: Broker, declared_consumer_timeout_ms: int) -> BrokerReading:
@@ -114,11 +113,14 @@ async def measure(
     broker: Broker | None,
     project_id: UUID | None,
     progress: Progress,
+    *,
+    leases_only: bool = False,
 ) -> Reading:
-    """Read both sources at once; a failing one is named and read as unknown."""
+    """Read both sources at once; a failing one is named and read as unknown. A lease-only
+    pass reads the expired leases alone."""
     declared_ms = settings.queue.reap.consumer_timeout_seconds * 1000
     pg_read, broker_read = await asyncio.gather(
-        _read_job_queue(store, settings, project_id) if store else _nothing(),
+        _read_job_queue(store, settings, project_id, leases_only) if store else _nothing(),
         _read_broker(broker, declared_ms) if broker else _nothing(),
         return_exceptions=True,
     )

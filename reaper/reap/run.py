@@ -47,6 +47,7 @@ async def run_pass(
     store_error: str | None = None,
     broker_error: str | None = None,
     policies_dir: Path | None = None,
+    leases_only: bool = False,
 ) -> PassResult:
     """Run one whole pass over already-opened sources.
 
@@ -59,17 +60,29 @@ async def run_pass(
     ``now`` is the database's clock, read once as the pass begins (``clock``, the reaper's
     own, stands in only when the database cannot be read, and then nothing the host wrote is
     judged); the report's times are that ``now`` and ``now`` plus the pass's duration.
+
+    ``leases_only`` is the pass of a hook switched off (``[queue.reap] enabled = false``): the
+    lease reap alone (expired leases requeued, poison parked), which is crash recovery and never
+    switches off. It reads no broker (``broker`` must be None), measures no stale-ready work
+    and records or clears no sighting.
     """
+    if leases_only and broker is not None:
+        raise ValueError("a lease-only pass reads no broker")
     began = monotonic()
     progress = Progress()
     if store is None:
         progress.unreadable.append(
             Unreadable(Source.JOB_QUEUE.value, store_error or "not connected")
         )
-    if broker is None:
+    if broker is None and not leases_only:
         progress.unreadable.append(Unreadable(Source.BROKER.value, broker_error or "not connected"))
+    if leases_only:
+        progress.notes.append(
+            "the hook is switched off (queue.reap.enabled = false): the lease reap alone ran "
+            "(expired leases, poison); stale-ready work and the broker were not measured"
+        )
 
-    reading = await measure(settings, store, broker, project_id, progress)
+    reading = await measure(settings, store, broker, project_id, progress, leases_only=leases_only)
     now = reading.job_queue.now if reading.job_queue else clock()
     judgement = judge(reading.measurements(), settings.thresholds(), now)
     progress.notes.extend(judgement.notes)
@@ -110,9 +123,10 @@ async def run_pass(
         )
         surfaced += dead_surfaced
 
-    await _record_sightings(
-        ledger, surfaced, now, _sources_read(reading, progress), project_id, progress
-    )
+    if not leases_only:
+        await _record_sightings(
+            ledger, surfaced, now, _sources_read(reading, progress), project_id, progress
+        )
 
     return PassResult(
         dry_run=dry_run,
@@ -125,7 +139,7 @@ async def run_pass(
         unreadable=tuple(progress.unreadable),
         notes=tuple(dict.fromkeys(progress.notes)),
         queues=reading.broker.queues if reading.broker else (),
-        claimable=reading.job_queue.claimable if reading.job_queue else (),
+        claimable=(reading.job_queue.claimable or ()) if reading.job_queue else (),
         project_id=project_id,
         not_moved=tuple(progress.not_moved),
         dispatch=dispatch,

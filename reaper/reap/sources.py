@@ -10,10 +10,11 @@ from reaper.broker.client import ManagementClient
 from reaper.broker.port import Broker
 from reaper.config import Settings
 from reaper.errors import SourceUnreadable
+from reaper.jobqueue.database import ConnectionFactory, WorkerPool
 from reaper.jobqueue.port import JobQueue
 from reaper.jobqueue.postgres import PostgresStore
 
-__all__ = ["Sources", "open_sources"]
+__all__ = ["Sources", "open_broker", "open_sources", "open_store"]
 
 
 @dataclass
@@ -32,28 +33,56 @@ class Sources:
             await self.broker.aclose()
 
 
+async def open_store(
+    settings: Settings,
+    *,
+    pool_size: int | None = None,
+    pool: WorkerPool | None = None,
+    factory: ConnectionFactory | None = None,
+) -> tuple[JobQueue | None, str | None]:
+    """The store, or None and why not. Over a worker's ``pool`` (borrowed, never closed by
+    the store) or its connection ``factory`` when one is given, else from ``[database]``;
+    at most ``pool_size`` connections at once (default ``[database] pool_size``)."""
+    db = settings.database
+    size = db.pool_size if pool_size is None else pool_size
+    if pool is not None:
+        store = PostgresStore.borrowing(
+            pool, connections=size, statement_timeout_seconds=db.statement_timeout_seconds
+        )
+        return store, None
+    try:
+        return (
+            await PostgresStore.connect(
+                db.dsn,
+                password=db.password.get_secret_value() if db.password else None,
+                pool_size=size,
+                statement_timeout_seconds=db.statement_timeout_seconds,
+                factory=factory,
+            ),
+            None,
+        )
+    except SourceUnreadable as exc:
+        return None, exc.reason
+
+
+def open_broker(settings: Settings) -> Broker:
+    """The management API's client: opening it does no I/O."""
+    bus = settings.bus
+    return ManagementClient(
+        bus.management_url,
+        bus.username,
+        bus.password.get_secret_value(),
+        vhost=bus.vhost,
+        timeout_seconds=bus.timeout_seconds,
+    )
+
+
 async def open_sources(settings: Settings, *, store: bool = True, broker: bool = True) -> Sources:
     """Connect to PostgreSQL and build the management client. Never raises for a source that
     cannot be reached: the reason is kept and the pass names it in ``unreadable``."""
     sources = Sources()
     if store:
-        db = settings.database
-        try:
-            sources.store = await PostgresStore.connect(
-                db.dsn,
-                password=db.password.get_secret_value() if db.password else None,
-                pool_size=db.pool_size,
-                statement_timeout_seconds=db.statement_timeout_seconds,
-            )
-        except SourceUnreadable as exc:
-            sources.store_error = exc.reason
+        sources.store, sources.store_error = await open_store(settings)
     if broker:
-        bus = settings.bus
-        sources.broker = ManagementClient(
-            bus.management_url,
-            bus.username,
-            bus.password.get_secret_value(),
-            vhost=bus.vhost,
-            timeout_seconds=bus.timeout_seconds,
-        )
+        sources.broker = open_broker(settings)
     return sources

@@ -349,3 +349,22 @@ async def test_a_gate_answers_only_while_its_job_waits_behind_it(subject: Subjec
     assert (await subject.row(poison.id)).state == "awaiting_human"
     await store.answer_gate(second.id, "retry", later)
     assert (await subject.row(poison.id)).state == "ready"
+
+
+# --------------------------------------------------------------------------- the fleet's turn
+
+
+async def test_the_turn_goes_to_the_first_asker_once_per_interval(subject: Subject) -> None:
+    store = subject.store
+    first = await store.take_turn("pass", 60, "worker-1")
+    second = await store.take_turn("pass", 60, "worker-2")
+    other = await store.take_turn("another-turn", 60, "worker-2")
+
+    assert first.mine and first.taken_by == "worker-1" and first.free_in_seconds == 60
+    assert not second.mine and second.taken_by == "worker-1"
+    assert second.taken_at == first.taken_at
+    assert 59 < second.free_in_seconds <= 60
+    assert other.mine  # turns are independent by name
+    # a turn taken longer ago than the interval is free: the next asker takes it
+    free = await store.take_turn("pass", 0, "worker-3")
+    assert free.mine and free.taken_by == "worker-3" and free.taken_at > first.taken_at

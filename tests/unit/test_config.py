@@ -46,6 +46,8 @@ LEAF_KEYS = [
     "database.pool_size",
     "database.statement_timeout_seconds",
     "database.lock_timeout_seconds",
+    "database.hook_connections",
+    "database.keep_connections",
 ]
 SECRET_KEYS = {"bus.password", "database.password"}
 
@@ -137,7 +139,7 @@ def test_thresholds_are_the_judging_subset() -> None:
     loaded = load_config(
         None,
         environ={
-            "REAPER_QUEUE__REAP__INTERVAL_SECONDS": "15",
+            "REAPER_QUEUE__REAP__INTERVAL_SECONDS": "25",
             "REAPER_QUEUE__REAP__KNOWN_PHASES": '["build", "test", "build"]',
             "REAPER_QUEUE__REAP__LEASE_GRACE_SECONDS": "30",
             "REAPER_QUEUE__REAP__DEAD_LETTER_PEEK_LIMIT": "7",
@@ -145,7 +147,7 @@ def test_thresholds_are_the_judging_subset() -> None:
     )
     thresholds = loaded.settings.thresholds()
 
-    assert thresholds.consumerless_slack_seconds == 15
+    assert thresholds.consumerless_slack_seconds == 25
     assert thresholds.known_phases == frozenset({"build", "test"})
     assert thresholds.lease_grace_seconds == 30
     assert thresholds.dead_letter_peek_limit == 7
@@ -340,6 +342,27 @@ def test_a_consumer_timeout_below_the_longest_lease_is_refused(tmp_path: Path) -
         "queue.reap.consumer_timeout_seconds = 3600 is below queue.reap.longest_lease_seconds "
         "= 7200: the broker would cancel a consumer still inside its lease"
     ]
+
+
+def test_a_verify_wait_the_interval_cannot_hold_is_refused(tmp_path: Path) -> None:
+    problems = reap_problems(tmp_path, interval_seconds=15)
+
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(
+        "queue.reap.policy_verify_wait_seconds = 10.0 is more than half of "
+        "queue.reap.interval_seconds = 15: a pass is cut at its interval"
+    ), problems
+    assert "at most 7.5" in problems[0]
+    for fits in (
+        {"interval_seconds": 20},
+        {"interval_seconds": 15, "policy_verify_wait_seconds": 7.5},
+    ):
+        directory = tmp_path / "fits"
+        drop_in(directory, "50-test.toml", {"queue.reap": fits})
+        assert (
+            load_config(directory, environ={}).settings.queue.reap.interval_seconds
+            == fits["interval_seconds"]
+        )
 
 
 def test_the_timeout_check_runs_even_when_another_key_is_invalid(tmp_path: Path) -> None:

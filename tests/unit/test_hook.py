@@ -1,11 +1,14 @@
-"""The worker hook: not due means no I/O at all; due means one bounded pass that never
-raises into the worker."""
+"""The worker hook: not due means no I/O at all; due means the fleet's turn, asked for in one
+statement, and, when it is this worker's, one bounded pass over every project that never raises
+into the worker. Over the in-memory job queue; ``tests/integration/test_fleet.py`` proves the
+same on PostgreSQL and every broker, with a fleet."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from datetime import UTC, datetime
+import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -13,23 +16,31 @@ import pytest
 
 from reaper.broker.client import ManagementClient
 from reaper.config import load_config
-from reaper.edges.hook import QueueReaper
-from reaper.jobqueue.memory import MemoryJobQueue
+from reaper.core.domain import Condition
+from reaper.edges.hook import TURN, QueueReaper
+from reaper.jobqueue.memory import JobRow, MemoryJobQueue
 from reaper.reap.sources import Sources
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 class CountingStore:
-    """The in-memory job queue, counting every call the hook makes to it."""
+    """The in-memory job queue, counting every call the hook makes to it (the database's
+    clock is ``clock.now``, which a test moves)."""
 
-    def __init__(self) -> None:
+    def __init__(self, inner: MemoryJobQueue | None = None) -> None:
         self.calls = 0
-        self.inner = MemoryJobQueue(clock=lambda: NOW)
+        self.now = NOW
+        self.inner = inner or MemoryJobQueue(clock=lambda: self.now)
+        self.closes = 0
+
+    async def close(self) -> None:
+        """A pass's connections closed; the database stays."""
+        self.closes += 1
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.inner, name)
-        if name == "close" or not inspect.iscoroutinefunction(method):
+        if not inspect.iscoroutinefunction(method):
             return method
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
@@ -53,14 +64,24 @@ def overview_handler(request: httpx.Request) -> httpx.Response:
 
 
 class Harness:
-    def __init__(self, handler: Any = overview_handler, **env: str) -> None:
+    """One worker's hook over a store it may share with other harnesses (a fleet in memory)."""
+
+    def __init__(
+        self,
+        handler: Any = overview_handler,
+        *,
+        shared: MemoryJobQueue | None = None,
+        holder: str = "worker-1",
+        **env: str,
+    ) -> None:
         environ = {"REAPER_QUEUE__REAP__INTERVAL_SECONDS": "60", **env}
         self.settings = load_config(None, environ).settings
         self.http_requests = 0
         self.connects = 0
-        self.store = CountingStore()
+        self.store = CountingStore(shared)
         self.monotonic = 1000.0
         self.handler = handler
+        self.holder = holder
 
     def transport(self) -> httpx.MockTransport:
         def count(request: httpx.Request) -> httpx.Response:
@@ -80,8 +101,10 @@ class Harness:
     def reaper(self) -> QueueReaper:
         return QueueReaper(
             self.settings,
+            holder=self.holder,
             monotonic=lambda: self.monotonic,
             clock=lambda: NOW,
+            jitter=lambda: 0.0,
             connect=self.connect,
         )
 
@@ -113,14 +136,142 @@ async def test_not_due_does_no_io_at_all() -> None:
     assert h.io > io_after_first
 
 
-async def test_disabled_switches_off_only_the_hook() -> None:
+async def test_disabled_leaves_the_lease_reap_running_and_nothing_else() -> None:
     h = Harness(REAPER_QUEUE__REAP__ENABLED="false")
-    reaper = h.reaper()
-    assert not (await reaper.run_if_due()).due
-    assert h.io == 0
-    result = await reaper.run_now()  # the on-demand pass still runs
+    project = uuid.uuid4()
+    expired = h.store.inner.add_job(
+        JobRow(
+            project_id=project,
+            run_after=NOW - timedelta(hours=1),
+            state="leased",
+            attempts=1,
+            lease_owner="gone",
+            lease_expires_at=NOW - timedelta(minutes=5),
+        )
+    )
+    stale = h.store.inner.add_job(JobRow(project_id=project, run_after=NOW - timedelta(days=1)))
+    run = await h.reaper().run_if_due()
+    assert run.due and run.ran and run.ok, run
+    assert run.result is not None
+    assert h.store.inner.jobs[expired].state == "ready"  # crash recovery never switches off
+    assert h.store.inner.jobs[stale].state == "ready"
+    conditions = {r.verdict.condition for r in run.result.verdicts}
+    assert conditions == {Condition.LEASE_EXPIRED}  # no stale-ready, nothing of the broker
+    assert run.result.broker is None and not run.result.unreadable
+    assert h.http_requests == 0
+    assert any("lease reap alone" in note for note in run.result.notes)
+
+
+async def test_disabled_does_not_switch_off_an_on_demand_pass() -> None:
+    h = Harness(REAPER_QUEUE__REAP__ENABLED="false")
+    result = await h.reaper().run_now()
     assert result.broker is not None
-    assert h.io > 0
+    assert h.http_requests > 0
+
+
+async def test_the_pass_covers_every_project_whoever_calls() -> None:
+    h = Harness()
+    mine, orphan = uuid.uuid4(), uuid.uuid4()  # orphan: a project no worker serves
+    job = h.store.inner.add_job(
+        JobRow(
+            project_id=orphan,
+            run_after=NOW - timedelta(hours=1),
+            state="leased",
+            lease_owner="gone",
+            lease_expires_at=NOW - timedelta(minutes=5),
+        )
+    )
+    run = await h.reaper().run_if_due(mine)
+    assert run.ran and run.result is not None and not run.result.unreadable, run
+    assert h.store.inner.jobs[job].state == "ready"
+    (event,) = h.store.inner.ledger[orphan]  # recorded under its own project
+    assert event.payload["condition"] == "lease_expired"
+    assert mine not in h.store.inner.ledger
+
+
+async def test_one_whole_pass_per_interval_across_workers() -> None:
+    shared = MemoryJobQueue(clock=lambda: first.store.now)
+    first = Harness(shared=shared, holder="worker-1")
+    second = Harness(shared=shared, holder="worker-2")
+    a, b = first.reaper(), second.reaper()
+    ran = await a.run_if_due()
+    assert ran.ran and ran.turn is not None and ran.turn.mine
+    lost = await b.run_if_due()
+    assert lost.due and not lost.ran and lost.ok
+    assert lost.turn is not None and not lost.turn.mine and lost.turn.taken_by == "worker-1"
+    assert lost.turn.free_in_seconds == 60
+    # the loser asked for the turn, and did nothing else: no connection, no broker request
+    assert (second.store.calls, second.http_requests) == (1, 0)
+
+    # it comes back when the turn frees (by the database's clock), not before
+    first.store.now += timedelta(seconds=30)
+    second.monotonic += 30
+    assert not (await b.run_if_due()).due
+    assert second.store.calls == 1
+    first.store.now += timedelta(seconds=30)
+    second.monotonic += 30
+    taken = await b.run_if_due()
+    assert taken.ran and taken.turn is not None and taken.turn.mine
+    assert shared.turns[TURN][1] == "worker-2"
+
+
+async def test_a_taker_that_died_holds_the_turn_one_interval_at_most() -> None:
+    h = Harness()
+    dead = await h.store.inner.take_turn(TURN, 60, "died-mid-pass")
+    assert dead.mine
+    reaper = h.reaper()
+    assert not (await reaper.run_if_due()).ran
+    h.store.now += timedelta(seconds=60)
+    h.monotonic += 60
+    assert (await reaper.run_if_due()).ran
+
+
+async def test_a_fleet_asking_at_once_runs_one_pass() -> None:
+    shared = MemoryJobQueue(clock=lambda: NOW)
+    fleet = [Harness(shared=shared, holder=f"worker-{n}") for n in range(16)]
+    runs = await asyncio.gather(*(h.reaper().run_if_due() for h in fleet))
+    assert sum(run.ran for run in runs) == 1
+    assert all(run.error is None for run in runs)
+    assert sum(h.http_requests > 0 for h in fleet) == 1
+
+
+async def test_the_loser_spreads_its_next_ask_with_jitter() -> None:
+    shared = MemoryJobQueue(clock=lambda: NOW)
+    winner = Harness(shared=shared)
+    await winner.reaper().run_if_due()
+    loser = Harness(shared=shared, holder="worker-2")
+    reaper = QueueReaper(
+        loser.settings,
+        holder="worker-2",
+        monotonic=lambda: loser.monotonic,
+        jitter=lambda: 1.0,
+        connect=loser.connect,
+    )
+    await reaper.run_if_due()
+    # the turn frees in 60 s; the jitter adds at most a tenth of the interval, and 5 s at most
+    assert reaper.seconds_until_due() == 65
+
+
+async def test_serve_shares_the_turn_and_runs_even_without_the_database() -> None:
+    shared = MemoryJobQueue(clock=lambda: NOW)
+    worker = Harness(shared=shared)
+    await worker.reaper().run_if_due()
+    serve = Harness(shared=shared, holder="serve")
+    run = await serve.reaper().run_turn()
+    assert run.due and not run.ran and run.turn is not None and not run.turn.mine
+
+    async def no_database(settings: Any) -> Sources:
+        client = ManagementClient(
+            settings.bus.management_url, "guest", "guest", transport=serve.transport()
+        )
+        return Sources(store=None, store_error="connection refused", broker=client)
+
+    alone = QueueReaper(serve.settings, connect=no_database)
+    reported = await alone.run_turn()  # serve reports the database unreadable, it does not skip
+    assert reported.ran and reported.result is not None
+    assert [u.source for u in reported.result.unreadable] == ["job_queue"]
+    hook = await QueueReaper(serve.settings, connect=no_database).run_if_due()
+    assert not hook.ran and hook.error is not None and "connection refused" in hook.error
 
 
 async def test_one_pass_at_a_time() -> None:

@@ -235,22 +235,24 @@ def test_one_stale_verdict_per_project_the_oldest_head() -> None:
 
 
 @pytest.mark.parametrize(
-    "measurements",
-    [
-        Measurements(leases=None, claimable=None),
-        Measurements(leases=None, claimable=()),
-        Measurements(leases=(), claimable=None),
-    ],
+    ("leases_read", "claimable_read"), [(False, False), (False, True), (True, False)]
 )
-def test_an_unreadable_job_queue_yields_nothing(measurements: Measurements) -> None:
+def test_a_part_of_the_job_queue_not_read_yields_nothing(
+    leases_read: bool, claimable_read: bool
+) -> None:
     stuck = lease(expired_ago=timedelta(hours=1), attempts=99)
     old = head(waiting=timedelta(days=1))
     measurements = Measurements(
-        leases=None if measurements.leases is None else (stuck,),
-        claimable=None if measurements.claimable is None else (old,),
+        leases=(stuck,) if leases_read else None,
+        claimable=(old,) if claimable_read else None,
+        unsent=None,
         queues=None,
     )
-    assert judge(measurements, T, NOW).verdicts == ()
+    conditions = {v.condition for v in judge(measurements, T, NOW).verdicts}
+    expected = ({Condition.POISON} if leases_read else set()) | (
+        {Condition.STALE_READY} if claimable_read else set()
+    )
+    assert conditions == expected
     assert judge(measurements, T, NOW).notes == ()
 
 

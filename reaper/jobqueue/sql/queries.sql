@@ -1,11 +1,35 @@
 -- Every query the reaper runs, each under a `-- name: NAME --` header and a one-line
--- description. Loaded by reaper/jobqueue/sql/__init__.py. Only database_now reads the
--- database's clock: a pass reads it once, and every query that depends on time takes that
+-- description. Loaded by reaper/jobqueue/sql/__init__.py. Only database_now and take_turn read
+-- the database's clock: a pass reads it once, and every query that depends on time takes that
 -- `now` as a parameter, so tests pin it (now() appears otherwise only as a column default).
 
 -- name: database_now --
 -- The database's clock: what every time the host wrote is compared with.
 SELECT clock_timestamp();
+
+-- name: take_turn --
+-- The fleet's turn ($1) for whoever asks first once $2 seconds have passed since it was last
+-- taken, by the database's clock: one statement, no session state, no lock held past it. A
+-- concurrent taker waits on the row for the winner's commit, then finds the turn taken. The
+-- taker, and when it is not this caller the turn in force (read from the statement's snapshot:
+-- at worst an older turn, so a caller told to come back sooner than needed asks once more).
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+), took AS (
+    INSERT INTO reaper_turn AS t (name, taken_at, taken_by)
+    SELECT $1::text, clock.now, $3::text FROM clock
+    ON CONFLICT (name) DO UPDATE
+        SET taken_at = excluded.taken_at, taken_by = excluded.taken_by
+        WHERE t.taken_at <= excluded.taken_at - make_interval(secs => $2::float8)
+    RETURNING taken_at, taken_by
+)
+SELECT EXISTS (SELECT 1 FROM took) AS mine,
+       coalesce((SELECT taken_at FROM took),
+                (SELECT taken_at FROM reaper_turn WHERE name = $1::text)) AS taken_at,
+       coalesce((SELECT taken_by FROM took),
+                (SELECT taken_by FROM reaper_turn WHERE name = $1::text)) AS taken_by,
+       clock.now
+FROM clock;
 
 -- name: create_migration_table --
 -- The table recording which migration files have been applied.
