@@ -28,6 +28,7 @@ from reaper.core.dead_letters import GATE_CHOICES, decoded_body, quote_untrusted
 from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, Dispatch, Gate
 from reaper.errors import BrokerUnavailable, GateError, StoreUnavailable
 from reaper.jobqueue.port import ParkedDeadLetter
+from reaper.jobqueue.rules import DEAD_LETTER_KEY_PREFIX
 from reaper.reap.dispatch import dispatch_in_force
 from reaper.reap.sources import Sources
 
@@ -150,6 +151,12 @@ def _answered(
 ) -> str:
     head = f"gate {gate.id} ({gate.kind}) answered {gate.answer!r}"
     if gate.kind == GATE_DELIVERY_EXHAUSTED:
+        if (gate.identity or "").startswith(DEAD_LETTER_KEY_PREFIX):
+            # parked by its dead-lettered dispatch message: no attempt was spent or refunded
+            return (
+                f"{head}: job {gate.job_id} is ready again, dispatched at a new generation "
+                "(a new message, with the broker's delivery limit counted afresh)"
+            )
         how = " at a new dispatch generation" if dispatch is Dispatch.OUTBOX else ""
         return f"{head}: job {gate.job_id} is ready for exactly one more delivery{how}"
     if parked is None:

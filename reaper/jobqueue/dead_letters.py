@@ -220,6 +220,7 @@ async def _park_pointer(
             dead_letter_key(letter.identity),
             dead_letters.pointer_prompt(letter, pointer),
             _RETRY_JSON,
+            rules.lease_grace_seconds,
         )
         if not row["recorded"]:
             return None

@@ -252,7 +252,8 @@ class MemoryJobQueue(Records):
                     or (
                         job.state == "leased"
                         and job.lease_expires_at is not None
-                        and job.lease_expires_at < now
+                        and job.lease_expires_at
+                        < now - timedelta(seconds=rules.lease_grace_seconds)
                     )
                 )
             )

@@ -146,6 +146,9 @@ class ParkRules:
     min_depth: int
     owned_queue_pattern: str
     dead_letter_queue_pattern: str
+    #: A dispatch pointer parks a leased job only once its lease is past this grace, as the
+    #: lease reap judges it (``[queue.reap] lease_grace_seconds``).
+    lease_grace_seconds: int = 0
 
 
 @dataclass(frozen=True)

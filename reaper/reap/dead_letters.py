@@ -138,6 +138,7 @@ async def _park_queue(step: _Step, name: str, progress: Progress) -> DeadLetterO
         min_depth=reap.dead_letter_min_depth,
         owned_queue_pattern=reap.owned_queue_pattern,
         dead_letter_queue_pattern=reap.dead_letter_queue_pattern,
+        lease_grace_seconds=reap.lease_grace_seconds,
     )
     pointers, plain = _split_pointers(new, step.dispatch)
     parks = await progress.guarded(step.store.park_dead_letters(plain, now=step.now, rules=rules))

@@ -162,3 +162,26 @@ async def test_a_dead_lettered_dispatch_parks_its_job_once_while_it_is_current(
     assert await outbox_subject.outbox() == []  # a park dispatches nothing
     await store.answer_gate(gate.id, "retry", NOW, dispatch=Dispatch.OUTBOX)
     assert [r.key for r in await outbox_subject.outbox()] == [f"dispatch:{ready.id}:3"]
+
+
+async def test_a_dead_lettered_dispatch_leaves_a_lease_inside_its_grace_alone(
+    outbox_subject: Subject,
+) -> None:
+    # The lease reap would leave this holder alone for the grace: so does its pointer.
+    project = uuid.uuid4()
+    holding = replace(leased(project, expired_seconds_ago=60), dispatch_seq=2)
+    gone = replace(leased(project, expired_seconds_ago=600), dispatch_seq=3)
+    await outbox_subject.add(holding, gone)
+    graced = replace(RULES, lease_grace_seconds=300)
+
+    parks = await outbox_subject.store.park_dispatch_pointers(
+        [pointed(pointer_letter(holding, 2, "holding")), pointed(pointer_letter(gone, 3, "gone"))],
+        now=NOW,
+        rules=graced,
+    )
+
+    assert [v.object for v in parks.parked] == [str(gone.id)]
+    assert [v.object for v in parks.stale] == [str(holding.id)]
+    assert "is leased at generation 2" in parks.stale[0].detail
+    assert (await outbox_subject.row(holding.id)).state == "leased"
+    assert (await outbox_subject.row(gone.id)).state == "awaiting_human"

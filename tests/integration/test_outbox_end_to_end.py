@@ -366,7 +366,9 @@ async def test_a_dead_lettered_dispatch_parks_its_job_and_a_stale_one_moves_noth
     assert all(e["project_id"] == FLEET_PROJECT_ID and not e["trusted"] for e in pointers)
 
     said = await answer_retry(env, tmp_path, gate["id"])
-    assert "at a new dispatch generation" in said, said
+    # parked by its dead-lettered message, not for its attempts: none was refunded
+    assert "ready again, dispatched at a new generation" in said, said
+    assert "one more delivery" not in said, said
     assert [r.key for r in await relay(world)] == [
         f"dispatch:{stale}:2",  # the reaper's requeue, written first
         f"dispatch:{current}:2",  # the gate's retry

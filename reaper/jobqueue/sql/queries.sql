@@ -481,8 +481,8 @@ ORDER BY j.project_id, o.created_at, j.id;
 
 -- name: park_dispatch_pointer --
 -- A dead-lettered dispatch pointer (ADR-0044 §8), once: when the job it points to ($12, in
--- project $13) is still at the pointer's generation ($14) and still ready or holding an
--- expired lease, park it (awaiting_human, lease cleared) behind a delivery_exhausted gate
+-- project $13) is still at the pointer's generation ($14) and still ready or holding a lease
+-- expired past the grace ($18 seconds, as the lease reap judges it), park it (awaiting_human, lease cleared) behind a delivery_exhausted gate
 -- ($15 identity `dead_letter:<identity>`, $16 prompt, $17 choices); otherwise the pointer is
 -- stale and nothing moves. Either way the letter's dead_letter row records it, once, by its
 -- identity ($2). Returns one row: whether the letter was recorded now, the job parked (NULL:
@@ -500,7 +500,9 @@ current AS (
     SELECT r.id
     FROM job_row AS r, fresh
     WHERE r.dispatch_seq = $14::bigint
-      AND (r.state = 'ready' OR (r.state = 'leased' AND r.lease_expires_at < $1::timestamptz))
+      AND (r.state = 'ready'
+           OR (r.state = 'leased'
+               AND r.lease_expires_at < $1::timestamptz - make_interval(secs => $18::int)))
 ),
 parked AS (
     UPDATE job AS j
