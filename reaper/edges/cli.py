@@ -76,6 +76,12 @@ CONCURRENTLY: indexes are built with CREATE INDEX CONCURRENTLY, outside a transa
 --dry-run: prints, as SQL, exactly the statements a run would execute now, with why each is
   needed, and runs none (exit 0; exit 1 where a run would stop before running anything).
 
+--outbox: also the schema of a host that dispatches through RabbitMQ (job.dispatch_seq,
+  job.dispatched_at, job_outbox and an index of its unsent rows), for a fresh install that
+  wants outbox dispatch; only what is missing. Never without the flag: with these in place,
+  [queue.reap] dispatch = "auto" finds outbox dispatch in force, and every requeue and gate
+  answer then writes an outbox row for the host's relay to publish.
+
 Where job.project_id (or human_gate's, or event's) references a project table, the fleet's
 reserved project row (00000000-0000-0000-0000-000000000000) is created in it; if that table
 has NOT NULL columns without a default, it says which and how to create the row by hand
@@ -159,6 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the catalog and print the statements that would run (only those needed); "
         "run none",
     )
+    migrate.add_argument(
+        "--outbox",
+        action="store_true",
+        help="also create the outbox dispatch schema (job.dispatch_seq, job.dispatched_at, "
+        "job_outbox) where it is missing",
+    )
 
     policies = commands.add_parser("policies", help="the declared broker policies")
     policy_commands = policies.add_subparsers(dest="policies_command", required=True)
@@ -235,7 +247,7 @@ async def _run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
             pushgateway=args.pushgateway,
         )
     if args.command == "db":
-        return await commands.migrate(loaded, dry_run=args.dry_run)
+        return await commands.migrate(loaded, dry_run=args.dry_run, outbox=args.outbox)
     if args.command == "policies":
         return await commands.policies_plan(loaded, as_json=args.json)
     if args.command == "gates" and args.gates_command == "list":

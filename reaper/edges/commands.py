@@ -64,7 +64,7 @@ async def reap(
     return code
 
 
-async def migrate(loaded: LoadedConfig, *, dry_run: bool = False) -> int:
+async def migrate(loaded: LoadedConfig, *, dry_run: bool = False, outbox: bool = False) -> int:
     db = loaded.settings.database
     try:
         store = await PostgresStore.connect(
@@ -78,7 +78,7 @@ async def migrate(loaded: LoadedConfig, *, dry_run: bool = False) -> int:
         return EXIT_NOT_OK
     try:
         run = await store.migrate_schema(
-            dry_run=dry_run, lock_timeout_seconds=db.lock_timeout_seconds
+            dry_run=dry_run, lock_timeout_seconds=db.lock_timeout_seconds, outbox=outbox
         )
     except MigrationStopped as exc:
         doing = "db migrate --dry-run: a run would stop" if dry_run else "db migrate stopped"

@@ -38,20 +38,23 @@ from reaper.jobqueue.database import (
     is_row_failure,
 )
 from reaper.jobqueue.schema import (
-    HOST_TABLES,
-    MIGRATIONS,
     IndexBuild,
-    Migration,
     MigrationPlan,
     PlannedStatement,
     SchemaPlan,
-    declared_functions,
-    declared_tables,
     drop_index,
     plan,
     plan_migration,
 )
 from reaper.jobqueue.sql import MIGRATE
+from reaper.jobqueue.steps import (
+    HOST_TABLES,
+    MIGRATIONS,
+    OUTBOX_MIGRATIONS,
+    Migration,
+    declared_functions,
+    declared_tables,
+)
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT_SECONDS",
@@ -104,8 +107,10 @@ async def migrate(
     *,
     lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
     dry_run: bool = False,
+    outbox: bool = False,
 ) -> MigrationRun:
-    """Bring the schema up to date (a dry run reads the catalog and runs nothing). Raises
+    """Bring the schema up to date (a dry run reads the catalog and runs nothing); with
+    ``outbox``, the outbox dispatch schema too (a fresh install that wants it). Raises
     :class:`~reaper.errors.MigrationStopped` when it must stop, having changed nothing
     half-way."""
     if not lock_timeout_seconds > 0:
@@ -120,7 +125,8 @@ async def migrate(
                 MIGRATE["begin_migrating"], f"{_milliseconds(lock_timeout_seconds)}ms", column=3
             )
             async with LockWatch(db, watcher, pid, lock_timeout_seconds) as watch:
-                return await _Migrator(db, conn, watch, lock_timeout_seconds).run(dry_run)
+                migrator = _Migrator(db, conn, watch, lock_timeout_seconds, outbox=outbox)
+                return await migrator.run(dry_run)
         finally:
             await conn.execute(MIGRATE["end_migrating"])
             await conn.execute(MIGRATE["unlock_migrations"], *MIGRATION_LOCK)
@@ -147,8 +153,15 @@ class _Migrator:
     """One run, on the migrator's own session, after its turn has come."""
 
     def __init__(
-        self, db: Database, conn: Connection, watch: LockWatch, lock_timeout: float
+        self,
+        db: Database,
+        conn: Connection,
+        watch: LockWatch,
+        lock_timeout: float,
+        *,
+        outbox: bool = False,
     ) -> None:
+        self.outbox = outbox
         self.db = db
         self.conn = conn
         self.watch = watch
@@ -157,7 +170,8 @@ class _Migrator:
         self.applied: list[str] = []
 
     async def run(self, dry_run: bool) -> MigrationRun:
-        schema_plan = plan(await self._locked("reading the catalog", None, self._catalog))
+        catalog = await self._locked("reading the catalog", None, self._catalog)
+        schema_plan = plan(catalog, outbox=self.outbox)
         if schema_plan.refusal:
             raise MigrationStopped(schema_plan.refusal)
         if dry_run:
@@ -402,4 +416,4 @@ class _Migrator:
 
 
 def _declared(name: str) -> Migration:
-    return next(m for m in MIGRATIONS if m.name == name)
+    return next(m for m in (*MIGRATIONS, *OUTBOX_MIGRATIONS) if m.name == name)

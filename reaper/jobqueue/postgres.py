@@ -104,10 +104,15 @@ class PostgresStore:
         *,
         dry_run: bool = False,
         lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+        outbox: bool = False,
     ) -> MigrationRun:
-        """Like :meth:`migrate`, with everything it ran (or, ``dry_run``, would run) and why."""
+        """Like :meth:`migrate`, with everything it ran (or, ``dry_run``, would run) and why;
+        ``outbox`` adds the outbox dispatch schema where it is missing."""
         return await migrations.migrate(
-            self.database, lock_timeout_seconds=lock_timeout_seconds, dry_run=dry_run
+            self.database,
+            lock_timeout_seconds=lock_timeout_seconds,
+            dry_run=dry_run,
+            outbox=outbox,
         )
 
     async def database_facts(self) -> DatabaseFacts:

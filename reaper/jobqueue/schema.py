@@ -1,6 +1,6 @@
-"""The reaper's schema as ordered migrations of steps, each with the catalog check that says
-whether it is needed, and the plan: what ``reaper db migrate`` would run on a database as its
-:class:`~reaper.jobqueue.catalog.Catalog` shows it. Pure: no I/O.
+"""The plan: what ``reaper db migrate`` would run on a database as its
+:class:`~reaper.jobqueue.catalog.Catalog` shows it, from the steps of
+:mod:`reaper.jobqueue.steps`. Pure: no I/O.
 
 Each step names one statement of its migration's file (``sql/migrations/NNNN_*.sql``). A step
 whose check finds its work already done is skipped, so a database whose schema is in place is
@@ -17,29 +17,30 @@ from dataclasses import dataclass
 from typing import Final
 
 from reaper.jobqueue.catalog import FLEET_PROJECT_LITERAL, RECORD_TABLE, Catalog
-from reaper.jobqueue.sql import MIGRATE, migrations, without_description
+from reaper.jobqueue.sql import MIGRATE, without_description
+from reaper.jobqueue.steps import (
+    MIGRATIONS,
+    OUTBOX_MIGRATIONS,
+    ColumnAdded,
+    ColumnExists,
+    ColumnNullable,
+    ConstraintAbsent,
+    FleetProjectExists,
+    FleetStreamExists,
+    FunctionInPlace,
+    IndexValid,
+    Migration,
+    Step,
+    TableCreatedNow,
+    TableExists,
+    TriggerInPlace,
+)
 
 __all__ = [
-    "HOST_TABLES",
-    "MIGRATIONS",
-    "ColumnExists",
-    "ColumnNullable",
-    "ConstraintAbsent",
-    "FleetProjectExists",
-    "FleetStreamExists",
-    "FunctionInPlace",
     "IndexBuild",
-    "IndexValid",
-    "Migration",
     "MigrationPlan",
     "PlannedStatement",
     "SchemaPlan",
-    "Step",
-    "TableCreatedNow",
-    "TableExists",
-    "TriggerInPlace",
-    "declared_functions",
-    "declared_tables",
     "drop_index",
     "fleet_project_refusal",
     "function_body",
@@ -47,241 +48,8 @@ __all__ = [
     "plan_migration",
 ]
 
-#: The host's tables (SPEC §3): whatever the reaper builds on them must not stall its traffic.
-HOST_TABLES: Final = ("job", "job_dependency", "human_gate", "event")
-
-# When a trigger fires, as pg_trigger.tgtype encodes it (PostgreSQL's pg_trigger.h).
-_ROW: Final = 1 << 0
-_BEFORE: Final = 1 << 1
-_DELETE: Final = 1 << 3
-_UPDATE: Final = 1 << 4
-_TRUNCATE: Final = 1 << 5
-
+#: A declared index name: plain, so safe to put into a statement as it is.
 _PLAIN_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-
-
-# --------------------------------------------------------------------------- checks
-
-
-@dataclass(frozen=True)
-class TableExists:
-    table: str
-
-
-@dataclass(frozen=True)
-class ColumnExists:
-    table: str
-    column: str
-
-
-@dataclass(frozen=True)
-class ColumnNullable:
-    """The column ``table.column`` takes NULL (needed only where it exists NOT NULL)."""
-
-    table: str
-    column: str
-
-
-@dataclass(frozen=True)
-class ConstraintAbsent:
-    """The table has no constraint named ``name`` (needed only where it has one)."""
-
-    table: str
-    name: str
-
-
-@dataclass(frozen=True)
-class IndexValid:
-    """The index ``name`` on ``table`` exists and is valid; or, where ``columns`` is given,
-    any valid index on exactly those plain key columns (unique, where ``unique``) serves."""
-
-    name: str
-    table: str
-    columns: tuple[str, ...] | None = None
-    unique: bool = False
-
-
-@dataclass(frozen=True)
-class FunctionInPlace:
-    """The function exists with the body this version ships."""
-
-    signature: str
-
-
-@dataclass(frozen=True)
-class TriggerInPlace:
-    """The trigger exists on ``table``, calls ``function`` and fires as ``fires`` says."""
-
-    table: str
-    name: str
-    function: str
-    fires: int
-
-
-@dataclass(frozen=True)
-class TableCreatedNow:
-    """Data that goes with a new table: needed only in the run that creates ``table``."""
-
-    table: str
-
-
-@dataclass(frozen=True)
-class FleetStreamExists:
-    """The fleet stream has its ``ledger_stream`` row."""
-
-
-@dataclass(frozen=True)
-class FleetProjectExists:
-    """Every project table a ``project_id`` must exist in holds the fleet's project row."""
-
-
-Check = (
-    TableExists
-    | ColumnExists
-    | ColumnNullable
-    | ConstraintAbsent
-    | IndexValid
-    | FunctionInPlace
-    | TriggerInPlace
-    | TableCreatedNow
-    | FleetStreamExists
-    | FleetProjectExists
-)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One statement of a migration and the check that says whether it is needed."""
-
-    statement: str
-    check: Check
-    sql: str
-
-    @property
-    def concurrent(self) -> bool:
-        """Run outside a transaction (``CREATE INDEX CONCURRENTLY``)."""
-        return isinstance(self.check, IndexValid)
-
-
-@dataclass(frozen=True)
-class Migration:
-    name: str
-    steps: tuple[Step, ...]
-
-
-_DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
-    "0001_job_queue": (
-        ("create_job", TableExists("job")),
-        ("add_job_max_attempts", ColumnExists("job", "max_attempts")),
-        ("add_job_finished_at", ColumnExists("job", "finished_at")),
-        ("add_job_phase", ColumnExists("job", "phase")),
-        ("create_job_dependency", TableExists("job_dependency")),
-        ("create_human_gate", TableExists("human_gate")),
-        ("add_human_gate_answered_by", ColumnExists("human_gate", "answered_by")),
-        ("add_human_gate_identity", ColumnExists("human_gate", "identity")),
-        (
-            "index_job_idempotency_key",
-            IndexValid(
-                "job_project_idempotency_key_uq",
-                "job",
-                columns=("project_id", "idempotency_key"),
-                unique=True,
-            ),
-        ),
-        (
-            "index_job_dependency_depends_on",
-            IndexValid("job_dependency_depends_on_idx", "job_dependency", columns=("depends_on",)),
-        ),
-        ("index_human_gate_identity", IndexValid("human_gate_identity_uq", "human_gate")),
-        ("index_human_gate_open", IndexValid("human_gate_open_idx", "human_gate")),
-    ),
-    "0002_ledger": (
-        ("create_event", TableExists("event")),
-        ("create_refuse_ledger_change", FunctionInPlace("reaper_refuse_ledger_change()")),
-        (
-            "create_event_append_only",
-            TriggerInPlace(
-                "event",
-                "event_append_only",
-                "reaper_refuse_ledger_change()",
-                _ROW | _BEFORE | _UPDATE | _DELETE,
-            ),
-        ),
-        (
-            "create_event_append_only_truncate",
-            TriggerInPlace(
-                "event",
-                "event_append_only_truncate",
-                "reaper_refuse_ledger_change()",
-                _BEFORE | _TRUNCATE,
-            ),
-        ),
-        ("create_ledger_stream", TableExists("ledger_stream")),
-        ("continue_existing_streams", TableCreatedNow("ledger_stream")),
-        ("create_fleet_stream", FleetStreamExists()),
-        ("create_fleet_project", FleetProjectExists()),
-    ),
-    "0003_reaper_indexes": (
-        ("index_job_leased_expiry", IndexValid("job_leased_expiry_idx", "job")),
-        ("index_job_ready_project_run_after", IndexValid("job_ready_project_run_after_idx", "job")),
-        ("create_sighting_scope", FunctionInPlace("reaper_sighting_scope(uuid,jsonb)")),
-        ("index_event_sighting_latest", IndexValid("event_sighting_latest_idx", "event")),
-    ),
-    "0004_dead_letters": (
-        ("create_dead_letter", TableExists("dead_letter")),
-        (
-            "index_dead_letter_queue",
-            IndexValid("dead_letter_queue_idx", "dead_letter", columns=("queue",)),
-        ),
-    ),
-    "0005_dispatch_pointers": (
-        ("add_dead_letter_disposition", ColumnExists("dead_letter", "disposition")),
-        ("let_dead_letter_job_id_be_null", ColumnNullable("dead_letter", "job_id")),
-        (
-            "drop_dead_letter_job_id_unique",
-            ConstraintAbsent("dead_letter", "dead_letter_job_id_key"),
-        ),
-        (
-            "index_dead_letter_job",
-            IndexValid("dead_letter_job_idx", "dead_letter", columns=("job_id",)),
-        ),
-    ),
-    "0006_reaper_turn": (("create_reaper_turn", TableExists("reaper_turn")),),
-}
-
-#: Every migration, in the order they apply, each step bound to its statement.
-MIGRATIONS: Final = tuple(
-    Migration(
-        name,
-        tuple(
-            Step(statement, check, without_description(statements[statement]))
-            for statement, check in _DECLARED[name]
-        ),
-    )
-    for name, statements in migrations()
-)
-
-
-def declared_tables() -> tuple[str, ...]:
-    """Every table a step checks or creates, in declaration order."""
-    found: dict[str, None] = {}
-    for migration in MIGRATIONS:
-        for step in migration.steps:
-            table = getattr(step.check, "table", None)
-            if isinstance(table, str):
-                found[table] = None
-    return tuple(found)
-
-
-def declared_functions() -> tuple[str, ...]:
-    """Every function a step checks, by signature."""
-    return tuple(
-        s.check.signature
-        for m in MIGRATIONS
-        for s in m.steps
-        if isinstance(s.check, FunctionInPlace)
-    )
-
 
 # --------------------------------------------------------------------------- the plan
 
@@ -343,8 +111,9 @@ class SchemaPlan:
         return (*first, *(s for m in self.migrations for s in m.statements))
 
 
-def plan(catalog: Catalog) -> SchemaPlan:
-    """What to run on a database as ``catalog`` shows it: only what is needed."""
+def plan(catalog: Catalog, *, outbox: bool = False) -> SchemaPlan:
+    """What to run on a database as ``catalog`` shows it: only what is needed; with
+    ``outbox``, the outbox dispatch schema after the reaper's own."""
     record_table = None
     if RECORD_TABLE not in catalog.tables:
         record_table = PlannedStatement(
@@ -353,7 +122,8 @@ def plan(catalog: Catalog) -> SchemaPlan:
             without_description(MIGRATE["create_migration_table"]),
             f"table {RECORD_TABLE} does not exist",
         )
-    needed = (plan_migration(m, catalog) for m in MIGRATIONS)
+    chosen = (*MIGRATIONS, *OUTBOX_MIGRATIONS) if outbox else MIGRATIONS
+    needed = (plan_migration(m, catalog) for m in chosen)
     return SchemaPlan(
         record_table=record_table,
         migrations=tuple(m for m in needed if not (m.complete and m.recorded)),
@@ -390,6 +160,9 @@ def _needed(step: Step, catalog: Catalog) -> list[tuple[str, str]]:
         case ColumnExists(table, column):
             # a table this run creates has the column already
             if table in catalog.tables and (table, column) not in catalog.columns:
+                return [(sql, f"column {table}.{column} does not exist")]
+        case ColumnAdded(table, column):
+            if (table, column) not in catalog.columns:
                 return [(sql, f"column {table}.{column} does not exist")]
         case ColumnNullable(table, column):
             if (table, column) in catalog.not_null:

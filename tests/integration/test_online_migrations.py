@@ -23,6 +23,7 @@ from reaper.errors import MigrationStopped
 from reaper.jobqueue.migrations import RETRY_PAUSE_SECONDS, MigrationRun
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import migrations
+from tests.integration.host_schema import HOST_WITH_PROJECTS
 
 pytestmark = pytest.mark.postgres
 
@@ -518,34 +519,6 @@ async def test_the_real_command_migrates_and_says_what_it_ran(
 
 
 # --------------------------------------------------------------------------- (e) host variants
-
-HOST_WITH_PROJECTS = """
-CREATE TYPE job_state AS ENUM
-    ('ready', 'leased', 'succeeded', 'failed', 'cancelled', 'awaiting_human');
-CREATE TYPE job_phase AS ENUM ('build', 'test', 'deploy');
-CREATE TABLE project (
-    id uuid PRIMARY KEY,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    PROJECT_COLUMNS
-);
-CREATE TABLE job (
-    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-    project_id uuid NOT NULL REFERENCES project (id),
-    kind text NOT NULL, phase job_phase, state job_state NOT NULL DEFAULT 'ready',
-    priority int NOT NULL DEFAULT 0, run_after timestamptz NOT NULL DEFAULT now(),
-    attempts int NOT NULL DEFAULT 0, lease_owner text, lease_expires_at timestamptz,
-    idempotency_key text,
-    created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now());
-CREATE TABLE human_gate (
-    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-    project_id uuid NOT NULL REFERENCES project (id), job_id uuid REFERENCES job (id),
-    kind text NOT NULL, prompt text NOT NULL, choices jsonb NOT NULL DEFAULT '[]',
-    answer text, answered_at timestamptz, created_at timestamptz NOT NULL DEFAULT now());
-CREATE TABLE event (
-    project_id uuid NOT NULL REFERENCES project (id), seq bigint NOT NULL, kind text NOT NULL,
-    payload jsonb NOT NULL, digest text NOT NULL, trusted boolean NOT NULL DEFAULT true,
-    created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (project_id, seq));
-"""
 
 
 async def test_a_host_with_enum_states_and_a_project_table_is_migrated(pg_empty_dsn: str) -> None:

@@ -11,17 +11,18 @@ import pytest
 
 from reaper.core.domain import FLEET_PROJECT_ID
 from reaper.jobqueue.catalog import Catalog, IndexEntry, ProjectTable
-from reaper.jobqueue.schema import (
+from reaper.jobqueue.schema import function_body, plan
+from reaper.jobqueue.sql import MIGRATE, migrations
+from reaper.jobqueue.steps import (
     MIGRATIONS,
+    OUTBOX_MIGRATIONS,
+    ColumnAdded,
     ColumnExists,
     FunctionInPlace,
     IndexValid,
     TableExists,
     TriggerInPlace,
-    function_body,
-    plan,
 )
-from reaper.jobqueue.sql import MIGRATE, migrations
 
 FLEET = f"'{FLEET_PROJECT_ID}'"
 
@@ -216,3 +217,32 @@ def test_a_project_table_that_needs_more_columns_is_refused_with_the_row_to_crea
         in planned.refusal
     )
     assert "Nothing was changed" in planned.refusal
+
+
+def test_the_outbox_schema_is_planned_only_when_asked_and_only_what_is_missing() -> None:
+    catalog = complete_catalog()
+    assert plan(catalog).migrations == ()
+
+    asked = plan(catalog, outbox=True)
+
+    (outbox,) = asked.migrations
+    assert outbox.name == "outbox_dispatch" and not outbox.recorded
+    assert [s.statement for s in outbox.statements] == [
+        "add_job_dispatch_seq",
+        "add_job_dispatched_at",
+        "create_job_outbox",
+        "index_job_outbox_unsent",
+    ]
+    assert [s.statement for s in outbox.statements if s.concurrent] == ["index_job_outbox_unsent"]
+    # a host that has the columns and the table already gets the index alone
+    hosted = replace(
+        catalog,
+        tables=catalog.tables | {"job_outbox"},
+        columns=catalog.columns | {("job", "dispatch_seq"), ("job", "dispatched_at")},
+    )
+    (only,) = plan(hosted, outbox=True).migrations
+    assert [s.statement for s in only.statements] == ["index_job_outbox_unsent"]
+    assert [s.check for m in OUTBOX_MIGRATIONS for s in m.steps][:2] == [
+        ColumnAdded("job", "dispatch_seq"),
+        ColumnAdded("job", "dispatched_at"),
+    ]

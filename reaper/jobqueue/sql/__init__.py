@@ -3,9 +3,9 @@ own queries.
 
 ``queries.sql`` holds every query under a ``-- name: NAME --`` header followed by a one-line
 description; :data:`QUERIES` maps each name to its text. Reading the SQL means opening one file.
-Each migration (``migrations/NNNN_*.sql``) is a file of named statements in the same form,
-which :mod:`reaper.jobqueue.schema` declares as steps; ``migrate.sql`` (:data:`MIGRATE`) holds
-the queries of ``reaper db migrate`` itself.
+Each migration (``migrations/NNNN_*.sql``, and the optional ``outbox/*.sql``) is a file of
+named statements in the same form, which :mod:`reaper.jobqueue.schema` declares as steps;
+``migrate.sql`` (:data:`MIGRATE`) holds the queries of ``reaper db migrate`` itself.
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ def load_queries(package: str = __name__, filename: str = "queries.sql") -> dict
     return parse_queries(resources.files(package).joinpath(filename).read_text("utf-8"))
 
 
-def migrations() -> list[tuple[str, dict[str, str]]]:
-    """Every migration as ``(name, {statement name: sql})``, in the order they apply (by file
-    name), each statement in the order of its file."""
-    folder = resources.files(__name__).joinpath("migrations")
-    files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+def migrations(folder: str = "migrations") -> list[tuple[str, dict[str, str]]]:
+    """Every migration of ``folder`` as ``(name, {statement name: sql})``, in the order they
+    apply (by file name), each statement in the order of its file. ``migrations/`` is the
+    reaper's schema; ``outbox/`` the optional outbox dispatch schema (``--outbox``)."""
+    found = resources.files(__name__).joinpath(folder)
+    files = sorted((f for f in found.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
     return [(f.name.removesuffix(".sql"), parse_queries(f.read_text("utf-8"))) for f in files]
 
 

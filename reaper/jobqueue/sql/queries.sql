@@ -482,9 +482,9 @@ ORDER BY j.project_id, o.created_at, j.id;
 -- name: park_dispatch_pointer --
 -- A dead-lettered dispatch pointer (ADR-0044 §8), once: when the job it points to ($12, in
 -- project $13) is still at the pointer's generation ($14) and still ready or holding a lease
--- expired past the grace ($18 seconds, as the lease reap judges it), park it (awaiting_human, lease cleared) behind a delivery_exhausted gate
--- ($15 identity `dead_letter:<identity>`, $16 prompt, $17 choices); otherwise the pointer is
--- stale and nothing moves. Either way the letter's dead_letter row records it, once, by its
+-- expired past the grace ($18 seconds, as the lease reap judges it), park it (awaiting_human,
+-- lease cleared) behind a delivery_exhausted gate ($15 identity `dead_letter:<identity>`, $16
+-- prompt, $17 choices); otherwise the pointer is stale and nothing moves. Either way the letter's dead_letter row records it, once, by its
 -- identity ($2). Returns one row: whether the letter was recorded now, the job parked (NULL:
 -- none), and the job's state and generation as found (NULL: no such job).
 WITH job_row AS (
