@@ -7,7 +7,10 @@ It makes a database and a vhost of its own on the configured PostgreSQL server a
 1. a dry-run audit (``reaper reap --dry-run``): everything judged, nothing written;
 2. a real pass (``reaper reap``): leases requeued, poison and dead letters parked, the drifted
    policy put back, every finding recorded in the ledger;
-3. a second real pass: nothing new to record (the ledger's event count does not move).
+3. a second real pass: nothing new to record (the ledger's event count does not move);
+4. outbox dispatch (:mod:`reaper.demo.outbox`): the same database given the schema of a host
+   that dispatches through RabbitMQ, where a job whose worker died is requeued at a new
+   dispatch generation, published again by the host's relay and run by another worker.
 
 Each pass's report is printed as ``reaper reap`` prints it, with the ledger's event count
 before and after. The database and vhost are kept for a person to look at, and the end says
@@ -36,6 +39,7 @@ from reaper.demo.admin import (
     drop_database,
     run_scenario_query,
 )
+from reaper.demo.outbox import outbox_step
 from reaper.demo.scenario import Scenario
 from reaper.demo.seed import seed
 from reaper.edges.report import render_text
@@ -130,6 +134,22 @@ async def run_demo(settings: Settings, *, out: Callable[[str], None] = print) ->
         out(render_text(result))
         out("")
         out(_ledger_line(before, after, result))
+
+    out(_banner("4. Outbox dispatch: a requeued job is dispatched again and runs"))
+    client = ManagementClient(
+        bus.management_url,
+        bus.username,
+        bus.password.get_secret_value(),
+        vhost=name,
+        timeout_seconds=bus.timeout_seconds,
+    )
+    try:
+        await outbox_step(demo, client, password, out)
+    except ReaperError as exc:
+        print(f"reaper demo: the outbox step failed: {exc.reason}", file=sys.stderr)
+        return EXIT_NOT_OK
+    finally:
+        await client.aclose()
 
     out(_banner("Where to look"))
     for line in _where_to_look(settings, name, dsn, counts, time.monotonic() - started):

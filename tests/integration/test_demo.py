@@ -1,6 +1,7 @@
 """``reaper demo`` (the README's main command) on the default broker: it seeds its own
 database and vhost, prints the dry-run audit and both real passes, and the second pass records
-no new event, all in well under a minute."""
+no new event; then outbox dispatch, where a requeued job is dispatched again and runs. All in
+well under a minute."""
 
 from __future__ import annotations
 
@@ -39,7 +40,12 @@ async def test_the_demo_runs_both_passes_and_the_second_records_nothing_new(
     try:
         assert code == 0, captured.err
         assert len(names) == 1, names
-        for banner in ("1. Dry-run audit", "2. A real pass", "3. A second real pass"):
+        for banner in (
+            "1. Dry-run audit",
+            "2. A real pass",
+            "3. A second real pass",
+            "4. Outbox dispatch",
+        ):
             assert banner in out
         sections = re.split(r"\n=== \d\. ", out)
         dry, first, second = sections[1], sections[2], sections[3]
@@ -49,6 +55,15 @@ async def test_the_demo_runs_both_passes_and_the_second_records_nothing_new(
         assert "queue-reaper pass:" in first and "requeue  lease_expired" in first
         assert "park     poison" in first and "park     dead_letter" in first
         assert "no new event" in second and "Done (0):" in second
+        outbox = sections[4]
+        assert "reaper db migrate --outbox: outbox_dispatch" in outbox
+        assert "dispatch in force: detected: the schema has job.dispatch_seq" in outbox
+        assert "requeue lease_expired" in outbox
+        assert "worker-b: generation 1 fails the fence: dropped" in outbox
+        assert "worker-b: generation 2 claimed and run: succeeded" in outbox
+        assert re.search(
+            r"succeeded on attempt 2, 2 dispatch episodes, 2 outbox rows, 1 ledger event", outbox
+        ), outbox
         assert "reaper gates list" in out and "--metrics-textfile" in out
         assert "DROP DATABASE" in out
         assert elapsed < 60, f"the demo took {elapsed:.1f} s"

@@ -1,0 +1,156 @@
+"""The demo's fourth step: a host that dispatches through RabbitMQ (SPEC §3, ADR-0044 §3-§5),
+in miniature, on the demo's own database and vhost. A requeued job runs again:
+
+1. ``reaper db migrate --outbox``: ``job.dispatch_seq``, ``job.dispatched_at``, ``job_outbox``;
+   the dispatch in force becomes outbox (``[queue.reap] dispatch = "auto"``).
+2. The host enqueues a job at generation 1 with its outbox row; its relay publishes the row to
+   the work queue and marks it sent.
+3. A worker takes the message, claims the job (fenced on the generation) and dies holding its
+   lease; the broker keeps the message for redelivery.
+4. ``reaper reap``: the expired lease is requeued, generation 2 and its outbox row written in
+   the same transaction as the move and its ledger event.
+5. The relay publishes generation 2. A second worker drains the work queue: generation 1's
+   message fails the fence and is dropped; generation 2's is claimed, run, and succeeds.
+
+The host, relay and workers here are the demo's stand-ins, a few lines each (their queries are
+in ``scenario.sql``); the reaper's part is the one real pass of step 4.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Final
+
+from reaper.broker.client import ManagementClient
+from reaper.broker.http import segment
+from reaper.config import Settings
+from reaper.core.domain import Condition
+from reaper.demo.admin import declare_queue, run_scenario_query
+from reaper.jobqueue.postgres import PostgresStore
+from reaper.reap.run import reap_once
+
+__all__ = ["WORK_QUEUE", "outbox_step"]
+
+#: The demo's work queue, where the relay publishes dispatch messages.
+WORK_QUEUE: Final = "vibey.demo.dispatch"
+
+#: How long the first worker's lease lasts before it "dies" holding it.
+_LEASE: Final = timedelta(seconds=1)
+
+
+async def outbox_step(
+    demo: Settings, client: ManagementClient, password: str | None, out: Callable[[str], None]
+) -> dict[str, int | str]:
+    """Run the step (see the module docstring) and print what happens; the job's summary."""
+    store = await PostgresStore.connect(demo.database.dsn, password=password, pool_size=2)
+    try:
+        run = await store.migrate_schema(outbox=True)
+        out(f"reaper db migrate --outbox: {', '.join(run.applied) or 'already in place'}")
+        await declare_queue(client, WORK_QUEUE)
+        job, project = uuid.uuid4(), uuid.uuid4()
+        now = (await store.database_facts()).now
+        await run_scenario_query(store, "outbox_enqueue", job, project, "render.thumbnail", now)
+        await _relay(store, client, out)
+
+        message = await _take(client, requeue=True)
+        claimed = await _claim(store, message, "worker-a", now + _LEASE)
+        out(
+            f"worker-a took generation {message['dispatch_seq']} of job {job}: "
+            f"{'claimed' if claimed else 'NOT claimed'}, then died holding its lease "
+            "(the broker keeps the message for redelivery)"
+        )
+        await asyncio.sleep(_LEASE.total_seconds() + 0.5)
+
+        result = await reap_once(demo)
+        moved = [
+            r.verdict
+            for r in result.verdicts
+            if r.verdict.object == str(job) and r.verdict.condition is Condition.LEASE_EXPIRED
+        ]
+        dispatch = result.dispatch.why if result.dispatch else "unknown"
+        out(f"reaper reap (dispatch in force: {dispatch}):")
+        for verdict in moved:
+            out(f"  {verdict.action.value} {verdict.condition.value} {job}: {verdict.detail}")
+        await _relay(store, client, out)
+
+        for _ in range(2):
+            message = await _take(client, requeue=False)
+            generation = message["dispatch_seq"]
+            now = (await store.database_facts()).now
+            if not await _claim(store, message, "worker-b", now + timedelta(minutes=5)):
+                out(f"worker-b: generation {generation} fails the fence: dropped")
+                continue
+            done = await run_scenario_query(
+                store, "outbox_finish", job, "worker-b", generation, now
+            )
+            out(
+                f"worker-b: generation {generation} claimed and run: "
+                f"{'succeeded' if done else 'NOT finished'}"
+            )
+        (row,) = await run_scenario_query(store, "outbox_job", job)
+        summary: dict[str, int | str] = {
+            "job": str(job),
+            "state": str(row["state"]),
+            "attempts": int(row["attempts"]),
+            "generations": int(row["dispatch_seq"]),
+            "outbox_rows": int(row["outbox_rows"]),
+            "events": int(row["events"]),
+        }
+        out(
+            f"job {job}: {summary['state']} on attempt {summary['attempts']}, "
+            f"{summary['generations']} dispatch episodes, {summary['outbox_rows']} outbox rows, "
+            f"{summary['events']} ledger event(s) (the requeue)"
+        )
+        return summary
+    finally:
+        await store.close()
+
+
+async def _relay(
+    store: PostgresStore, client: ManagementClient, out: Callable[[str], None]
+) -> None:
+    """The host's relay: publish every unsent outbox row, then mark it sent."""
+    for row in await run_scenario_query(store, "outbox_unsent"):
+        routed = await client.publish(
+            WORK_QUEUE, row["payload"], properties={"message_id": row["key"], "delivery_mode": 2}
+        )
+        now = (await store.database_facts()).now
+        await run_scenario_query(store, "outbox_mark_sent", row["id"], now)
+        state = "routed" if routed else "NOT routed"
+        out(f"relay: published {row['key']} to {WORK_QUEUE} ({state})")
+
+
+async def _take(client: ManagementClient, *, requeue: bool) -> dict[str, object]:
+    """One dispatch message off the work queue, as a worker receives it: put back (a worker
+    that dies before its ack), or acknowledged (a worker that handled it, run or dropped)."""
+    path = f"/api/queues/{segment(client.vhost)}/{segment(WORK_QUEUE)}/get"
+    ackmode = "reject_requeue_true" if requeue else "ack_requeue_false"
+    for _ in range(40):  # a message just published may take a moment to be ready
+        answer = await client.api.request(
+            "POST", path, json={"count": 1, "ackmode": ackmode, "encoding": "auto"}
+        )
+        if isinstance(answer, list) and answer:
+            body = json.loads(str(answer[0]["payload"]))
+            return dict(body) if isinstance(body, dict) else {}
+        await asyncio.sleep(0.25)
+    raise TimeoutError(f"no dispatch message arrived on {WORK_QUEUE}")
+
+
+async def _claim(
+    store: PostgresStore, message: dict[str, object], worker: str, until: object
+) -> bool:
+    now = (await store.database_facts()).now
+    claimed = await run_scenario_query(
+        store,
+        "outbox_claim",
+        uuid.UUID(str(message["job_id"])),
+        int(str(message["dispatch_seq"])),
+        worker,
+        until,
+        now,
+    )
+    return bool(claimed)
