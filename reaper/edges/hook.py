@@ -177,8 +177,7 @@ class QueueReaper:
     async def _take_turn_and_run(self, project_id: UUID | None, *, serve: bool) -> HookRun:
         # Claimed before the first await, so a concurrent caller in the same loop sees it.
         self._running = True
-        started = self._monotonic()
-        self._next_ask = started + self.interval_seconds  # until the turn says otherwise
+        self._next_ask = self._monotonic() + self.interval_seconds  # until the turn says otherwise
         sources: Sources | None = None
         try:
             async with asyncio.timeout(max(self.interval_seconds, 1)):
@@ -186,7 +185,7 @@ class QueueReaper:
                 turn: Turn | None = None
                 if sources.store is not None:
                     turn = await sources.store.take_turn(TURN, self.interval_seconds, self.holder)
-                    self._schedule(started, turn, SERVE_LEAD_SECONDS if serve else None)
+                    self._schedule(turn, SERVE_LEAD_SECONDS if serve else None)
                     if not turn.mine:
                         return HookRun(due=True, turn=turn)
                 elif not serve:
@@ -212,11 +211,13 @@ class QueueReaper:
         self._log(result, project_id)
         return HookRun(due=True, turn=turn, result=result)
 
-    def _schedule(self, started: float, turn: Turn, lead: float | None) -> None:
-        """When to ask again: when the turn frees, plus the jitter (or ``lead``)."""
+    def _schedule(self, turn: Turn, lead: float | None) -> None:
+        """When to ask again: when the turn frees, plus the jitter (or ``lead``). Counted from
+        the answer's arrival, which is after the database measured ``free_in_seconds``: never
+        early by the time the ask took."""
         spread = min(self.interval_seconds / 10, MAX_JITTER_SECONDS)
         extra = lead if lead is not None else spread * self._jitter()
-        self._next_ask = started + turn.free_in_seconds + extra
+        self._next_ask = self._monotonic() + turn.free_in_seconds + extra
 
     async def _pass(self, sources: Sources, project_id: UUID | None, *, whole: bool) -> PassResult:
         """A whole pass; or, for a hook switched off (``enabled = false``), the lease reap
