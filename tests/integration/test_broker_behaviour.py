@@ -2,30 +2,33 @@
 RabbitMQ version. Each asserts the version-specific outcome explicitly, so an upgrade that
 changes it fails here, not in production.
 
-Observed on RabbitMQ 3.10.8 and 4.0.5 (see each test for the detail):
+Observed on RabbitMQ 3.10.8, 4.0.5 and 4.3.6 (see each test for the detail; "4.x" is both 4.0
+and 4.3):
 
-1. policy key ``consumer-timeout``: 3.10 refuses (400), 4.0 accepts.
-2. ``apply-to: classic_queues|quorum_queues``: 3.10 refuses (400), 4.0 accepts.
-3. ``delivery-limit: -1``: 3.10 refuses (400), 4.0 accepts (the queue lists "unlimited").
-4. both: a policy carrying ``delivery-limit`` never attaches to a classic queue.
-5. both: a quorum queue lists no ``head_message_timestamp`` key at all; a classic queue lists
+1. policy key ``consumer-timeout``: 3.10 refuses (400), 4.x accepts. (Whether a version then
+   *enforces* it is pinned with real consumers in ``test_consumer_timeout_enforcement.py``.)
+2. ``apply-to: classic_queues|quorum_queues``: 3.10 refuses (400), 4.x accepts.
+3. ``delivery-limit: -1``: 3.10 refuses (400), 4.x accepts (the queue lists "unlimited").
+4. all: a policy carrying ``delivery-limit`` never attaches to a classic queue.
+5. all: a quorum queue lists no ``head_message_timestamp`` key at all; a classic queue lists
    its head message's ``timestamp`` property (seconds).
-6. 4.0: a quorum queue with no policy and no argument lists ``delivery_limit: 20`` (the only
+6. 4.x: a quorum queue with no policy and no argument lists ``delivery_limit: 20`` (the only
    place the default shows: not in ``effective_policy_definition``, not in ``arguments``), and
    the 21st requeueing read drops the message. 3.10 lists no ``delivery_limit`` and has none.
-7. both: a requeueing management read (``reject_requeue_true``) of a quorum queue is a
+7. all: a requeueing management read (``reject_requeue_true``) of a quorum queue is a
    delivery. With a delivery limit L and no dead-letter exchange, reads 1..L+1 return the
    message, the (L+1)-th shows ``x-delivery-count`` L, and its requeue drops the message: the
-   queue empties with no further read. With no limit (3.10) or ``-1`` (4.0), 30 reads drop
+   queue empties with no further read. With no limit (3.10) or ``-1`` (4.x), 30 reads drop
    nothing.
-8. ``x-delivery-count``: 3.10 sends it on every quorum read, 0 on the first; 4.0 omits it on
+8. ``x-delivery-count``: 3.10 sends it on every quorum read, 0 on the first; 4.x omits it on
    the first read (and a message with no other properties comes back with ``properties: []``),
-   then 1, 2, ...: on both, it is the number of earlier deliveries. Classic queues send none.
+   then 1, 2, ...: on all, it is the number of earlier deliveries. Classic queues send none.
 9. CONTRARY TO SPEC §4 ("on 3.x a requeueing read moves a quorum message to the back"): where
-   the message goes depends on the delivery limit, on both versions. A quorum queue with no
-   limit (3.10 by default, 4.0 with -1) moves it to the back; one with a finite limit (3.10
-   with x-delivery-limit, 4.0 by default) puts it back at the head, so repeated single reads
-   hit, and spend, the same message. A classic queue always keeps it at the head.
+   the message goes depends on the delivery limit on 3.10 and 4.0, and on nothing on 4.3. A
+   quorum queue with no limit (3.10 by default, 4.0 with -1) moves it to the back; one with a
+   finite limit (3.10 with x-delivery-limit, 4.0 by default) puts it back at the head, so
+   repeated single reads hit, and spend, the same message. On 4.3 every quorum queue puts it
+   back at the head, unlimited ones too. A classic queue always keeps it at the head.
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ def headers(message: dict[str, Any]) -> dict[str, Any]:
 async def test_1_policy_key_consumer_timeout(
     broker: BrokerUnderTest, client: ManagementClient
 ) -> None:
-    if broker.version == "4.0":
+    if broker.at_least(4, 0):
         await put_policy(client, "ct", {"consumer-timeout": 21_600_000})
         policy = await policy_named(client, "ct")
         assert policy is not None and policy.definition == {"consumer-timeout": 21_600_000}
@@ -108,7 +111,7 @@ async def test_1_policy_key_consumer_timeout(
 async def test_2_apply_to_a_queue_type(
     broker: BrokerUnderTest, client: ManagementClient, apply_to: str
 ) -> None:
-    if broker.version == "4.0":
+    if broker.at_least(4, 0):
         await put_policy(client, "typed", {"max-length": 1000}, apply_to=apply_to)
         policy = await policy_named(client, "typed")
         assert policy is not None and policy.apply_to == apply_to
@@ -122,7 +125,7 @@ async def test_2_apply_to_a_queue_type(
 async def test_3_unlimited_delivery_limit(
     broker: BrokerUnderTest, client: ManagementClient
 ) -> None:
-    if broker.version == "4.0":
+    if broker.at_least(4, 0):
         broker.declare_queue("dl.q", queue_type=QUORUM)
         await put_policy(client, "dl", {"delivery-limit": -1})
         await wait_for(carries(broker, "dl.q", "dl"), "the policy to attach")
@@ -196,7 +199,7 @@ async def test_6_the_default_quorum_delivery_limit(
         reads += 1
         if reads > 30:
             break
-    if broker.version == "4.0":
+    if broker.at_least(4, 0):
         assert shown["delivery_limit"] == 20
         assert listed.reported_delivery_limit == 20
         assert reads == 21  # the 21st read shows x-delivery-count 20 and its requeue drops it
@@ -234,7 +237,7 @@ async def test_7_with_no_limit_many_reads_drop_nothing(
     broker: BrokerUnderTest, client: ManagementClient
 ) -> None:
     broker.declare_queue("keep.dead", queue_type=QUORUM)
-    if broker.version == "4.0":
+    if broker.at_least(4, 0):
         # Without it 4.0's default of 20 applies (test 6).
         await put_policy(client, "keep", {"delivery-limit": -1})
         await wait_for(carries(broker, "keep.dead", "keep"), "the unlimited policy")
@@ -261,7 +264,7 @@ async def test_8_x_delivery_count_counts_earlier_deliveries(
 
     quorum = [await client.get_messages("count.q", 1) for _ in range(3)]
     first = quorum[0][0]
-    if broker.version == "4.0":
+    if broker.at_least(4, 0):
         assert "x-delivery-count" not in headers(first)
         raw = await _raw_get(broker, "count.q")  # one more read: count 3 now
         assert raw["properties"]["headers"]["x-delivery-count"] == 3
@@ -301,11 +304,12 @@ async def _raw_get(broker: BrokerUnderTest, queue: str) -> dict[str, Any]:
 async def test_9_where_a_requeueing_read_puts_the_message(
     broker: BrokerUnderTest, client: ManagementClient
 ) -> None:
-    # The rule is the delivery limit, not the version: a quorum queue with no limit (3.10's
-    # default, 4.0's -1) moves the read message to the back; one with a finite limit (3.10's
-    # x-delivery-limit, 4.0's default 20 or any explicit value) puts it back at the head, so
-    # single reads keep hitting, and spending, the same message. Classic: always the head.
-    four = broker.version == "4.0"
+    # On 3.10 and 4.0 the rule is the delivery limit, not the version: a quorum queue with no
+    # limit (3.10's default, 4.0's -1) moves the read message to the back; one with a finite
+    # limit (3.10's x-delivery-limit, 4.0's default 20 or any explicit value) puts it back at
+    # the head, so single reads keep hitting, and spending, the same message. 4.3 puts it back
+    # at the head whatever the limit. Classic: always the head.
+    four = broker.at_least(4, 0)
     unlimited: dict[str, object] = {"x-delivery-limit": -1} if four else {}
     queues: dict[str, tuple[str, dict[str, object]]] = {
         "order.unlimited": (QUORUM, unlimited),
@@ -323,7 +327,8 @@ async def test_9_where_a_requeueing_read_puts_the_message(
 
     to_the_back = ["m0", "m1", "m2", "m0", "m1", "m2"]
     at_the_head = ["m0"] * 6
-    assert await singles("order.unlimited") == to_the_back
+    unlimited_order = at_the_head if broker.at_least(4, 3) else to_the_back
+    assert await singles("order.unlimited") == unlimited_order
     assert await singles("order.limited") == at_the_head
     assert await singles("order.default") == (at_the_head if four else to_the_back)
     assert await singles("order.classic") == at_the_head
