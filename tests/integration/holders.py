@@ -38,6 +38,20 @@ SHIPPED_CONSUMER_TIMEOUT_MS = 21_600_000
 WINDOW_SAFETY_MS = 10_000
 
 
+def connect(broker: BrokerUnderTest) -> Any:
+    """An AMQP connection to the broker's AMQP port, into the test's vhost."""
+    return pika.BlockingConnection(
+        pika.ConnectionParameters(
+            host=urlsplit(broker.management_url).hostname or "127.0.0.1",
+            port=broker.amqp_port,
+            virtual_host=broker.vhost,
+            credentials=pika.PlainCredentials(broker.username, broker.password),
+            connection_attempts=3,
+            retry_delay=1,
+        )
+    )
+
+
 @dataclass
 class Holder:
     """One consumer on a connection of its own, holding the first delivery it gets."""
@@ -57,16 +71,7 @@ class Holder:
     deliveries: list[bool] = field(default_factory=list)  # the redelivered flag of each
 
     def connect(self) -> None:
-        self.connection = pika.BlockingConnection(
-            pika.ConnectionParameters(
-                host=urlsplit(self.broker.management_url).hostname or "127.0.0.1",
-                port=self.broker.amqp_port,
-                virtual_host=self.broker.vhost,
-                credentials=pika.PlainCredentials(self.broker.username, self.broker.password),
-                connection_attempts=3,
-                retry_delay=1,
-            )
-        )
+        self.connection = connect(self.broker)
 
     def start(self) -> None:
         """Open the channel and consume: manual ack, prefetch 1."""
@@ -114,10 +119,13 @@ class Holder:
         """The broker cancelled the consumer or closed its channel."""
         return self.cancelled_at is not None or self.closed_at is not None
 
-    def since_delivery(self, moment: float | None) -> float | None:
-        if moment is None or self.delivered_at is None:
+    def since_consume(self, moment: float | None) -> float | None:
+        """Seconds from ``basic.consume`` to ``moment``: the message waits in the queue before
+        the consumer starts, so the broker delivers it at once. (``delivered_at`` is when this
+        process read the delivery, which may be later.)"""
+        if moment is None or self.consumed_at is None:
             return None
-        return round(moment - self.delivered_at, 1)
+        return round(moment - self.consumed_at, 1)
 
     def since_open(self, moment: float | None) -> float | None:
         if moment is None or self.opened_at is None:
@@ -126,15 +134,14 @@ class Holder:
 
     def figures(self) -> str:
         if self.cancelled_at is not None:
-            what = f"cancelled +{self.since_delivery(self.cancelled_at)} s after the delivery"
+            what = f"cancelled +{self.since_consume(self.cancelled_at)} s after the delivery"
         elif self.closed_at is not None:
             what = (
-                f"channel closed {self.close_code} +{self.since_delivery(self.closed_at)} s "
+                f"channel closed {self.close_code} +{self.since_consume(self.closed_at)} s "
                 f"after the delivery, +{self.since_open(self.closed_at)} s after channel open"
             )
         else:
-            held = time.monotonic() - (self.delivered_at or time.monotonic())
-            what = f"still held {held:.1f} s after the delivery"
+            what = f"still held {self.since_consume(time.monotonic())} s after the delivery"
         return f"RabbitMQ {self.broker.version} {self.queue}: {what}"
 
     def close(self) -> None:

@@ -29,6 +29,9 @@ and 4.3):
    finite limit (3.10 with x-delivery-limit, 4.0 by default) puts it back at the head, so
    repeated single reads hit, and spend, the same message. On 4.3 every quorum queue puts it
    back at the head, unlimited ones too. A classic queue always keeps it at the head.
+10. all: a ``basic.get`` delivery still held (not acknowledged) counts in ``consumers`` on a
+    quorum queue (one statistics interval later, until it is acknowledged), never on a classic
+    queue, and is listed in ``/api/consumers`` on neither.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import pytest
 from reaper.broker.client import ManagementClient
 from reaper.broker.http import BrokerRejected
 from tests.conftest import BrokerUnderTest, policy_named, poll_until
+from tests.integration.holders import connect
 
 pytestmark = pytest.mark.broker
 
@@ -335,3 +339,46 @@ async def test_9_where_a_requeueing_read_puts_the_message(
     # A read of several at once returns them in the queue's current order either way.
     for name in queues:
         assert [m["payload"] for m in await client.get_messages(name, 3)] == ["m0", "m1", "m2"]
+
+
+# --------------------------------------------------------------------------- 10 basic.get
+
+
+def test_10_a_basic_get_holder_counts_as_a_consumer_on_quorum_queues_only(
+    broker: BrokerUnderTest,
+) -> None:
+    # Why holder_gone on a classic queue says a basic.get holder may be behind it
+    # (BrokerFacts.get_holder_counted_as_consumer). No /api/consumers entry either way.
+    broker.declare_queue("get.c")
+    broker.declare_queue("get.q", queue_type=QUORUM)
+    for name in ("get.c", "get.q"):
+        broker.publish(name, "held by a get")
+    connection = connect(broker)
+    try:
+        channel = connection.channel()
+        tags = {
+            name: channel.basic_get(name, auto_ack=False)[0].delivery_tag
+            for name in ("get.c", "get.q")
+        }
+
+        def both_held() -> bool:
+            connection.process_data_events(time_limit=0.5)
+            c, q = broker.queue("get.c"), broker.queue("get.q")
+            return c.get("messages_unacknowledged") == 1 and q.get("consumers") == 1
+
+        deadline = time.monotonic() + STATS_WAIT_SECONDS
+        while not both_held():
+            assert time.monotonic() < deadline, "the held gets were not counted"
+        assert broker.queue("get.c")["consumers"] == 0
+        assert broker.queue("get.q")["messages_unacknowledged"] == 1
+        with broker.admin() as admin:
+            assert admin.get(f"/api/consumers/{broker.vhost_path}").json() == []
+
+        for tag in tags.values():
+            channel.basic_ack(tag)
+        deadline = time.monotonic() + STATS_WAIT_SECONDS
+        while broker.queue("get.q").get("consumers") != 0:
+            assert time.monotonic() < deadline, "the acknowledged get still counts"
+            connection.process_data_events(time_limit=0.5)
+    finally:
+        connection.close()
