@@ -68,6 +68,12 @@ async def test_facts_report_product_version_and_capabilities(
     assert facts.policy_apply_to_queue_type is four
     assert facts.unlimited_delivery_limit is four
     assert facts.default_quorum_delivery_limit == (20 if four else None)
+    # what it enforces: pinned in test_consumer_timeout_enforcement.py
+    classic, quorum = facts.timeout_enforcement("classic"), facts.timeout_enforcement("quorum")
+    assert classic is not None and quorum is not None
+    assert bool(classic.enforced) is not broker.at_least(4, 3)
+    assert quorum.enforced
+    assert facts.get_holder_counted_as_consumer == {"quorum"}
     # The node cannot tell the value inside the snippet, so without a declared value the
     # timeout is unknown, and the evidence says what the node did show.
     assert facts.consumer_timeout_ms is None
