@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 #: How often verification re-reads the queues while it waits for statistics to catch up.
-#: Measured lag on 3.10 and 4.0: about 5 s for an existing queue (one statistics interval),
+#: Measured lag on 3.10, 4.0 and 4.3: about 5 s for an existing queue (one statistics interval),
 #: up to about 9 s for a queue declared a moment before.
 POLL_INTERVAL_SECONDS: Final = 0.5
 
@@ -166,7 +166,7 @@ async def _run(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Plan:
-    # One listing reads every policy: measured on 3.10 and 4.0, a user without the
+    # One listing reads every policy: measured on 3.10, 4.0 and 4.3, a user without the
     # policymaker tag may list a vhost's policies but not GET one by name (401).
     held = _by_name(await client.list_policies(vhost))
     states = [

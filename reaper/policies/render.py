@@ -4,7 +4,7 @@ accepts (SPEC §4). Pure.
 A key the version refuses is dropped and recorded as :class:`Unsupported`, naming the fallback
 in force instead (or saying that nothing proves one is). A consumer timeout the version accepts
 but does not enforce on the declaration's queue type (4.3's classic queues) is still written,
-and recorded as :class:`Unenforced`: verification never counts it. Measured on 3.10 and 4.0
+and recorded as :class:`Unenforced`: verification never counts it. Measured on 3.10, 4.0 and 4.3
 (``tests/integration/test_policy_behaviour.py``): a policy carrying ``delivery-limit`` never
 attaches to a classic queue, so on 3.10, where ``apply-to`` cannot name a queue type, the
 quorum policy is written with ``apply-to: queues`` and its ``delivery-limit`` keeps it off
@@ -32,7 +32,7 @@ from reaper.policies.declarations import (
 __all__ = ["DesiredPolicy", "Unenforced", "Unsupported", "render"]
 
 #: Keys a RabbitMQ policy may carry that make it attach to quorum queues only: measured on
-#: 3.10 and 4.0, a policy carrying ``delivery-limit`` does not attach to a classic queue.
+#: 3.10, 4.0 and 4.3, a policy carrying ``delivery-limit`` does not attach to a classic queue.
 _QUORUM_ONLY_KEYS: Final = frozenset({"delivery-limit"})
 
 
