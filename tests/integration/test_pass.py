@@ -242,6 +242,40 @@ async def test_a_real_pass_does_everything_once_and_the_next_records_nothing_new
     assert seeded.broker.queue(scenario.dead_letter_queue)["messages"] == len(scenario.dead_letters)
 
 
+async def test_the_plan_says_which_bound_the_version_does_not_enforce(
+    seeded: Seeded,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``reaper policies plan``, text and JSON, after a real pass wrote the policies: on 4.3
+    the classic policy is held as declared and still not verified (``NotEnforced``)."""
+    await run_cli(monkeypatch, tmp_path, seeded.env, "reap", "--json")
+    capsys.readouterr()
+    assert await run_cli(monkeypatch, tmp_path, seeded.env, "policies", "plan", "--json") == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert await run_cli(monkeypatch, tmp_path, seeded.env, "policies", "plan") == 0
+    text = capsys.readouterr().out
+
+    [classic] = [o for o in as_json["outcomes"] if o["name"] == "vibey-reap-classic"]
+    [declared] = [p for p in as_json["policies"] if p["name"] == "vibey-reap-classic"]
+    webhooks = [q for q in as_json["queues"] if q["queue"] == "vibey.webhooks"]
+    if seeded.broker.at_least(4, 3):
+        assert (classic["verified"], classic["reason"]) == (False, "NotEnforced")
+        assert declared["change"] == "none"  # held as declared: no write can fix this
+        assert [u["key"] for u in declared["not_enforced"]] == ["consumer-timeout"]
+        [queue] = webhooks
+        assert (queue["ok"], queue["reason"]) == (False, "NotEnforced")
+        assert queue["in_force"] == {"consumer-timeout": None}
+        assert queue["effective_policy_definition"] == {"consumer-timeout": 21_600_000}
+        assert "vibey-reap-classic: planned, NOT verified (NotEnforced): " in text
+        assert "  not enforced: consumer-timeout 21600000 is accepted, but RabbitMQ 4.3.6" in text
+    else:
+        assert classic["verified"] is True, classic
+        assert all(p["not_enforced"] == [] for p in as_json["policies"])
+        assert "NotEnforced" not in text and "not enforced" not in text
+
+
 # --------------------------------------------------------------------------- unreadable
 
 
