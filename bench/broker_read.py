@@ -12,6 +12,9 @@ pass made fewer requests than there are queues. The vhost is deleted at the end.
 on PASS, 1 on FAIL.
 
     python bench/broker_read.py [--url http://127.0.0.1:15672] [--queues 3000]
+
+The test brokers: RabbitMQ 3.10 at http://127.0.0.1:15672 (the default), 4.0 at :15673, 4.3 at
+:15674; ``bench/run_all`` runs it on each.
 """
 
 from __future__ import annotations

@@ -11,10 +11,12 @@ import asyncio
 import base64
 import contextlib
 import os
+import shlex
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -28,13 +30,36 @@ from reaper.jobqueue.postgres import PostgresStore
 
 PG_ADMIN_DSN = os.environ.get("REAPER_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
-#: Every supported broker version and where its management API listens. Both are required.
+#: Every supported broker version and where its management API listens. All are required.
 BROKERS = {
     "3.10": os.environ.get("REAPER_TEST_RABBITMQ_310", "http://127.0.0.1:15672"),
     "4.0": os.environ.get("REAPER_TEST_RABBITMQ_40", "http://127.0.0.1:15673"),
+    "4.3": os.environ.get("REAPER_TEST_RABBITMQ_43", "http://127.0.0.1:15674"),
+}
+#: Where each version's AMQP 0-9-1 listener is, for tests that hold a real consumer.
+AMQP_PORTS = {
+    "3.10": int(os.environ.get("REAPER_TEST_RABBITMQ_310_AMQP_PORT", "5672")),
+    "4.0": int(os.environ.get("REAPER_TEST_RABBITMQ_40_AMQP_PORT", "5673")),
+    "4.3": int(os.environ.get("REAPER_TEST_RABBITMQ_43_AMQP_PORT", "5674")),
+}
+_SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+#: How to run ``rabbitmqctl`` against each version's node (the 4.x nodes run in chroots).
+RABBITMQCTL = {
+    "3.10": shlex.split(os.environ.get("REAPER_TEST_RABBITMQ_310_CTL", "rabbitmqctl")),
+    "4.0": shlex.split(
+        os.environ.get("REAPER_TEST_RABBITMQ_40_CTL", f"{_SCRIPTS / 'rabbitmq4'} rabbitmqctl")
+    ),
+    "4.3": shlex.split(
+        os.environ.get("REAPER_TEST_RABBITMQ_43_CTL", f"{_SCRIPTS / 'rabbitmq43'} rabbitmqctl")
+    ),
 }
 BROKER_USER = "guest"
 BROKER_PASSWORD = "guest"
+
+
+def at_least(version: str, floor: tuple[int, ...]) -> bool:
+    """Whether ``version`` (``"4.3"``, ``"4.0.5"``) is ``floor`` or newer."""
+    return tuple(int(p) for p in version.split(".")[: len(floor)]) >= floor
 
 
 def _dsn_for(database: str) -> str:
@@ -114,7 +139,7 @@ async def pg_empty_dsn() -> AsyncIterator[str]:
 class BrokerUnderTest:
     """One real broker, with a vhost of this test's own."""
 
-    version: str  # "3.10" or "4.0"
+    version: str  # a key of BROKERS: "3.10", "4.0" or "4.3"
     management_url: str
     vhost: str
     username: str = BROKER_USER
@@ -123,6 +148,20 @@ class BrokerUnderTest:
     @property
     def vhost_path(self) -> str:
         return quote(self.vhost, safe="")
+
+    @property
+    def amqp_port(self) -> int:
+        return AMQP_PORTS[self.version]
+
+    @property
+    def rabbitmqctl(self) -> list[str]:
+        """The command that runs ``rabbitmqctl`` against this broker's node."""
+        return RABBITMQCTL[self.version]
+
+    def at_least(self, major: int, minor: int) -> bool:
+        """Whether this broker is version ``major.minor`` or newer: what a test branches on,
+        never one literal version."""
+        return at_least(self.version, (major, minor))
 
     def admin(self) -> httpx.Client:
         """A plain management client for arranging scenarios and inspecting the broker."""

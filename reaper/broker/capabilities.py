@@ -1,18 +1,36 @@
-"""What a broker of a given product and version accepts, as measured on this project's
-brokers (``tests/integration/test_broker_behaviour.py`` pins each value live). Pure.
+"""What a broker of a given product and version accepts and enforces, as measured on this
+project's brokers. Pure.
 
 Capabilities come from the version, never from a probing write: probing would change the
-broker's definitions.
+broker's definitions. What a version accepts is pinned in
+``tests/integration/test_broker_behaviour.py``; what it enforces, with real consumers holding
+a delivery, in ``tests/integration/test_consumer_timeout_enforcement.py``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Final
 
 from reaper.core.domain import BrokerFacts
+from reaper.core.enforcement import TimeoutEnforcement, TimeoutSetting
 
-__all__ = ["capabilities_for", "product_and_version", "version_tuple"]
+__all__ = ["PINNED_VERSIONS", "capabilities_for", "product_and_version", "version_tuple"]
+
+#: The RabbitMQ lines whose enforcement was pinned with real consumers.
+PINNED_VERSIONS: Final = ((3, 10), (4, 0), (4, 3))
+
+_QUEUE_TYPES: Final = ("classic", "quorum")
+_EVERY_SETTING: Final = frozenset(TimeoutSetting)
+_CHANNEL_CLOSE: Final = (
+    "closes the consumer's channel (406 PRECONDITION_FAILED, delivery acknowledgement timed "
+    "out); the delivery returns to ready"
+)
+_CHANNEL_TICK: Final = (
+    "on the channel's 60 s tick, counted from channel open: between T and T + 60 s after the "
+    "delivery"
+)
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -27,8 +45,10 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 
 def capabilities_for(product: str, version: str) -> BrokerFacts:
-    """What a broker of this product and version accepts. No broker-wide timeout yet: see
-    :meth:`reaper.broker.client.ManagementClient.facts`.
+    """What a broker of this product and version accepts and enforces. No broker-wide timeout
+    yet: see :meth:`reaper.broker.client.ManagementClient.facts`.
+
+    Accepts (``test_broker_behaviour.py`` tests 1-3, 6):
 
     - RabbitMQ 4.0+: policy ``consumer-timeout``, ``apply-to: classic_queues|quorum_queues``
       and ``delivery-limit: -1`` are accepted; quorum queues get a delivery limit of 20 with
@@ -36,10 +56,28 @@ def capabilities_for(product: str, version: str) -> BrokerFacts:
     - RabbitMQ 3.x: measured on 3.10, which refuses all three and has no default limit.
       3.11-3.13 were not measured here and get the 3.10 profile: it claims fewer keys, so the
       reconciler falls back rather than writing a policy the broker may refuse.
-    - LavinMQ, or a product we cannot tell: nothing claimed.
+
+    Enforces, per queue type (``test_consumer_timeout_enforcement.py``:
+    ``test_a_policy_timeout``, ``test_a_queue_argument_timeout``,
+    ``test_the_broker_wide_timeout``, ``test_a_classic_queue_declare_with_x_consumer_timeout``;
+    a basic.get holder: ``test_broker_behaviour.py`` test 10), claimed for the lines pinned
+    only (:data:`PINNED_VERSIONS`):
+
+    - 3.10: classic and quorum, the broker-wide value only (the policy key is refused, the
+      argument ``x-consumer-timeout`` accepted and ignored), by closing the channel on its
+      60 s tick.
+    - 4.0: classic and quorum, policy, argument and broker-wide, the same way.
+    - 4.3: quorum queues only, by cancelling the consumer when the timeout has elapsed.
+      Classic queues enforce none (rabbitmq-server#16983), and 4.3.2+ refuse
+      ``x-consumer-timeout`` on them.
+    - Any other version, LavinMQ, or a product we cannot tell: nothing claimed, so no consumer
+      timeout counts as in force.
     """
-    major_minor = version_tuple(version)[:2]
-    rabbit4 = product == "RabbitMQ" and major_minor >= (4, 0)
+    numbers = version_tuple(version)
+    major_minor = numbers[:2]
+    rabbit = product == "RabbitMQ"
+    rabbit4 = rabbit and major_minor >= (4, 0)
+    pinned = rabbit and major_minor in PINNED_VERSIONS
     return BrokerFacts(
         product=product,
         version=version,
@@ -47,6 +85,55 @@ def capabilities_for(product: str, version: str) -> BrokerFacts:
         policy_apply_to_queue_type=rabbit4,
         unlimited_delivery_limit=rabbit4,
         default_quorum_delivery_limit=20 if rabbit4 else None,
+        consumer_timeout_enforcement=_enforcement(numbers) if pinned else (),
+        get_holder_counted_as_consumer=frozenset({"quorum"}) if pinned else None,
+    )
+
+
+def _enforcement(numbers: tuple[int, ...]) -> tuple[TimeoutEnforcement, ...]:
+    if numbers[:2] == (3, 10):
+        why = (
+            "the channel enforces the broker-wide value it read when it opened; the queue "
+            "argument x-consumer-timeout is accepted and ignored"
+        )
+        return tuple(
+            TimeoutEnforcement(
+                t,
+                frozenset({TimeoutSetting.BROKER_WIDE}),
+                _CHANNEL_CLOSE,
+                _CHANNEL_TICK,
+                why,
+            )
+            for t in _QUEUE_TYPES
+        )
+    if numbers[:2] == (4, 0):
+        why = "the channel enforces the policy, the queue argument or the broker-wide value"
+        return tuple(
+            TimeoutEnforcement(t, _EVERY_SETTING, _CHANNEL_CLOSE, _CHANNEL_TICK, why)
+            for t in _QUEUE_TYPES
+        )
+    refused = frozenset({TimeoutSetting.ARGUMENT}) if numbers >= (4, 3, 2) else frozenset()
+    return (
+        TimeoutEnforcement(
+            "classic",
+            frozenset(),
+            "",
+            "",
+            "4.3 moved consumer timeouts from the channel into the queue types, and classic "
+            "queues implement none, neither the policy key nor the broker-wide value "
+            "(rabbitmq-server#16983): on this version only a quorum queue is bounded",
+            refused,
+        ),
+        TimeoutEnforcement(
+            "quorum",
+            _EVERY_SETTING,
+            "cancels the consumer (basic.cancel; the channel stays open); the delivery returns "
+            "to ready",
+            "when T has elapsed, by a timer in the queue",
+            "the quorum queue enforces it since 4.3; measured on 4.3.6, a consumer that had "
+            "acknowledged an earlier delivery was at times not cancelled until the queue's "
+            "next command",
+        ),
     )
 
 

@@ -3,16 +3,20 @@ policy verifier and the dead-letter read plan all ask, answered in one place. Pu
 
 Each rule reads the queue the way the broker resolves it (policy key, queue argument,
 broker-wide value, version default), so that what the reaper says is in force is what the
-broker would apply. "Unknown" is a value (:class:`Bound` with ``known=False``), never a
-``None`` that could be mistaken for "no bound".
+broker would apply; and a consumer timeout counts only where the version enforces it on the
+queue's type (:meth:`BrokerFacts.timeout_enforcement`), whatever the queue shows. "Unknown" is
+a value (:class:`Bound` with ``known=False``), never a ``None`` that could be mistaken for "no
+bound".
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from reaper.core.domain import BrokerFacts, QueueStats, Thresholds
+from reaper.core.enforcement import TimeoutSetting
 from reaper.core.values import mapping, positive, whole
 
 __all__ = [
@@ -21,6 +25,7 @@ __all__ = [
     "consumer_timeout_bound",
     "dead_letter_exchange_in_force",
     "delivery_limit_bound",
+    "get_holder_unseen",
     "is_consumerless_queue",
     "is_dead_letter_queue",
     "is_owned_queue",
@@ -36,43 +41,115 @@ class Bound:
 
     ``value`` is None when no finite bound is in force. ``known`` is False when that cannot be
     told (the broker's facts were not read, or the broker has not yet listed the queue's
-    policy), so None never stands for "unknown" by accident.
+    policy), so None never stands for "unknown" by accident. ``enforced`` is False when the
+    version does not enforce (or was never pinned enforcing) this kind of bound on the queue's
+    type: whatever the queue shows, nothing is in force, and ``source`` says why.
     """
 
     value: int | None
     source: str
     known: bool = True
+    enforced: bool = True
 
 
 def consumer_timeout_bound(queue: QueueStats, broker: BrokerFacts | None) -> Bound:
-    """The consumer timeout (ms) the broker shows in force on ``queue``.
+    """The consumer timeout (ms) the broker enforces on ``queue``.
 
-    As RabbitMQ resolves it: the lower of the policy key ``consumer-timeout`` and the queue
-    argument ``x-consumer-timeout`` when either is set, else the broker-wide
-    ``consumer_timeout``. Only a positive whole number counts as a bound. Not known while the
-    broker has not yet listed the queue's policy.
+    As RabbitMQ resolves it, among the settings the version enforces on the queue's type: the
+    lower of the policy key ``consumer-timeout`` and the queue argument ``x-consumer-timeout``
+    when either is set, else the broker-wide ``consumer_timeout``. A setting the version
+    ignores (3.10's argument) is passed over and named; on a queue type the version does not
+    enforce (4.3's classic queues) or was never pinned on, nothing is in force
+    (``enforced=False``), whatever the queue's ``effective_policy_definition`` shows. Only a
+    positive whole number counts as a bound. Not known while the broker has not yet listed the
+    queue's policy, or without the broker's facts (then the version is not known either).
     """
     if not queue.policy_known:
         return Bound(None, POLICY_NOT_LISTED, known=False)
-    policy = positive(mapping(queue.effective_policy).get("consumer-timeout"))
-    argument = positive(mapping(queue.arguments).get("x-consumer-timeout"))
+    if broker is None:
+        return Bound(
+            None,
+            "broker facts not read, so which consumer timeout the broker enforces is not known",
+            known=False,
+        )
+    shown = {
+        TimeoutSetting.POLICY: positive(mapping(queue.effective_policy).get("consumer-timeout")),
+        TimeoutSetting.ARGUMENT: positive(mapping(queue.arguments).get("x-consumer-timeout")),
+        TimeoutSetting.BROKER_WIDE: positive(broker.consumer_timeout_ms),
+    }
+    enforcement = broker.timeout_enforcement(queue.kind)
+    if enforcement is None or not enforcement.enforced:
+        if enforcement is None:
+            why = (
+                f"{broker.name} was never pinned enforcing a consumer timeout on {queue.kind} "
+                "queues, so none counts as in force"
+            )
+        else:
+            why = f"{broker.name} enforces no consumer timeout on {queue.kind} queues"
+            why += f": {enforcement.why}" if enforcement.why else ""
+        return Bound(None, why + _shown_text(shown), enforced=False)
+    ignored = {s: v for s, v in shown.items() if v is not None and not enforcement.enforces(s)}
+    also = f"; {broker.name} ignores {_listed(ignored)}" if ignored else ""
+    policy = shown[TimeoutSetting.POLICY] if TimeoutSetting.POLICY not in ignored else None
+    argument = shown[TimeoutSetting.ARGUMENT] if TimeoutSetting.ARGUMENT not in ignored else None
     if policy is not None and argument is not None:
         return Bound(
-            min(policy, argument), "policy consumer-timeout and argument x-consumer-timeout"
+            min(policy, argument),
+            "policy consumer-timeout and argument x-consumer-timeout" + also,
         )
     if policy is not None:
-        return Bound(policy, "policy consumer-timeout")
+        return Bound(policy, "policy consumer-timeout" + also)
     if argument is not None:
-        return Bound(argument, "argument x-consumer-timeout")
-    if broker is None:
-        return Bound(None, "broker-wide consumer_timeout not known, broker facts not read")
-    wide = positive(broker.consumer_timeout_ms)
-    if wide is not None:
+        return Bound(argument, "argument x-consumer-timeout" + also)
+    wide = shown[TimeoutSetting.BROKER_WIDE]
+    if wide is not None and enforcement.enforces(TimeoutSetting.BROKER_WIDE):
         evidence = (
             f" ({broker.consumer_timeout_evidence})" if broker.consumer_timeout_evidence else ""
         )
-        return Bound(wide, f"broker-wide consumer_timeout{evidence}")
-    return Bound(None, "no broker-wide consumer_timeout in force")
+        return Bound(wide, f"broker-wide consumer_timeout{evidence}" + also)
+    absent = [
+        f"no {name}"
+        for setting, name in (
+            (TimeoutSetting.POLICY, "consumer-timeout policy"),
+            (TimeoutSetting.ARGUMENT, "x-consumer-timeout argument"),
+            (TimeoutSetting.BROKER_WIDE, "broker-wide consumer_timeout in force"),
+        )
+        if enforcement.enforces(setting)
+    ]
+    return Bound(None, ", ".join(absent) + also)
+
+
+def _listed(shown: Mapping[TimeoutSetting, int | None]) -> str:
+    names = {
+        TimeoutSetting.POLICY: "policy consumer-timeout",
+        TimeoutSetting.ARGUMENT: "argument x-consumer-timeout",
+        TimeoutSetting.BROKER_WIDE: "broker-wide consumer_timeout",
+    }
+    return " and ".join(f"{names[s]} {v}" for s, v in shown.items() if v is not None)
+
+
+def _shown_text(shown: Mapping[TimeoutSetting, int | None]) -> str:
+    """What the queue (and the node) show, which bounds nothing here."""
+    if all(v is None for v in shown.values()):
+        return ""
+    return f"; shown but not in force: {_listed(shown)}"
+
+
+def get_holder_unseen(queue: QueueStats, broker: BrokerFacts | None) -> str | None:
+    """Why a live holder may hide behind "unacknowledged messages, no consumer" on ``queue``,
+    or None when it cannot: a ``basic.get`` delivery still held is not counted in
+    ``consumers`` on every queue type (measured on 3.10, 4.0 and 4.3: quorum queues count it,
+    classic queues do not)."""
+    if broker is None:
+        return None
+    counted = broker.get_holder_counted_as_consumer
+    if counted is None:
+        return (
+            f"{broker.name} was never pinned on whether it counts a basic.get holder as a consumer"
+        )
+    if queue.kind in counted:
+        return None
+    return f"{broker.name} does not count a basic.get holder as a consumer on {queue.kind} queues"
 
 
 def delivery_limit_bound(queue: QueueStats, broker: BrokerFacts | None) -> Bound:

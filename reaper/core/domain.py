@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
+from reaper.core.enforcement import TimeoutEnforcement
 from reaper.core.values import mapping
 
 #: The reserved project id of the fleet stream: broker sightings and dead-letter parks,
@@ -172,8 +173,9 @@ class QueueStats:
 
 @dataclass(frozen=True)
 class BrokerFacts:
-    """What the broker is and what is in force broker-wide, read from ``/api/overview``
-    and the node."""
+    """What the broker is, what it accepts and enforces, and what is in force broker-wide,
+    read from ``/api/overview`` and the node. The version's profile comes from
+    :func:`reaper.broker.capabilities.capabilities_for`."""
 
     product: str  # "RabbitMQ" or "LavinMQ"
     version: str
@@ -189,11 +191,25 @@ class BrokerFacts:
     consumer_timeout_ms: int | None = None
     #: How the broker-wide timeout was established (e.g. the loaded config file).
     consumer_timeout_evidence: str | None = None
+    #: Per queue type, which consumer-timeout settings this version enforces and how, as
+    #: pinned with real consumers. A queue type not listed (every type, for a version never
+    #: pinned) claims nothing: no consumer timeout counts as in force on it.
+    consumer_timeout_enforcement: tuple[TimeoutEnforcement, ...] = ()
+    #: Queue types on which a ``basic.get`` delivery still held counts in the queue's
+    #: ``consumers``; on the others such a holder shows as unacknowledged messages with no
+    #: consumer. None: not pinned for this version.
+    get_holder_counted_as_consumer: frozenset[str] | None = None
 
     @property
     def name(self) -> str:
         """Product and version, as a person reads them: ``RabbitMQ 4.0.5``."""
         return f"{self.product} {self.version}".strip()
+
+    def timeout_enforcement(self, queue_type: str) -> TimeoutEnforcement | None:
+        """How this version enforces a consumer timeout on ``queue_type``; None: not pinned."""
+        return next(
+            (e for e in self.consumer_timeout_enforcement if e.queue_type == queue_type), None
+        )
 
     def capabilities(self) -> dict[str, Any]:
         return {
@@ -203,6 +219,15 @@ class BrokerFacts:
             "default_quorum_delivery_limit": self.default_quorum_delivery_limit,
             "consumer_timeout_ms": self.consumer_timeout_ms,
             "consumer_timeout_evidence": self.consumer_timeout_evidence,
+            "consumer_timeout_enforced": {
+                e.queue_type: sorted(s.value for s in e.enforced)
+                for e in self.consumer_timeout_enforcement
+            },
+            "get_holder_counted_as_consumer": (
+                None
+                if self.get_holder_counted_as_consumer is None
+                else sorted(self.get_holder_counted_as_consumer)
+            ),
         }
 
 

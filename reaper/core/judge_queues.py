@@ -14,6 +14,7 @@ from reaper.core.bounds import (
     consumer_timeout_bound,
     dead_letter_exchange_in_force,
     delivery_limit_bound,
+    get_holder_unseen,
     is_consumerless_queue,
     is_dead_letter_queue,
     is_owned_queue,
@@ -79,6 +80,7 @@ def judge_queue(
         return found
     unacked = count(queue.messages_unacknowledged)
     if unacked > 0 and count(queue.consumers) == 0:
+        why = get_holder_unseen(queue, broker)
         found.append(
             _queue_verdict(
                 queue,
@@ -90,6 +92,7 @@ def judge_queue(
                 detail=(
                     f"{unacked} unacknowledged message(s) and no consumer: the holder is gone "
                     "and the broker has not requeued its deliveries"
+                    + (f", or a basic.get holder still holds them ({why})" if why else "")
                 ),
             )
         )
@@ -150,9 +153,8 @@ def _no_consumer_timeout(
         unacked,
         None,
         Unit.MESSAGES,
-        f"{unacked} unacknowledged message(s) and no consumer timeout is in force (no "
-        f"consumer-timeout policy, no x-consumer-timeout argument, {bound.source}): a hung "
-        "handler holds them forever",
+        f"{unacked} unacknowledged message(s) on queue {quote(queue.name)} and no consumer "
+        f"timeout is in force ({bound.source}): a hung handler holds them forever",
     )
 
 

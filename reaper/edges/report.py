@@ -61,6 +61,7 @@ def to_json(result: PassResult) -> dict[str, object]:
                 "name": p.name,
                 "action": p.action,
                 "verified": p.verified,
+                "reason": p.reason,
                 "queues_checked": p.queues_checked,
                 "queues_failing": list(p.queues_failing),
                 "detail": p.detail,
@@ -163,7 +164,9 @@ def render_text(result: PassResult) -> str:
         for p in result.policies:
             verified = {True: "verified", False: "NOT verified", None: "not checked"}[p.verified]
             lines.append(
-                f"  {p.name}: {p.action}, {verified} on {p.queues_checked} queue(s)"
+                f"  {p.name}: {p.action}, {verified}"
+                + (f" ({p.reason})" if p.reason else "")
+                + f" on {p.queues_checked} queue(s)"
                 + (f"; failing: {', '.join(p.queues_failing)}" if p.queues_failing else "")
             )
             if p.detail:

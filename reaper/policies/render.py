@@ -2,7 +2,9 @@
 accepts (SPEC §4). Pure.
 
 A key the version refuses is dropped and recorded as :class:`Unsupported`, naming the fallback
-in force instead (or saying that nothing proves one is). Measured on 3.10 and 4.0
+in force instead (or saying that nothing proves one is). A consumer timeout the version accepts
+but does not enforce on the declaration's queue type (4.3's classic queues) is still written,
+and recorded as :class:`Unenforced`: verification never counts it. Measured on 3.10, 4.0 and 4.3
 (``tests/integration/test_policy_behaviour.py``): a policy carrying ``delivery-limit`` never
 attaches to a classic queue, so on 3.10, where ``apply-to`` cannot name a queue type, the
 quorum policy is written with ``apply-to: queues`` and its ``delivery-limit`` keeps it off
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from reaper.core.domain import BrokerFacts, QueueStats
+from reaper.core.enforcement import TimeoutSetting
 from reaper.core.values import is_unlimited
 from reaper.errors import ConfigError
 from reaper.policies.declarations import (
@@ -26,10 +29,10 @@ from reaper.policies.declarations import (
     fill,
 )
 
-__all__ = ["DesiredPolicy", "Unsupported", "render"]
+__all__ = ["DesiredPolicy", "Unenforced", "Unsupported", "render"]
 
 #: Keys a RabbitMQ policy may carry that make it attach to quorum queues only: measured on
-#: 3.10 and 4.0, a policy carrying ``delivery-limit`` does not attach to a classic queue.
+#: 3.10, 4.0 and 4.3, a policy carrying ``delivery-limit`` does not attach to a classic queue.
 _QUORUM_ONLY_KEYS: Final = frozenset({"delivery-limit"})
 
 
@@ -44,6 +47,16 @@ class Unsupported:
     declared: object
     detail: str
     fallback_in_force: bool
+
+
+@dataclass(frozen=True)
+class Unenforced:
+    """A declared key this broker accepts on the policy but does not enforce on the queue
+    type the policy is for: written all the same, never verified (``NotEnforced``)."""
+
+    key: str
+    declared: object
+    detail: str
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,7 @@ class DesiredPolicy:
     facts: BrokerFacts
     writable: bool = True
     unsupported: tuple[Unsupported, ...] = ()
+    unenforced: tuple[Unenforced, ...] = ()
     #: The declaration's offset above ``policy_priority`` (already included in ``priority``).
     priority_offset: int = 0
 
@@ -117,10 +131,13 @@ def render(
         declared = {k: fill(v, values) for k, v in d.definition.items()}
         definition: dict[str, object] = {}
         unsupported: list[Unsupported] = []
+        unenforced: list[Unenforced] = []
         for key, value in declared.items():
-            refused = _unsupported_key(key, value, facts)
+            refused = _unsupported_key(key, value, facts, d.queue_type)
             if refused is None:
                 definition[key] = value
+                ignored = _unenforced_key(key, value, facts, d.queue_type)
+                unenforced.extend([ignored] if ignored is not None else [])
             else:
                 unsupported.append(refused)
         apply_to, writable = d.apply_to, bool(definition)
@@ -145,6 +162,7 @@ def render(
                 facts=facts,
                 writable=writable,
                 unsupported=tuple(unsupported),
+                unenforced=tuple(unenforced),
                 priority_offset=d.priority_offset,
             )
         )
@@ -153,9 +171,11 @@ def render(
     return desired
 
 
-def _unsupported_key(key: str, value: object, facts: BrokerFacts) -> Unsupported | None:
+def _unsupported_key(
+    key: str, value: object, facts: BrokerFacts, queue_type: str
+) -> Unsupported | None:
     if key == "consumer-timeout" and not facts.policy_consumer_timeout:
-        return _consumer_timeout_fallback(value, facts)
+        return _consumer_timeout_fallback(value, facts, queue_type)
     if key == "delivery-limit" and is_unlimited(value) and not facts.unlimited_delivery_limit:
         if facts.default_quorum_delivery_limit is None:
             return Unsupported(
@@ -179,10 +199,40 @@ def _unsupported_key(key: str, value: object, facts: BrokerFacts) -> Unsupported
     return None
 
 
-def _consumer_timeout_fallback(value: object, facts: BrokerFacts) -> Unsupported:
+def _unenforced_key(
+    key: str, value: object, facts: BrokerFacts, queue_type: str
+) -> Unenforced | None:
+    """The policy key ``consumer-timeout``, accepted here, where the version does not enforce
+    it on ``queue_type``."""
+    if key != "consumer-timeout":
+        return None
+    enforcement = facts.timeout_enforcement(queue_type)
+    if enforcement is not None and enforcement.enforces(TimeoutSetting.POLICY):
+        return None
+    if enforcement is None:
+        why = (
+            f"{facts.name} was never pinned enforcing a consumer timeout on {queue_type} "
+            "queues, so nothing proves it bounds them"
+        )
+    else:
+        why = f"{facts.name} does not enforce it on {queue_type} queues: {enforcement.why}"
+    return Unenforced(key, value, f"consumer-timeout {value} is accepted, but {why}")
+
+
+def _consumer_timeout_fallback(value: object, facts: BrokerFacts, queue_type: str) -> Unsupported:
     refused = f"consumer-timeout is not a policy key on {facts.name}"
     evidence = facts.consumer_timeout_evidence or "no evidence given"
     have = facts.consumer_timeout_ms
+    enforcement = facts.timeout_enforcement(queue_type)
+    if enforcement is None or not enforcement.enforces(TimeoutSetting.BROKER_WIDE):
+        pinned = "was never pinned enforcing" if enforcement is None else "does not enforce"
+        return Unsupported(
+            "consumer-timeout",
+            value,
+            f"{refused}, and {facts.name} {pinned} the broker-wide consumer_timeout on "
+            f"{queue_type} queues: nothing proves a bound of {value} ms",
+            False,
+        )
     if have is None:
         return Unsupported(
             "consumer-timeout",

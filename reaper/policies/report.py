@@ -30,6 +30,10 @@ def plan_json(p: Plan) -> dict[str, object]:
                     }
                     for u in pp.unsupported
                 ],
+                "not_enforced": [
+                    {"key": u.key, "declared": u.declared, "detail": u.detail}
+                    for u in pp.unenforced
+                ],
             }
             for pp in p.policies
         ],
@@ -75,6 +79,7 @@ def plan_text(p: Plan) -> str:
         lines.append(f"  actual:  {compact(pp.actual) if pp.actual is not None else 'none'}")
         lines.extend(f"  change:  {d}" for d in pp.differences if pp.actual is not None)
         lines.extend(f"  unsupported: {u.detail}" for u in pp.unsupported)
+        lines.extend(f"  not enforced: {u.detail}" for u in pp.unenforced)
     lines.append("queues:")
     if not p.queues:
         lines.append("  no owned queue")

@@ -4,7 +4,9 @@ Which policy a queue carries is RabbitMQ's decision: the highest-priority policy
 matches the name (Erlang ``re``, search semantics), whose ``apply-to`` admits the queue's type,
 and whose every key the queue type accepts. So each owned queue is asked which policy it
 carries and what is in force on it, read the way the judge reads it
-(:mod:`reaper.core.bounds`); ``verified`` comes from the queues, never from a status code.
+(:mod:`reaper.core.bounds`); ``verified`` comes from the queues, never from a status code, and
+means enforced: a consumer timeout the version does not enforce on the queue's type is never in
+force, whatever the queue shows (``NotEnforced``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class PolicyReason(StrEnum):
     CARRIED_OUTSIDE_SCOPE = "CarriedOutsideScope"
     STALE_POLICY = "StalePolicy"
     FALLBACK_UNPROVEN = "FallbackUnproven"
+    NOT_ENFORCED = "NotEnforced"
 
 
 def differences(desired: DesiredPolicy, actual: BrokerPolicy | None) -> tuple[str, ...]:
@@ -145,7 +148,7 @@ def _check(
     d: DesiredPolicy, q: QueueStats, ours: Mapping[str, bool], *, coming: bool
 ) -> QueueCheck:
     """``ours``: each of our policy names, and whether this broker can hold it."""
-    declared, in_force, sources = _bounds(d, q)
+    declared, in_force, sources, unenforced = _bounds(d, q)
     base = QueueCheck(
         queue=q.name,
         queue_type=q.type,
@@ -201,6 +204,16 @@ def _check(
             continue
         shown = "none" if have is None else have
         wanted = "none (unlimited)" if want is None else want
+        if key in unenforced:
+            # nothing to wait for: no write or statistics change what the version enforces
+            return replace(
+                base,
+                reason=PolicyReason.NOT_ENFORCED,
+                problem=(
+                    f"{q.name} ({q.kind}) has no {key} in force, declared {wanted}: "
+                    f"{unenforced[key]}"
+                ),
+            )
         where = f" ({sources[key]})" if key in sources else ""
         carried = d.writable and key in d.definition
         if carried and normalized(q.effective_policy.get(key)) != normalized(d.definition[key]):
@@ -233,16 +246,20 @@ def _check(
 
 def _bounds(
     d: DesiredPolicy, q: QueueStats
-) -> tuple[dict[str, object], dict[str, object], dict[str, str]]:
-    """Each declared key: the value declared to be in force, the value in force, and where
-    the broker's value comes from. A negative delivery limit declares "unlimited" (None)."""
+) -> tuple[dict[str, object], dict[str, object], dict[str, str], dict[str, str]]:
+    """Each declared key: the value declared to be in force, the value in force, where the
+    broker's value comes from, and why it is not enforced where the version enforces no such
+    bound on the queue's type. A negative delivery limit declares "unlimited" (None)."""
     declared: dict[str, object] = {}
     in_force: dict[str, object] = {}
     sources: dict[str, str] = {}
+    unenforced: dict[str, str] = {}
     for key, value in d.declared.items():
         if key == "consumer-timeout":
             bound = consumer_timeout_bound(q, d.facts)
             declared[key], in_force[key], sources[key] = value, bound.value, bound.source
+            if bound.known and not bound.enforced:
+                unenforced[key] = bound.source
         elif key == "delivery-limit":
             if q.kind != "quorum":
                 continue
@@ -252,4 +269,4 @@ def _bounds(
         else:
             declared[key] = normalized(value)
             in_force[key] = normalized(q.effective_policy.get(key))
-    return declared, in_force, sources
+    return declared, in_force, sources, unenforced

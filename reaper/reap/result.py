@@ -83,7 +83,9 @@ class PassResult:
             Problem(
                 "policy",
                 p.name,
-                f"{p.action}, {'verified' if p.verified else 'NOT verified'} - {p.detail}",
+                f"{p.action}, {'verified' if p.verified else 'NOT verified'}"
+                + (f" ({p.reason})" if p.reason else "")
+                + f" - {p.detail}",
             )
             for p in self.policies
             if not p.ok

@@ -2,30 +2,36 @@
 RabbitMQ version. Each asserts the version-specific outcome explicitly, so an upgrade that
 changes it fails here, not in production.
 
-Observed on RabbitMQ 3.10.8 and 4.0.5 (see each test for the detail):
+Observed on RabbitMQ 3.10.8, 4.0.5 and 4.3.6 (see each test for the detail; "4.x" is both 4.0
+and 4.3):
 
-1. policy key ``consumer-timeout``: 3.10 refuses (400), 4.0 accepts.
-2. ``apply-to: classic_queues|quorum_queues``: 3.10 refuses (400), 4.0 accepts.
-3. ``delivery-limit: -1``: 3.10 refuses (400), 4.0 accepts (the queue lists "unlimited").
-4. both: a policy carrying ``delivery-limit`` never attaches to a classic queue.
-5. both: a quorum queue lists no ``head_message_timestamp`` key at all; a classic queue lists
+1. policy key ``consumer-timeout``: 3.10 refuses (400), 4.x accepts. (Whether a version then
+   *enforces* it is pinned with real consumers in ``test_consumer_timeout_enforcement.py``.)
+2. ``apply-to: classic_queues|quorum_queues``: 3.10 refuses (400), 4.x accepts.
+3. ``delivery-limit: -1``: 3.10 refuses (400), 4.x accepts (the queue lists "unlimited").
+4. all: a policy carrying ``delivery-limit`` never attaches to a classic queue.
+5. all: a quorum queue lists no ``head_message_timestamp`` key at all; a classic queue lists
    its head message's ``timestamp`` property (seconds).
-6. 4.0: a quorum queue with no policy and no argument lists ``delivery_limit: 20`` (the only
+6. 4.x: a quorum queue with no policy and no argument lists ``delivery_limit: 20`` (the only
    place the default shows: not in ``effective_policy_definition``, not in ``arguments``), and
    the 21st requeueing read drops the message. 3.10 lists no ``delivery_limit`` and has none.
-7. both: a requeueing management read (``reject_requeue_true``) of a quorum queue is a
+7. all: a requeueing management read (``reject_requeue_true``) of a quorum queue is a
    delivery. With a delivery limit L and no dead-letter exchange, reads 1..L+1 return the
    message, the (L+1)-th shows ``x-delivery-count`` L, and its requeue drops the message: the
-   queue empties with no further read. With no limit (3.10) or ``-1`` (4.0), 30 reads drop
+   queue empties with no further read. With no limit (3.10) or ``-1`` (4.x), 30 reads drop
    nothing.
-8. ``x-delivery-count``: 3.10 sends it on every quorum read, 0 on the first; 4.0 omits it on
+8. ``x-delivery-count``: 3.10 sends it on every quorum read, 0 on the first; 4.x omits it on
    the first read (and a message with no other properties comes back with ``properties: []``),
-   then 1, 2, ...: on both, it is the number of earlier deliveries. Classic queues send none.
+   then 1, 2, ...: on all, it is the number of earlier deliveries. Classic queues send none.
 9. CONTRARY TO SPEC §4 ("on 3.x a requeueing read moves a quorum message to the back"): where
-   the message goes depends on the delivery limit, on both versions. A quorum queue with no
-   limit (3.10 by default, 4.0 with -1) moves it to the back; one with a finite limit (3.10
-   with x-delivery-limit, 4.0 by default) puts it back at the head, so repeated single reads
-   hit, and spend, the same message. A classic queue always keeps it at the head.
+   the message goes depends on the delivery limit on 3.10 and 4.0, and on nothing on 4.3. A
+   quorum queue with no limit (3.10 by default, 4.0 with -1) moves it to the back; one with a
+   finite limit (3.10 with x-delivery-limit, 4.0 by default) puts it back at the head, so
+   repeated single reads hit, and spend, the same message. On 4.3 every quorum queue puts it
+   back at the head, unlimited ones too. A classic queue always keeps it at the head.
+10. all: a ``basic.get`` delivery still held (not acknowledged) counts in ``consumers`` on a
+    quorum queue (one statistics interval later, until it is acknowledged), never on a classic
+    queue, and is listed in ``/api/consumers`` on neither.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import pytest
 from reaper.broker.client import ManagementClient
 from reaper.broker.http import BrokerRejected
 from tests.conftest import BrokerUnderTest, policy_named, poll_until
+from tests.integration.holders import connect
 
 pytestmark = pytest.mark.broker
 
@@ -92,7 +99,7 @@ def headers(message: dict[str, Any]) -> dict[str, Any]:
 async def test_1_policy_key_consumer_timeout(
     broker: BrokerUnderTest, client: ManagementClient
 ) -> None:
-    if broker.version == "4.0":
+    if broker.at_least(4, 0):
         await put_policy(client, "ct", {"consumer-timeout": 21_600_000})
         policy = await policy_named(client, "ct")
         assert policy is not None and policy.definition == {"consumer-timeout": 21_600_000}
@@ -108,7 +115,7 @@ async def test_1_policy_key_consumer_timeout(
 async def test_2_apply_to_a_queue_type(
     broker: BrokerUnderTest, client: ManagementClient, apply_to: str
 ) -> None:
-    if broker.version == "4.0":
+    if broker.at_least(4, 0):
         await put_policy(client, "typed", {"max-length": 1000}, apply_to=apply_to)
         policy = await policy_named(client, "typed")
         assert policy is not None and policy.apply_to == apply_to
@@ -122,7 +129,7 @@ async def test_2_apply_to_a_queue_type(
 async def test_3_unlimited_delivery_limit(
     broker: BrokerUnderTest, client: ManagementClient
 ) -> None:
-    if broker.version == "4.0":
+    if broker.at_least(4, 0):
         broker.declare_queue("dl.q", queue_type=QUORUM)
         await put_policy(client, "dl", {"delivery-limit": -1})
         await wait_for(carries(broker, "dl.q", "dl"), "the policy to attach")
@@ -196,7 +203,7 @@ async def test_6_the_default_quorum_delivery_limit(
         reads += 1
         if reads > 30:
             break
-    if broker.version == "4.0":
+    if broker.at_least(4, 0):
         assert shown["delivery_limit"] == 20
         assert listed.reported_delivery_limit == 20
         assert reads == 21  # the 21st read shows x-delivery-count 20 and its requeue drops it
@@ -234,7 +241,7 @@ async def test_7_with_no_limit_many_reads_drop_nothing(
     broker: BrokerUnderTest, client: ManagementClient
 ) -> None:
     broker.declare_queue("keep.dead", queue_type=QUORUM)
-    if broker.version == "4.0":
+    if broker.at_least(4, 0):
         # Without it 4.0's default of 20 applies (test 6).
         await put_policy(client, "keep", {"delivery-limit": -1})
         await wait_for(carries(broker, "keep.dead", "keep"), "the unlimited policy")
@@ -261,7 +268,7 @@ async def test_8_x_delivery_count_counts_earlier_deliveries(
 
     quorum = [await client.get_messages("count.q", 1) for _ in range(3)]
     first = quorum[0][0]
-    if broker.version == "4.0":
+    if broker.at_least(4, 0):
         assert "x-delivery-count" not in headers(first)
         raw = await _raw_get(broker, "count.q")  # one more read: count 3 now
         assert raw["properties"]["headers"]["x-delivery-count"] == 3
@@ -301,11 +308,12 @@ async def _raw_get(broker: BrokerUnderTest, queue: str) -> dict[str, Any]:
 async def test_9_where_a_requeueing_read_puts_the_message(
     broker: BrokerUnderTest, client: ManagementClient
 ) -> None:
-    # The rule is the delivery limit, not the version: a quorum queue with no limit (3.10's
-    # default, 4.0's -1) moves the read message to the back; one with a finite limit (3.10's
-    # x-delivery-limit, 4.0's default 20 or any explicit value) puts it back at the head, so
-    # single reads keep hitting, and spending, the same message. Classic: always the head.
-    four = broker.version == "4.0"
+    # On 3.10 and 4.0 the rule is the delivery limit, not the version: a quorum queue with no
+    # limit (3.10's default, 4.0's -1) moves the read message to the back; one with a finite
+    # limit (3.10's x-delivery-limit, 4.0's default 20 or any explicit value) puts it back at
+    # the head, so single reads keep hitting, and spending, the same message. 4.3 puts it back
+    # at the head whatever the limit. Classic: always the head.
+    four = broker.at_least(4, 0)
     unlimited: dict[str, object] = {"x-delivery-limit": -1} if four else {}
     queues: dict[str, tuple[str, dict[str, object]]] = {
         "order.unlimited": (QUORUM, unlimited),
@@ -323,10 +331,54 @@ async def test_9_where_a_requeueing_read_puts_the_message(
 
     to_the_back = ["m0", "m1", "m2", "m0", "m1", "m2"]
     at_the_head = ["m0"] * 6
-    assert await singles("order.unlimited") == to_the_back
+    unlimited_order = at_the_head if broker.at_least(4, 3) else to_the_back
+    assert await singles("order.unlimited") == unlimited_order
     assert await singles("order.limited") == at_the_head
     assert await singles("order.default") == (at_the_head if four else to_the_back)
     assert await singles("order.classic") == at_the_head
     # A read of several at once returns them in the queue's current order either way.
     for name in queues:
         assert [m["payload"] for m in await client.get_messages(name, 3)] == ["m0", "m1", "m2"]
+
+
+# --------------------------------------------------------------------------- 10 basic.get
+
+
+def test_10_a_basic_get_holder_counts_as_a_consumer_on_quorum_queues_only(
+    broker: BrokerUnderTest,
+) -> None:
+    # Why holder_gone on a classic queue says a basic.get holder may be behind it
+    # (BrokerFacts.get_holder_counted_as_consumer). No /api/consumers entry either way.
+    broker.declare_queue("get.c")
+    broker.declare_queue("get.q", queue_type=QUORUM)
+    for name in ("get.c", "get.q"):
+        broker.publish(name, "held by a get")
+    connection = connect(broker)
+    try:
+        channel = connection.channel()
+        tags = {
+            name: channel.basic_get(name, auto_ack=False)[0].delivery_tag
+            for name in ("get.c", "get.q")
+        }
+
+        def both_held() -> bool:
+            connection.process_data_events(time_limit=0.5)
+            c, q = broker.queue("get.c"), broker.queue("get.q")
+            return c.get("messages_unacknowledged") == 1 and q.get("consumers") == 1
+
+        deadline = time.monotonic() + STATS_WAIT_SECONDS
+        while not both_held():
+            assert time.monotonic() < deadline, "the held gets were not counted"
+        assert broker.queue("get.c")["consumers"] == 0
+        assert broker.queue("get.q")["messages_unacknowledged"] == 1
+        with broker.admin() as admin:
+            assert admin.get(f"/api/consumers/{broker.vhost_path}").json() == []
+
+        for tag in tags.values():
+            channel.basic_ack(tag)
+        deadline = time.monotonic() + STATS_WAIT_SECONDS
+        while broker.queue("get.q").get("consumers") != 0:
+            assert time.monotonic() < deadline, "the acknowledged get still counts"
+            connection.process_data_events(time_limit=0.5)
+    finally:
+        connection.close()

@@ -26,8 +26,6 @@ from tests.conftest import BrokerUnderTest, policy_named, poll_until
 pytestmark = pytest.mark.broker
 
 STATS_WAIT_SECONDS = 20
-#: The AMQP port of each broker version (SPEC §7), for holding a live consumer.
-AMQP_PORTS = {"3.10": 5672, "4.0": 5673}
 
 
 @pytest.fixture
@@ -65,11 +63,17 @@ async def test_facts_report_product_version_and_capabilities(
     facts = await client.facts()
     assert facts.product == "RabbitMQ"
     assert facts.version.startswith(broker.version)
-    four = broker.version == "4.0"
+    four = broker.at_least(4, 0)
     assert facts.policy_consumer_timeout is four
     assert facts.policy_apply_to_queue_type is four
     assert facts.unlimited_delivery_limit is four
     assert facts.default_quorum_delivery_limit == (20 if four else None)
+    # what it enforces: pinned in test_consumer_timeout_enforcement.py
+    classic, quorum = facts.timeout_enforcement("classic"), facts.timeout_enforcement("quorum")
+    assert classic is not None and quorum is not None
+    assert bool(classic.enforced) is not broker.at_least(4, 3)
+    assert quorum.enforced
+    assert facts.get_holder_counted_as_consumer == {"quorum"}
     # The node cannot tell the value inside the snippet, so without a declared value the
     # timeout is unknown, and the evidence says what the node did show.
     assert facts.consumer_timeout_ms is None
@@ -126,7 +130,7 @@ def _expect(sock: socket.socket, class_id: int, method_id: int) -> bytes:
 
 @contextlib.contextmanager
 def live_consumer(broker: BrokerUnderTest, queue: str) -> Any:
-    sock = socket.create_connection(("127.0.0.1", AMQP_PORTS[broker.version]), timeout=10)
+    sock = socket.create_connection(("127.0.0.1", broker.amqp_port), timeout=10)
     try:
         sock.sendall(b"AMQP\x00\x00\x09\x01")
         _expect(sock, 10, 10)  # connection.start
@@ -166,7 +170,7 @@ async def test_a_live_consumer_shows_the_broker_wide_timeout_where_the_broker_te
         # A wrong declared value, so the test can tell where the figure came from.
         facts = await client.facts(declared_consumer_timeout_ms=1)
 
-    if broker.version == "4.0":
+    if broker.at_least(4, 0):
         # 4.0 shows each consumer's timeout; one with an override is not broker-wide.
         assert consumers["vibey.override"]["consumer_timeout"] == 5000
         wide = consumers["vibey.plain"]["consumer_timeout"]

@@ -22,7 +22,7 @@ from tests.conftest import BrokerUnderTest
 pytestmark = pytest.mark.postgres
 
 on_one_broker = pytest.mark.parametrize(
-    "broker_server", ["4.0"], indirect=True, ids=["rabbitmq-4.0"]
+    "broker_server", ["4.3"], indirect=True, ids=["rabbitmq-4.3"]
 )
 
 FAKETIME = shutil.which("faketime")

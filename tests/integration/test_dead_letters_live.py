@@ -229,7 +229,15 @@ async def test_a_quorum_dead_letter_queue_with_a_finite_limit_is_never_read(
 
     messages = read_all(broker, DLQ)
     assert sorted(m["payload"] for m in messages) == sorted(bodies)
-    assert not any(m["redelivered"] for m in messages)  # the passes never read it
+    # the passes never read it: this is each letter's first read from the dead-letter queue.
+    # 4.3 counts the delivery on the origin queue that dead-lettered it (measured: redelivered,
+    # x-delivery-count 1 on the first read); 3.10 and 4.0 start afresh
+    first = (True, 1) if broker.at_least(4, 3) else (False, 0)
+    shown = [
+        (m["redelivered"], (m["properties"] or {}).get("headers", {}).get("x-delivery-count", 0))
+        for m in messages
+    ]
+    assert shown == [first] * len(bodies)
     assert await dead_letter_gates(store) == []
 
 

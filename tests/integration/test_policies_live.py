@@ -1,6 +1,11 @@
-"""The declared policies reconciled and verified on real brokers (RabbitMQ 3.10 and 4.0), each
-test in a vhost of its own: converge, stay quiet, restore drift, report refusals and shadows,
-and plan without writing."""
+"""The declared policies reconciled and verified on real brokers (RabbitMQ 3.10, 4.0 and 4.3),
+each test in a vhost of its own: converge, stay quiet, restore drift, report refusals and
+shadows, and plan without writing.
+
+Verified means enforced: 4.3 takes the classic policy's ``consumer-timeout`` and shows it on the
+queues, but enforces no consumer timeout on classic queues (pinned in
+``test_consumer_timeout_enforcement.py``), so there the classic policy is written and never
+verified (``NotEnforced``)."""
 
 from __future__ import annotations
 
@@ -15,10 +20,10 @@ import pytest
 from reaper.broker.client import ManagementClient
 from reaper.core.domain import BrokerFacts
 from reaper.policies.declarations import PolicyParameters, load_declarations
-from reaper.policies.reconcile import plan, reconcile
+from reaper.policies.reconcile import PolicyOutcome, plan, reconcile
 from reaper.policies.render import DesiredPolicy, render
 from reaper.policies.report import plan_json, plan_text
-from tests.conftest import BrokerUnderTest
+from tests.conftest import BrokerUnderTest, at_least
 
 pytestmark = pytest.mark.broker
 
@@ -53,7 +58,7 @@ def declared_in_force(version: str) -> dict[str, tuple[str | None, dict[str, obj
     quorum: tuple[str | None, dict[str, object]]
     classic: tuple[str | None, dict[str, object]]
     dead: tuple[str | None, dict[str, object]]
-    if version == "4.0":
+    if at_least(version, (4, 0)):
         quorum = (
             "vibey-reap-quorum",
             {"consumer-timeout": CONSUMER_TIMEOUT_MS, "delivery-limit": 20},
@@ -71,6 +76,20 @@ def declared_in_force(version: str) -> dict[str, tuple[str | None, dict[str, obj
     expected |= {n: dead for n in QUORUM_DEAD}
     expected |= {n: (None, {}) for n in CLASSIC_DEAD}  # no policy of ours is for a classic DLQ
     return expected
+
+
+def classic_enforced(broker: BrokerUnderTest) -> bool:
+    """Whether the version enforces a consumer timeout on classic queues: not on 4.3."""
+    return not broker.at_least(4, 3)
+
+
+def assert_not_enforced(o: PolicyOutcome, action: str) -> None:
+    """4.3's classic policy: written (or in sync), never verified, saying why."""
+    assert (o.action, o.verified, o.reason) == (action, False, "NotEnforced"), o
+    assert o.queues_failing == tuple(CLASSIC_WORK), o
+    assert "RabbitMQ 4.3" in o.detail and "enforces no consumer timeout on classic" in o.detail
+    assert "rabbitmq-server#16983" in o.detail and "only a quorum queue is bounded" in o.detail
+    assert not o.ok
 
 
 def client_for(
@@ -136,6 +155,9 @@ async def test_one_pass_brings_every_owned_queue_to_its_declared_bounds(
     }
     assert set(outcomes) == {"vibey-reap-quorum", "vibey-reap-classic", "vibey-reap-dead-letter"}
     for o in outcomes.values():
+        if o.name == "vibey-reap-classic" and not classic_enforced(broker):
+            assert_not_enforced(o, "created")
+            continue
         assert o.verified is True, o
         assert o.queues_failing == (), o
 
@@ -147,10 +169,11 @@ async def test_one_pass_brings_every_owned_queue_to_its_declared_bounds(
     assert quorum.queues_checked == len(QUORUM_WORK)
     assert classic.queues_checked == len(CLASSIC_WORK)
     assert dead.queues_checked == len(QUORUM_DEAD)
-    if broker.version == "4.0":
-        assert [(o.action, o.reason) for o in (quorum, classic, dead)] == [
-            ("created", "Created")
-        ] * 3
+    if broker.at_least(4, 0):
+        assert [(o.action, o.reason) for o in (quorum, dead)] == [("created", "Created")] * 2
+        assert (classic.action, classic.reason) == (
+            ("created", "Created") if classic_enforced(broker) else ("created", "NotEnforced")
+        )
     else:
         assert (quorum.action, quorum.reason) == ("created", "Created")
         assert "consumer-timeout is not a policy key on RabbitMQ 3.10" in quorum.detail
@@ -170,7 +193,7 @@ async def test_one_pass_brings_every_owned_queue_to_its_declared_bounds(
         assert (await client.queue(name)).policy is None, name
 
     names = [p["name"] for p in held_policies(broker)]
-    if broker.version == "4.0":
+    if broker.at_least(4, 0):
         assert names == ["vibey-reap-classic", "vibey-reap-dead-letter", "vibey-reap-quorum"]
     else:
         assert names == ["vibey-reap-quorum"]
@@ -187,7 +210,7 @@ async def test_dead_letter_queues_never_carry_a_finite_limit_of_ours(
     for name in QUORUM_DEAD:
         raw = cast(dict[str, Any], broker.queue(name))
         effective = raw.get("effective_policy_definition") or {}
-        if broker.version == "4.0":
+        if broker.at_least(4, 0):
             # unlimited in force, where the 4.x default would otherwise be 20
             assert raw["policy"] == "vibey-reap-dead-letter"
             assert effective == {"delivery-limit": -1}
@@ -219,6 +242,9 @@ async def test_a_second_pass_writes_nothing_and_says_unchanged(
     assert client.requests_made - requests == 2
     assert held_policies(broker) == before
     for o in outcomes:
+        if o.name == "vibey-reap-classic" and not classic_enforced(broker):
+            assert_not_enforced(o, "unchanged")
+            continue
         assert o.verified is True, o
         if o.action != "unsupported":
             assert (o.action, o.reason) == ("unchanged", "InSync"), o
@@ -342,7 +368,7 @@ async def test_a_queue_under_someone_elses_higher_priority_policy_is_named(
     assert "carries policy 'hog' instead of vibey-reap-quorum" in shadowed.detail
     assert "priority 10" in shadowed.detail
     assert outcomes["vibey-reap-dead-letter"].verified is True
-    assert outcomes["vibey-reap-classic"].verified is True
+    assert outcomes["vibey-reap-classic"].verified is classic_enforced(broker)
 
 
 # --------------------------------------------------------------------------- dry run
@@ -409,7 +435,9 @@ async def test_a_policy_of_our_name_this_version_cannot_hold_is_named_stale(
     }
 
     classic = outcomes["vibey-reap-classic"]
-    if broker.version == "4.0":
+    if not classic_enforced(broker):
+        assert_not_enforced(classic, "updated")
+    elif broker.at_least(4, 0):
         assert (classic.action, classic.reason, classic.verified) == ("updated", "Updated", True)
     else:
         # 3.10 cannot hold the classic policy, and the one found would reach every owned
@@ -429,7 +457,7 @@ async def test_a_definition_the_broker_rejects_is_reported_not_raised(
     queues: dict[str, str],
     facts: BrokerFacts,
 ) -> None:
-    """Capabilities taken wrongly (4.0's claimed of every broker): 3.10 answers 400."""
+    """Capabilities taken wrongly (4.x's claimed of every broker): 3.10 answers 400."""
     claimed = BrokerFacts(
         **{
             **facts.__dict__,
@@ -443,11 +471,13 @@ async def test_a_definition_the_broker_rejects_is_reported_not_raised(
     outcomes = await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
 
     for o in outcomes:
-        if broker.version == "4.0":
+        if o.name == "vibey-reap-classic" and not classic_enforced(broker):
+            assert_not_enforced(o, "created")
+        elif broker.at_least(4, 0):
             assert (o.action, o.verified) == ("created", True), o
         else:
             assert (o.action, o.reason, o.verified) == ("refused", "DefinitionRejected", False)
             assert "400" in o.detail
             assert "capabilities_for" in o.detail
-    if broker.version == "3.10":
+    if not broker.at_least(4, 0):
         assert held_policies(broker) == []

@@ -3,7 +3,7 @@
 ``test_broker_behaviour.py`` already pins which keys and ``apply-to`` values each version
 takes and that a policy carrying ``delivery-limit`` never attaches to a classic queue; this
 file pins what is specific to rendering, reconciling and verifying policies. Observed on
-RabbitMQ 3.10.8 and 4.0.5:
+RabbitMQ 3.10.8, 4.0.5 and 4.3.6 ("both" below holds on all three):
 
 A. both: Erlang ``re`` takes the lookaheads the rendered patterns use, and selects exactly the
    queues Python's ``re.search`` selects (the verifier predicts with Python).
@@ -40,7 +40,7 @@ from reaper.core.domain import BrokerFacts
 from reaper.core.values import normalized
 from reaper.policies.declarations import PolicyParameters, load_declarations
 from reaper.policies.render import render
-from tests.conftest import BrokerUnderTest
+from tests.conftest import BrokerUnderTest, at_least
 
 pytestmark = pytest.mark.broker
 
@@ -112,7 +112,7 @@ def shows(
 
 
 def facts_for(version: str) -> BrokerFacts:
-    rabbit4 = version == "4.0"
+    rabbit4 = at_least(version, (4, 0))
     return BrokerFacts(
         product="RabbitMQ",
         version=version,

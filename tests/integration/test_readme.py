@@ -21,7 +21,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
 
 on_one_broker = pytest.mark.parametrize(
-    "broker_server", ["4.0"], indirect=True, ids=["rabbitmq-4.0"]
+    "broker_server", ["4.3"], indirect=True, ids=["rabbitmq-4.3"]
 )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import respx
-from brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_310
+from brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_43, RABBITMQ_310
 
 from reaper.broker.capabilities import capabilities_for
 from reaper.broker.client import REQUEUEING_ACKMODE, ManagementClient
@@ -550,6 +550,7 @@ async def test_a_node_the_user_may_not_read_leaves_the_timeout_unknown(
         ("RabbitMQ", "3.13.7", False),
         ("RabbitMQ", "4.0.5", True),
         ("RabbitMQ", "4.1.0-rc.1", True),
+        ("RabbitMQ", "4.3.6", True),
         ("LavinMQ", "2.1.0", False),
         ("unknown", "unknown", False),
     ],
@@ -562,7 +563,7 @@ def test_capabilities_come_from_the_version(product: str, version: str, four: bo
     assert facts.default_quorum_delivery_limit == (20 if four else None)
 
 
-@pytest.mark.parametrize("profile", [RABBITMQ_310, RABBITMQ_40, LAVINMQ])
+@pytest.mark.parametrize("profile", [RABBITMQ_310, RABBITMQ_40, RABBITMQ_43, LAVINMQ])
 def test_capabilities_are_the_profiles_the_unit_tests_judge_with(profile: BrokerFacts) -> None:
     assert capabilities_for(profile.product, profile.version) == profile
 

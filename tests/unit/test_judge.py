@@ -279,9 +279,9 @@ def test_an_owned_queue_holding_messages_with_no_consumer_timeout_is_unbounded()
 @pytest.mark.parametrize(
     ("policy", "arguments", "broker"),
     [
-        ({"consumer-timeout": 21_600_000}, {}, RABBITMQ_310),
-        ({"consumer-timeout": 21_600_000.0}, {}, RABBITMQ_310),  # integers come back as floats
-        ({}, {"x-consumer-timeout": 3_600_000}, RABBITMQ_310),
+        ({"consumer-timeout": 21_600_000}, {}, RABBITMQ_40),
+        ({"consumer-timeout": 21_600_000.0}, {}, RABBITMQ_40),  # integers come back as floats
+        ({}, {"x-consumer-timeout": 3_600_000}, RABBITMQ_40),
         ({}, {}, WIDE_TIMEOUT),
     ],
 )
@@ -297,15 +297,20 @@ def test_a_consumer_timeout_in_force_bounds_the_queue(
 @pytest.mark.parametrize("value", ["21600000", True, None, 0, -1, 1.5, float("nan"), [1]])
 def test_a_consumer_timeout_that_is_not_a_positive_number_is_no_bound(value: Any) -> None:
     verdicts, _ = on_broker(
-        queue("vibey.jobs.p1", unacked=1, policy={"consumer-timeout": value}), broker=RABBITMQ_310
+        queue("vibey.jobs.p1", unacked=1, policy={"consumer-timeout": value}), broker=RABBITMQ_40
     )
     assert conditions(verdicts) == {Condition.UNBOUNDED}
 
 
-def test_without_broker_facts_the_broker_wide_timeout_is_unknown_and_no_bound() -> None:
-    verdicts, _ = on_broker(queue("vibey.jobs.p1", unacked=2), broker=None)
-    verdict = only(verdicts, Condition.UNBOUNDED)
-    assert "broker-wide consumer_timeout not known" in verdict.detail
+def test_without_broker_facts_the_consumer_timeout_is_unknown_and_noted() -> None:
+    # without the version, what it enforces is not known either: not judged, and said so
+    for policy in ({}, {"consumer-timeout": 1000}):
+        verdicts, notes = on_broker(queue("vibey.jobs.p1", unacked=2, policy=policy), broker=None)
+        assert verdicts == []
+        assert notes == [
+            "consumer timeout of queue 'vibey.jobs.p1' not known (broker facts not read, so "
+            "which consumer timeout the broker enforces is not known); not judged"
+        ]
 
 
 def test_no_unacknowledged_messages_no_unbounded_timeout_finding() -> None:
@@ -325,12 +330,13 @@ def test_consumer_timeout_resolves_as_rabbitmq_does() -> None:
         policy={"consumer-timeout": 60_000.0},
         arguments={"x-consumer-timeout": 30_000},
     )
-    assert consumer_timeout_bound(both, RABBITMQ_310).value == 30_000
+    assert consumer_timeout_bound(both, RABBITMQ_40).value == 30_000
     bound = consumer_timeout_bound(queue("vibey.x"), WIDE_TIMEOUT)
     assert bound.value == 21_600_000
     assert "broker-wide" in bound.source and "20-vibey-reap.conf" in bound.source
     assert consumer_timeout_bound(queue("vibey.x"), RABBITMQ_40).value is None
-    assert consumer_timeout_bound(queue("vibey.x"), None).value is None
+    unknown = consumer_timeout_bound(queue("vibey.x"), None)
+    assert (unknown.value, unknown.known) == (None, False)
 
 
 # --------------------------------------------------------------------------- (b) holder gone

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from brokers import RABBITMQ_40, RABBITMQ_43, RABBITMQ_310
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -114,6 +115,10 @@ brokers = st.one_of(
             BrokerFacts("RabbitMQ", "4.0.5", True, True, True, 20),
             BrokerFacts("RabbitMQ", "3.10.8", False, False, False, None, 1_800_000, "conf"),
             BrokerFacts("LavinMQ", "2.0.0", False, False, False, None),
+            RABBITMQ_310,
+            RABBITMQ_40,
+            RABBITMQ_43,
+            replace(RABBITMQ_43, consumer_timeout_ms=21_600_000, consumer_timeout_evidence="x"),
         ]
     ),
     st.builds(
@@ -126,6 +131,13 @@ brokers = st.one_of(
         default_quorum_delivery_limit=st.one_of(st.none(), st.integers(-1, 50)),
         consumer_timeout_ms=st.one_of(st.none(), st.integers(-10, 10**10)),
         consumer_timeout_evidence=st.one_of(st.none(), st.text(max_size=10)),
+        consumer_timeout_enforcement=st.sampled_from(
+            [
+                (),
+                *(p.consumer_timeout_enforcement for p in (RABBITMQ_310, RABBITMQ_40, RABBITMQ_43)),
+            ]
+        ),
+        get_holder_counted_as_consumer=st.sampled_from([None, frozenset(), frozenset({"quorum"})]),
     ),
 )
 

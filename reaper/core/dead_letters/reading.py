@@ -59,7 +59,7 @@ def read_plan(
     - quorum queue with no finite delivery limit in force (the reconciled dead-letter policy's
       ``delivery-limit: -1`` on 4.x; no policy, argument or default on 3.x): safe.
     - quorum queue with a finite limit in force (policy, ``x-delivery-limit``, or 4.x's default
-      of 20): every requeueing read counts as a delivery (measured on 3.10 and 4.0). With no
+      of 20): every requeueing read counts as a delivery (measured on 3.10, 4.0 and 4.3). With no
       dead-letter exchange the broker drops a message once the limit is spent; with one, it
       dead-letters it onward, off this queue. Either way the letter would no longer be where it
       was, so the plan is blocked. Each message's delivery count is unknown until it is read,

@@ -1,0 +1,76 @@
+"""The README's table of the three brokers and what each enforces is rendered from the pinned
+capability profiles (``capabilities_for``, itself pinned live by
+``tests/integration/test_consumer_timeout_enforcement.py``): the documentation cannot drift
+from what the code believes. Run this file's ``__main__`` to print the table after a change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reaper.broker.capabilities import capabilities_for
+from reaper.core.enforcement import TimeoutSetting
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The brokers the tests run against, as measured.
+VERSIONS = ("3.10.8", "4.0.5", "4.3.6")
+_ORDER = (TimeoutSetting.POLICY, TimeoutSetting.ARGUMENT, TimeoutSetting.BROKER_WIDE)
+_NAMES = {
+    TimeoutSetting.POLICY: "policy `consumer-timeout`",
+    TimeoutSetting.ARGUMENT: "argument `x-consumer-timeout`",
+    TimeoutSetting.BROKER_WIDE: "broker-wide `consumer_timeout`",
+}
+
+
+def _settings(settings: set[TimeoutSetting]) -> str:
+    return ", ".join(_NAMES[s] for s in _ORDER if s in settings) or "none"
+
+
+def enforcement_table() -> str:
+    header = (
+        "| RabbitMQ | queue type | consumer timeout enforced from | a consumer holding a "
+        "delivery past it | accepted, ignored | refused | a held `basic.get` counted in "
+        "`consumers` |"
+    )
+    lines = [header, "|---|---|---|---|---|---|---|"]
+    for version in VERSIONS:
+        facts = capabilities_for("RabbitMQ", version)
+        for e in facts.consumer_timeout_enforcement:
+            refused = set(e.refused)
+            if not facts.policy_consumer_timeout:
+                refused.add(TimeoutSetting.POLICY)
+            ignored = set(TimeoutSetting) - set(e.enforced) - refused
+            happens = f"{e.action}; {e.when}" if e.enforced else "nothing: it keeps the delivery"
+            counted = e.queue_type in (facts.get_holder_counted_as_consumer or ())
+            lines.append(
+                f"| {version} | {e.queue_type} | {_settings(set(e.enforced))} | {happens} | "
+                f"{_settings(ignored)} | {_settings(refused)} | {'yes' if counted else 'no'} |"
+            )
+    return "\n".join(lines)
+
+
+def test_the_readme_carries_the_table_rendered_from_the_capabilities() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = enforcement_table()
+    assert table in readme, f"README.md must carry, exactly:\n\n{table}"
+    assert readme.count("| RabbitMQ | queue type |") == 1  # one table, not two to keep in step
+
+
+def test_the_table_says_what_was_pinned() -> None:
+    rows = enforcement_table().splitlines()[2:]
+    assert len(rows) == 6  # three versions, two queue types each
+    [classic_43] = [r for r in rows if r.startswith("| 4.3.6 | classic |")]
+    assert "| none | nothing: it keeps the delivery |" in classic_43
+    assert "| argument `x-consumer-timeout` |" in classic_43  # refused (4.3.2+)
+    [argument_310] = [r for r in rows if r.startswith("| 3.10.8 | classic |")]
+    assert "| broker-wide `consumer_timeout` |" in argument_310
+
+
+def test_the_other_docs_point_at_the_table() -> None:
+    for doc in ("metrics/README.md", "policies/README.md"):
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        assert "NotEnforced" in text, doc
+        assert "README.md#what-each-broker-enforces" in text, doc
+
+
+if __name__ == "__main__":
+    print(enforcement_table())
