@@ -244,6 +244,7 @@ _DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
         ),
     ),
     "0006_reaper_turn": (("create_reaper_turn", TableExists("reaper_turn")),),
+    "0010_observations": (("create_observation", TableExists("reaper_observation")),),
 }
 
 #: The optional outbox dispatch schema (``reaper db migrate --outbox``), by migration name.
