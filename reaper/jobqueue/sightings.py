@@ -4,6 +4,12 @@
 Race-free across reapers: every sighting in question is locked (transaction advisory locks, in
 ascending order), its latest record re-read under the lock, the pure rule applied, and the
 records appended before the locks are released. The ledger decides, not the process.
+
+What is open is found in ``reaper_open_sighting``, an index of the ledger's open sightings kept
+in the same transaction as the records that open and close them (built from the ledger by the
+migration that creates it), so that finding them costs what is open, not the ledger's age. It
+only nominates: the latest record, read from the ledger under the lock, decides what is
+written.
 """
 
 from __future__ import annotations
@@ -15,9 +21,9 @@ from datetime import datetime
 from uuid import UUID
 
 from reaper.core import sightings
-from reaper.core.domain import Source, Verdict
+from reaper.core.domain import Action, Source, Verdict
 from reaper.jobqueue import ledger
-from reaper.jobqueue.database import Database, Record
+from reaper.jobqueue.database import Connection, Database, Record
 from reaper.jobqueue.sql import QUERIES
 
 __all__ = ["record_sightings"]
@@ -57,8 +63,39 @@ async def record_sightings(
             )
             latest = {refs[row["ord"] - 1]: _record_verdict(row) for row in rows}
             records = sightings.records_to_write(seen, latest, sources_read, project_id)
-            await ledger.append(conn, [ledger.event_of(v) for v in records], now)
+            events = [ledger.event_of(v) for v in records]
+            await ledger.append(conn, events, now)
+            await _index(conn, records, events)
     return records
+
+
+async def _index(
+    conn: Connection, records: Sequence[Verdict], events: Sequence[ledger.Event]
+) -> None:
+    """Keep the index of open sightings in step with the records just appended."""
+    opened = [(v, e) for v, e in zip(records, events, strict=True) if v.action is Action.SURFACE]
+    closed = [v for v in records if v.action is Action.CLEARED]
+    if opened:
+        keys = [sightings.ref_of(v) for v, _ in opened]
+        await conn.execute(
+            QUERIES["open_sightings_opened"],
+            *_columns(keys),
+            [e.canonical for _, e in opened],
+            [e.trusted for _, e in opened],
+        )
+    if closed:
+        await conn.execute(
+            QUERIES["open_sightings_closed"], *_columns([sightings.ref_of(v) for v in closed])
+        )
+
+
+def _columns(refs: Sequence[sightings.SightingRef]) -> list[list[object]]:
+    return [
+        [r.stream for r in refs],
+        [r.key.source.value for r in refs],
+        [r.key.condition.value for r in refs],
+        [r.key.scope for r in refs],
+    ]
 
 
 def _record_verdict(row: Record) -> Verdict:

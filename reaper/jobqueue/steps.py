@@ -244,6 +244,10 @@ _DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
         ),
     ),
     "0006_reaper_turn": (("create_reaper_turn", TableExists("reaper_turn")),),
+    "0009_open_sightings": (
+        ("create_open_sighting", TableExists("reaper_open_sighting")),
+        ("fill_open_sightings", TableCreatedNow("reaper_open_sighting")),
+    ),
     "0010_observations": (("create_observation", TableExists("reaper_observation")),),
 }
 

@@ -287,12 +287,33 @@ class SightingsMachine(RuleBasedStateMachine):
                 history[self._key_of_payload(stream, e.payload)].append(e.payload["action"])
         ledger_open = {k for k, actions in history.items() if actions and actions[-1] == "surface"}
         assert ledger_open == self.open
+        # the index of open sightings holds exactly what the ledger has open
+        assert self._indexed() == ledger_open
         for k, actions in history.items():
             # surface, cleared, surface, ...: one surface per episode, one cleared per end
             assert actions == ["surface", "cleared"] * self.ended[k] + (
                 ["surface"] if k in self.open else []
             ), (self.keys[k], actions)
             assert actions.count("surface") == self.episodes[k]
+
+    def _indexed(self) -> set[int]:
+        async def rows() -> list[Any]:
+            async with self.stores[0].database.session("reading the index") as conn:
+                return list(
+                    await conn.fetch(
+                        "SELECT stream, payload::text AS payload FROM reaper_open_sighting"
+                        " WHERE stream = ANY($1::uuid[])",
+                        [*self.projects, FLEET_PROJECT_ID],
+                    )
+                )
+
+        found = set()
+        for row in self._run(rows()):
+            payload = json.loads(row["payload"])
+            if row["stream"] == FLEET_PROJECT_ID and payload["queue"] not in self.queues:
+                continue  # another example's
+            found.add(self._key_of_payload(row["stream"], payload))
+        return found
 
     def _visible(self, k: int, read: frozenset[Source], project: uuid.UUID | None) -> bool:
         source, _, scope = self.keys[k]

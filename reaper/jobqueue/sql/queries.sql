@@ -295,22 +295,28 @@ CROSS JOIN LATERAL (
 ORDER BY k.ord;
 
 -- name: open_sightings --
--- Every open sighting (its latest record a surface) of the given sources; for job_queue,
--- only on one project's stream when $2 is given.
-SELECT project_id, payload::text AS payload, trusted
-FROM (
-    SELECT DISTINCT ON (project_id, (payload ->> 'source'), (payload ->> 'condition'),
-                        reaper_sighting_scope(project_id, payload))
-           project_id, payload, trusted
-    FROM event
-    WHERE kind = 'QueueReaped'
-      AND (payload ->> 'action') IN ('surface', 'cleared')
-      AND (payload ->> 'source') = ANY ($1::text[])
-      AND ($2::uuid IS NULL OR (payload ->> 'source') <> 'job_queue' OR project_id = $2::uuid)
-    ORDER BY project_id, (payload ->> 'source'), (payload ->> 'condition'),
-             reaper_sighting_scope(project_id, payload), seq DESC
-) AS latest
-WHERE (payload ->> 'action') = 'surface';
+-- Every open sighting of the given sources, from the index of open sightings (its cost is what
+-- is open, not the ledger's age); for job_queue, only on one project's stream when $2 is given.
+SELECT stream AS project_id, payload::text AS payload, trusted
+FROM reaper_open_sighting
+WHERE source = ANY ($1::text[])
+  AND ($2::uuid IS NULL OR source <> 'job_queue' OR stream = $2::uuid);
+
+-- name: open_sightings_opened --
+-- Sightings opened by records just appended (in the same transaction, under their locks):
+-- each one's key, and the record that opened it.
+INSERT INTO reaper_open_sighting AS o (stream, source, condition, scope, payload, trusted)
+SELECT *
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bool[])
+ON CONFLICT (stream, source, condition, scope)
+DO UPDATE SET payload = excluded.payload, trusted = excluded.trusted;
+
+-- name: open_sightings_closed --
+-- Sightings closed by `cleared` records just appended: out of the index (the ledger keeps both
+-- records; the index holds only what is open).
+DELETE FROM reaper_open_sighting AS o
+USING unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS c (stream, source, condition, scope)
+WHERE (o.stream, o.source, o.condition, o.scope) = (c.stream, c.source, c.condition, c.scope);
 
 -- name: ledger_events --
 -- One stream's events in sequence order.
