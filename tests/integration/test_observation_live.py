@@ -110,6 +110,21 @@ async def shows(broker: BrokerUnderTest, queue: str, **expected: int) -> None:
     await poll_until(probe, f"{queue} showing {expected}", 30)
 
 
+async def holding_shown(broker: BrokerUnderTest) -> None:
+    """Until the management API's channel listing shows a channel holding a delivery (its
+    statistics refresh apart from the queue's)."""
+
+    def probe() -> bool:
+        with broker.admin() as client:
+            channels = client.get(
+                f"/api/vhosts/{broker.vhost_path}/channels",
+                params={"columns": "name,messages_unacknowledged"},
+            ).json()
+        return any(c.get("messages_unacknowledged") for c in channels)
+
+    await poll_until(probe, "a channel holding a delivery", 30)
+
+
 async def test_a_consumer_that_stops_acknowledging_is_a_hung_handler_until_it_recovers(
     pg_dsn: str, broker: BrokerUnderTest, consumers: list[Consumer]
 ) -> None:
@@ -121,6 +136,7 @@ async def test_a_consumer_that_stops_acknowledging_is_a_hung_handler_until_it_re
     consumer.service(1)
     assert len(consumer.held) == 1
     await shows(broker, queue, messages_unacknowledged=1, consumers=1)
+    await holding_shown(broker)
     settings = settings_for(pg_dsn, broker)
 
     first = await a_pass(settings)
