@@ -20,8 +20,18 @@ from reaper.broker.capabilities import capabilities_for, product_and_version
 from reaper.broker.evidence import broker_wide_consumer_timeout
 from reaper.broker.http import ManagementApi, Transport, segment
 from reaper.broker.port import BrokerPolicy, RawMessage
-from reaper.broker.records import QUEUE_COLUMNS, message_of, policy_of, queue_of
+from reaper.broker.records import (
+    CHANNEL_COLUMNS,
+    CONSUMER_COLUMNS,
+    QUEUE_COLUMNS,
+    channel_of,
+    consumer_of,
+    message_of,
+    policy_of,
+    queue_of,
+)
 from reaper.core.domain import BrokerFacts, QueueStats
+from reaper.core.observation import ChannelStats, ConsumerSeen
 from reaper.core.values import whole
 
 __all__ = [
@@ -200,6 +210,31 @@ class ManagementClient:
         if stats is None:
             raise self.api.unavailable(f"answered GET {path} with a queue that has no name")
         return stats
+
+    # ----------------------------------------------------------------------- consumers
+
+    async def list_channels(self, vhost: str | None = None) -> list[ChannelStats]:
+        """Every channel of the vhost, with its unacknowledged deliveries and acknowledgements
+        so far (column-projected; one request)."""
+        vhost = self.vhost if vhost is None else vhost
+        path = f"/api/vhosts/{segment(vhost)}/channels"
+        answer = await self.api.request("GET", path, params={"columns": ",".join(CHANNEL_COLUMNS)})
+        return [c for c in map(channel_of, self._listing(answer, path)) if c is not None]
+
+    async def list_consumers(self, vhost: str | None = None) -> list[ConsumerSeen]:
+        """Every consumer of the vhost: its queue and its channel (column-projected; one
+        request)."""
+        vhost = self.vhost if vhost is None else vhost
+        path = f"/api/consumers/{segment(vhost)}"
+        answer = await self.api.request("GET", path, params={"columns": ",".join(CONSUMER_COLUMNS)})
+        return [c for c in map(consumer_of, self._listing(answer, path)) if c is not None]
+
+    def _listing(self, answer: object, path: str) -> list[object]:
+        if isinstance(answer, list):
+            return answer
+        if isinstance(answer, Mapping) and isinstance(answer.get("items"), list):
+            return list(answer["items"])  # a paginated answer
+        raise self.api.unavailable(f"answered GET {path} with something that is not a list")
 
     # ----------------------------------------------------------------------- messages
 

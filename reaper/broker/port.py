@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from reaper.core.domain import BrokerFacts, QueueStats
+from reaper.core.observation import ChannelStats, ConsumerSeen
 
 __all__ = ["Broker", "BrokerPolicy", "RawMessage"]
 
@@ -64,6 +65,14 @@ class Broker(Protocol):
 
     async def queue(self, name: str, vhost: str | None = None) -> QueueStats:
         """One queue, column-projected."""
+        ...
+
+    async def list_channels(self, vhost: str | None = None) -> list[ChannelStats]:
+        """Every channel of the vhost: unacknowledged deliveries, acknowledgements so far."""
+        ...
+
+    async def list_consumers(self, vhost: str | None = None) -> list[ConsumerSeen]:
+        """Every consumer of the vhost: its queue and its channel."""
         ...
 
     async def get_messages(

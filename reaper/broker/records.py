@@ -12,9 +12,19 @@ from typing import Final
 
 from reaper.broker.port import BrokerPolicy, RawMessage
 from reaper.core.domain import QueueStats
+from reaper.core.observation import ChannelStats, ConsumerSeen
 from reaper.core.values import limit, mapping, normalized, whole
 
-__all__ = ["QUEUE_COLUMNS", "message_of", "policy_of", "queue_of"]
+__all__ = [
+    "CHANNEL_COLUMNS",
+    "CONSUMER_COLUMNS",
+    "QUEUE_COLUMNS",
+    "channel_of",
+    "consumer_of",
+    "message_of",
+    "policy_of",
+    "queue_of",
+]
 
 #: The columns a queue listing asks for: everything the judge and the verifier read, nothing
 #: else (the full queue object is ~40 fields with rate details).
@@ -31,6 +41,8 @@ QUEUE_COLUMNS: Final = (
     "arguments",
     # RabbitMQ 4.x only: the delivery limit resolved from policy, argument and default.
     "delivery_limit",
+    # Deliveries and gets so far: a stalled queue is measured by it not moving across passes.
+    "message_stats.deliver_get",
 )
 
 
@@ -43,6 +55,7 @@ def queue_of(item: object, vhost: str) -> QueueStats | None:
     ]
     queue_type = item.get("type")
     policy = item.get("policy")
+    counts_known = all(c is not None for c in counts)
     return QueueStats(
         vhost=str(item.get("vhost", vhost)),
         name=item["name"],
@@ -56,9 +69,50 @@ def queue_of(item: object, vhost: str) -> QueueStats | None:
         arguments=_table(item.get("arguments")),
         # A queue listed before its statistics arrive has no counts and no policy fields;
         # they arrive separately (3.10: policy and consumers first; 4.0 either way).
-        counts_known=all(c is not None for c in counts),
+        counts_known=counts_known,
         policy_known="policy" in item and "effective_policy_definition" in item,
         reported_delivery_limit=limit(item.get("delivery_limit")),
+        # A list ([]) when the broker has no such statistic yet: nothing delivered so far.
+        deliveries=(whole(mapping(item.get("message_stats")).get("deliver_get")) or 0)
+        if counts_known
+        else None,
+    )
+
+
+#: A channel listing's columns: what a held delivery is observed from.
+CHANNEL_COLUMNS: Final = ("name", "messages_unacknowledged", "message_stats.ack")
+
+#: A consumer listing's columns: which channel consumes from which queue.
+CONSUMER_COLUMNS: Final = ("consumer_tag", "ack_required", "queue.name", "channel_details.name")
+
+
+def channel_of(item: object) -> ChannelStats | None:
+    """One channel of a listing; None when the item is not one (no name)."""
+    if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+        return None
+    return ChannelStats(
+        name=item["name"],
+        messages_unacknowledged=whole(item.get("messages_unacknowledged")) or 0,
+        # "message_stats": [] (a list) for a channel with none of the columns asked for yet
+        acks=whole(mapping(item.get("message_stats")).get("ack")),
+    )
+
+
+def consumer_of(item: object) -> ConsumerSeen | None:
+    """One consumer of a listing; None when it names no queue or no channel."""
+    if not isinstance(item, Mapping):
+        return None
+    queue = mapping(item.get("queue")).get("name")
+    channel = mapping(item.get("channel_details")).get("name")
+    if not isinstance(queue, str) or not isinstance(channel, str):
+        return None
+    tag = item.get("consumer_tag")
+    return ConsumerSeen(
+        queue=queue,
+        channel=channel,
+        tag=tag if isinstance(tag, str) else "",
+        # a consumer that does not say is taken to require acknowledgements: watched
+        ack_required=item.get("ack_required") is not False,
     )
 
 

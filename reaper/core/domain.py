@@ -17,6 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from reaper.core.enforcement import TimeoutEnforcement
+from reaper.core.observation import Observed
 from reaper.core.values import mapping
 
 #: The reserved project id of the fleet stream: broker sightings and dead-letter parks,
@@ -155,6 +156,10 @@ class QueueStats:
     #: ``"unlimited"`` is given here as -1). None where the broker does not report it (3.x,
     #: classic queues, LavinMQ).
     reported_delivery_limit: int | None = None
+    #: ``message_stats.deliver_get``: deliveries and gets from the queue so far (0 where the
+    #: broker lists none: nothing delivered yet, or a node restarted and its counters began
+    #: again); None when the queue's counts are not known.
+    deliveries: int | None = None
 
     @property
     def messages(self) -> int:
@@ -282,6 +287,9 @@ class Measurements:
     broker: BrokerFacts | None = None
     #: Unsent dispatches (outbox dispatch); empty when the host polls.
     unsent: tuple[UnsentDispatch, ...] | None = ()
+    #: What was measured across passes (held deliveries, stalled queues); None when it could
+    #: not be (the broker or the store unread), and then nothing is concluded from it.
+    observed: Observed | None = None
 
 
 # --------------------------------------------------------------------------- verdicts

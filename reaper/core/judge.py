@@ -30,7 +30,7 @@ from reaper.core.domain import (
     UnsentDispatch,
     Verdict,
 )
-from reaper.core.judge_queues import ceil_seconds, judge_queue, num, quote
+from reaper.core.judge_queues import ceil_seconds, judge_held, judge_queue, num, quote
 
 __all__ = ["judge"]
 
@@ -62,8 +62,23 @@ def judge(measurements: Measurements, thresholds: Thresholds, now: datetime) -> 
         verdicts.extend(_judge_unsent(measurements.unsent, thresholds, now))
     if measurements.queues is not None:
         now_us = (now - _EPOCH) // _MICROSECOND
+        observed = measurements.observed
         for queue in measurements.queues:
-            verdicts.extend(judge_queue(queue, measurements.broker, thresholds, now_us, notes))
+            stalled = observed.stalled.get(queue.name) if observed is not None else None
+            verdicts.extend(
+                judge_queue(
+                    queue,
+                    measurements.broker,
+                    thresholds,
+                    now_us,
+                    notes,
+                    stalled=stalled,
+                    observed=observed is not None,
+                )
+            )
+        if observed is not None:
+            listed = {q.name for q in measurements.queues}
+            verdicts.extend(judge_held(observed.held, listed, thresholds))
     unique = dict.fromkeys(sorted(verdicts, key=_order))
     return Judgement(verdicts=tuple(unique), notes=tuple(sorted(set(notes))))
 

@@ -30,9 +30,10 @@ from reaper.core.domain import (
     Unit,
     Verdict,
 )
+from reaper.core.observation import Held, Stalled
 from reaper.core.values import count, finite
 
-__all__ = ["ceil_seconds", "judge_queue", "num", "quote"]
+__all__ = ["ceil_seconds", "judge_held", "judge_queue", "num", "quote"]
 
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -46,7 +47,12 @@ def judge_queue(
     thresholds: Thresholds,
     now_us: int,
     notes: list[str],
+    *,
+    stalled: Stalled | None = None,
+    observed: bool = False,
 ) -> Iterable[Verdict]:
+    """One queue's verdicts. ``stalled``: what was observed of its deliveries across passes
+    (None: not stalled, or not observed); ``observed``: whether observation ran this pass."""
     owned = is_owned_queue(queue.name, thresholds)
     dead_letter = is_dead_letter_queue(queue.name, thresholds)
     found: list[Verdict] = []
@@ -98,7 +104,7 @@ def judge_queue(
         )
 
     if not dead_letter:
-        stale = _stale_ready(queue, thresholds, now_us, notes)
+        stale = _stale_ready(queue, thresholds, now_us, notes, stalled, observed)
         if stale is not None:
             found.append(stale)
     else:
@@ -216,17 +222,29 @@ def _delivery_limit_findings(
 
 
 def _stale_ready(
-    queue: QueueStats, thresholds: Thresholds, now_us: int, notes: list[str]
+    queue: QueueStats,
+    thresholds: Thresholds,
+    now_us: int,
+    notes: list[str],
+    stalled: Stalled | None,
+    observed: bool,
 ) -> Verdict | None:
-    if count(queue.consumers) != 0 or count(queue.messages_ready) <= 0:
+    if count(queue.messages_ready) <= 0:
         return None
+    if count(queue.consumers) != 0:
+        return _wedged(queue, thresholds, stalled)
     timestamp = finite(queue.head_message_timestamp)
+    if timestamp is None and stalled is not None:
+        # No head timestamp (a quorum queue), but nothing delivered and nothing gone since a
+        # pass first saw it: its head message has waited at least that long.
+        return _stale_head(queue, thresholds, stalled.seconds, notes, lower_bound=True)
     if timestamp is None:
         # An unmeasurable age is not old; say where the broker cannot tell, never guess.
-        if queue.kind == "quorum":
+        if queue.kind == "quorum" and not observed:
             notes.append(
                 f"head-message age of quorum queue {quote(queue.name)} is not reported by the "
-                "broker; stale-ready not measured"
+                "broker, and nothing was observed across passes this time; stale-ready not "
+                "measured"
             )
         elif queue.type is None:
             notes.append(
@@ -244,6 +262,19 @@ def _stale_ready(
         )
         return None
     age = -(-age_us // 1000) / 1000  # rounded up to the millisecond
+    return _stale_head(queue, thresholds, age, notes, lower_bound=False)
+
+
+def _stale_head(
+    queue: QueueStats,
+    thresholds: Thresholds,
+    age: float,
+    notes: list[str],
+    *,
+    lower_bound: bool,
+) -> Verdict | None:
+    """A queue with no consumer whose head message has waited ``age`` seconds (at least, when
+    ``lower_bound``: measured across passes)."""
     if is_consumerless_queue(queue.name, thresholds):
         ttl = message_ttl_ms(queue)
         if ttl is None and not queue.policy_known:
@@ -270,6 +301,13 @@ def _stale_ready(
         why = f"more than stale_ready_seconds {limit}"
     if not age > limit:
         return None
+    waiting = (
+        f"head message waiting at least {num(age)}s with no consumer (nothing delivered from "
+        "the queue and no ready message gone since a pass first saw it; the broker reports no "
+        "head timestamp)"
+        if lower_bound
+        else f"head message waiting {num(age)}s with no consumer"
+    )
     return _queue_verdict(
         queue,
         Condition.STALE_READY,
@@ -277,8 +315,68 @@ def _stale_ready(
         measured=age,
         threshold=limit,
         unit=Unit.SECONDS,
-        detail=f"head message waiting {num(age)}s with no consumer: {why}",
+        detail=f"{waiting}: {why}",
     )
+
+
+def _wedged(queue: QueueStats, thresholds: Thresholds, stalled: Stalled | None) -> Verdict | None:
+    """A queue with consumers attached from which nothing has been delivered, measured across
+    passes: every consumer's prefetch held, or a single-active-consumer queue that delivers
+    to nobody."""
+    limit = thresholds.stale_ready_seconds
+    if stalled is None or not stalled.seconds > limit:
+        return None
+    age = num_value(round(stalled.seconds, 3))
+    consumers = count(queue.consumers)
+    return _queue_verdict(
+        queue,
+        Condition.STALE_READY,
+        Action.SURFACE,
+        measured=age,
+        threshold=limit,
+        unit=Unit.SECONDS,
+        detail=(
+            f"wedged: {count(queue.messages_ready)} ready message(s) and {consumers} "
+            f"consumer(s), and nothing delivered from the queue for at least {num(age)}s "
+            f"(since a pass first saw it so), more than stale_ready_seconds {limit}: every "
+            "consumer's prefetch is held, or a single-active-consumer queue delivers to nobody"
+        ),
+    )
+
+
+def judge_held(held: Iterable[Held], listed: set[str], thresholds: Thresholds) -> Iterable[Verdict]:
+    """``hung_handler`` on each owned queue a channel has held deliveries from without
+    acknowledging anything for longer than ``longest_lease_seconds``: one verdict per queue,
+    naming the longest such hold (a queue is one sighting)."""
+    limit = thresholds.longest_lease_seconds
+    longest: dict[str, Held] = {}
+    for hold in held:
+        if not hold.seconds > limit:
+            continue
+        for queue in hold.queues:
+            kept = longest.get(queue)
+            if queue in listed and (kept is None or hold.seconds > kept.seconds):
+                longest[queue] = hold
+    for queue, hold in sorted(longest.items()):
+        age = num_value(round(hold.seconds, 3))
+        yield Verdict(
+            source=Source.BROKER,
+            object=queue,
+            condition=Condition.HUNG_HANDLER,
+            measured=age,
+            threshold=limit,
+            unit=Unit.SECONDS,
+            action=Action.SURFACE,
+            queue=queue,
+            detail=(
+                f"channel {quote(hold.channel)} (consumer(s) "
+                f"{', '.join(quote(t) for t in hold.consumers)}) has held "
+                f"{hold.unacknowledged} unacknowledged delivery(ies) without acknowledging "
+                f"anything for at least {num(age)}s (since a pass first saw it so), more than "
+                f"longest_lease_seconds {limit}: a hung handler"
+            ),
+            trusted=False,  # a broker's channel and queue names are not our words
+        )
 
 
 def _queue_verdict(

@@ -34,6 +34,7 @@ from reaper.core.domain import (
     UnsentDispatch,
     Verdict,
 )
+from reaper.core.observation import Observation
 from reaper.jobqueue.memory_records import JobRow, OutboxRow, Records
 from reaper.jobqueue.port import (
     DatabaseFacts,
@@ -69,6 +70,14 @@ class MemoryJobQueue(Records):
             self.turns[name] = (now, holder)
             return Turn.as_found(True, now, holder, now, interval_seconds)
         return Turn.as_found(False, held[0], held[1], now, interval_seconds)
+
+    async def observations(self, scope: str) -> list[Observation]:
+        self._open()
+        return list(self.observed.get(scope, ()))
+
+    async def keep_observations(self, scope: str, kept: Sequence[Observation]) -> None:
+        self._open()
+        self.observed[scope] = list(kept)
 
     async def unsent_dispatches(self, project_id: UUID | None = None) -> list[UnsentDispatch]:
         self._open()

@@ -20,6 +20,7 @@ from reaper.core.domain import (
     Gate,
     LedgerEvent,
 )
+from reaper.core.observation import Observation
 from reaper.errors import GateError, StoreUnavailable
 from reaper.jobqueue.port import ParkedDeadLetter, ReplaySender
 from reaper.jobqueue.rules import (
@@ -88,6 +89,8 @@ class Records:
         self.ledger: dict[UUID, list[LedgerEvent]] = {}
         #: ``job_outbox``, or None when the host's schema has none (polling dispatch).
         self.outbox: list[OutboxRow] | None = [] if outbox else None
+        #: ``reaper_observation``: what is watched across passes, per vhost.
+        self.observed: dict[str, list[Observation]] = {}
         #: ``reaper_turn``: each turn's ``taken_at`` and ``taken_by``.
         self.turns: dict[str, tuple[datetime, str]] = {}
         self.closed = False

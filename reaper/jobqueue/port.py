@@ -27,6 +27,7 @@ from reaper.core.domain import (
     UnsentDispatch,
     Verdict,
 )
+from reaper.core.observation import Observation
 from reaper.errors import StoreUnavailable
 
 __all__ = [
@@ -175,6 +176,14 @@ class JobQueue(Protocol):
     async def take_turn(self, name: str, interval_seconds: float, holder: str) -> Turn:
         """Take the turn ``name`` if nobody took it in the last ``interval_seconds`` (by the
         database's clock), in one short statement; else say who holds it and for how long."""
+        ...
+
+    async def observations(self, scope: str) -> list[Observation]:
+        """What was watched across passes on the vhost ``scope``."""
+        ...
+
+    async def keep_observations(self, scope: str, observations: Sequence[Observation]) -> None:
+        """Replace what is watched on ``scope`` with ``observations``."""
         ...
 
     async def unsent_dispatches(self, project_id: UUID | None = None) -> list[UnsentDispatch]:

@@ -28,7 +28,17 @@ from reaper.core.domain import (
     UnsentDispatch,
     Verdict,
 )
-from reaper.jobqueue import dead_letters, gates, leases, ledger, migrations, sightings, turns
+from reaper.core.observation import Observation
+from reaper.jobqueue import (
+    dead_letters,
+    gates,
+    leases,
+    ledger,
+    migrations,
+    observations,
+    sightings,
+    turns,
+)
 from reaper.jobqueue.database import ConnectionFactory, Database, WorkerPool
 from reaper.jobqueue.migrations import DEFAULT_LOCK_TIMEOUT_SECONDS, MigrationRun
 from reaper.jobqueue.port import (
@@ -123,6 +133,12 @@ class PostgresStore:
 
     async def take_turn(self, name: str, interval_seconds: float, holder: str) -> Turn:
         return await turns.take_turn(self.database, name, interval_seconds, holder)
+
+    async def observations(self, scope: str) -> list[Observation]:
+        return await observations.observations(self.database, scope)
+
+    async def keep_observations(self, scope: str, kept: Sequence[Observation]) -> None:
+        await observations.keep(self.database, scope, kept)
 
     async def unsent_dispatches(self, project_id: UUID | None = None) -> list[UnsentDispatch]:
         return await leases.unsent_dispatches(self.database, project_id)

@@ -248,6 +248,7 @@ _DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
         ("create_open_sighting", TableExists("reaper_open_sighting")),
         ("fill_open_sightings", TableCreatedNow("reaper_open_sighting")),
     ),
+    "0010_observations": (("create_observation", TableExists("reaper_observation")),),
 }
 
 #: The optional outbox dispatch schema (``reaper db migrate --outbox``), by migration name.

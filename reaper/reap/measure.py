@@ -21,6 +21,7 @@ from reaper.core.domain import (
     Source,
     UnsentDispatch,
 )
+from reaper.core.observation import ChannelStats, ConsumerSeen
 from reaper.jobqueue.port import JobQueue
 from reaper.reap.dispatch import DispatchInForce, dispatch_in_force
 from reaper.reap.progress import Progress, unreadable_from
@@ -50,6 +51,9 @@ class JobQueueReading:
 class BrokerReading:
     facts: BrokerFacts
     queues: tuple[QueueStats, ...]
+    #: The vhost's channels and consumers, what held deliveries are observed from.
+    channels: tuple[ChannelStats, ...] = ()
+    consumers: tuple[ConsumerSeen, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,8 +99,10 @@ async def _read_job_queue(
 
 async def _read_broker(client: Broker, declared_consumer_timeout_ms: int) -> BrokerReading:
     facts = await client.facts(declared_consumer_timeout_ms=declared_consumer_timeout_ms)
-    queues = await client.list_queues()
-    return BrokerReading(facts, tuple(queues))
+    queues, channels, consumers = await asyncio.gather(
+        client.list_queues(), client.list_channels(), client.list_consumers()
+    )
+    return BrokerReading(facts, tuple(queues), tuple(channels), tuple(consumers))
 
 
 async def _nothing() -> None:

@@ -1,4 +1,5 @@
-"""One pass: config → measure → judge → act → reconcile → record → report → export (SPEC §5).
+"""One pass: config → measure → observe → judge → act → reconcile → record → report → export
+(SPEC §5).
 
 :func:`run_pass` is the only entry point. It reads both sources concurrently, judges with the
 pure judge, acts (unless dry-run), and returns one :class:`~reaper.reap.result.PassResult` that
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
@@ -23,6 +25,7 @@ from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome, park_dead_letters
 from reaper.reap.leases import act_on_leases
 from reaper.reap.measure import Reading, measure
+from reaper.reap.observe import observe_broker
 from reaper.reap.policies import reconcile_policies
 from reaper.reap.progress import Progress, RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
@@ -84,7 +87,16 @@ async def run_pass(
 
     reading = await measure(settings, store, broker, project_id, progress, leases_only=leases_only)
     now = reading.job_queue.now if reading.job_queue else clock()
-    judgement = judge(reading.measurements(), settings.thresholds(), now)
+    observed = await observe_broker(
+        settings,
+        store if reading.job_queue is not None else None,
+        reading.broker,
+        now,
+        keep=not dry_run,
+        progress=progress,
+    )
+    measurements = replace(reading.measurements(), observed=observed)
+    judgement = judge(measurements, settings.thresholds(), now)
     progress.notes.extend(judgement.notes)
     # The ledger lives in PostgreSQL: without it nothing is written, not even broker news.
     writable = not dry_run and store is not None and reading.job_queue is not None

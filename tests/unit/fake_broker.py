@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from reaper.broker.capabilities import capabilities_for
 from reaper.broker.port import BrokerPolicy, RawMessage
 from reaper.core.domain import BrokerFacts, QueueStats
+from reaper.core.observation import ChannelStats, ConsumerSeen
 
 _APPLIES = {"queues": {"classic", "quorum"}, "quorum_queues": {"quorum"}}
 _APPLIES["classic_queues"] = {"classic"}
@@ -28,6 +29,8 @@ class FakeBroker:
     messages: dict[str, list[RawMessage]] = field(default_factory=dict)
     policies: dict[str, BrokerPolicy] = field(default_factory=dict)
     published: list[tuple[str, str]] = field(default_factory=list)
+    channels: list[ChannelStats] = field(default_factory=list)
+    consumers: list[ConsumerSeen] = field(default_factory=list)
     reads: list[str] = field(default_factory=list)
     requests: int = 0
     writes: int = 0
@@ -53,6 +56,14 @@ class FakeBroker:
     def put_letters(self, queue: str, letters: list[RawMessage]) -> None:
         self.messages[queue] = list(letters)
         self.queues[queue] = replace(self.queues[queue], messages_ready=len(letters))
+
+    async def list_channels(self, vhost: str | None = None) -> list[ChannelStats]:
+        self.requests += 1
+        return list(self.channels)
+
+    async def list_consumers(self, vhost: str | None = None) -> list[ConsumerSeen]:
+        self.requests += 1
+        return list(self.consumers)
 
     async def facts(self, *, declared_consumer_timeout_ms: int | None = None) -> BrokerFacts:
         self.requests += 1

@@ -552,8 +552,8 @@ def test_a_quorum_queue_reports_no_head_age_and_the_pass_says_so() -> None:
     )
     assert verdicts == []
     assert notes == [
-        "head-message age of quorum queue 'plane.q' is not reported by the broker; "
-        "stale-ready not measured"
+        "head-message age of quorum queue 'plane.q' is not reported by the broker, and "
+        "nothing was observed across passes this time; stale-ready not measured"
     ]
 
 

@@ -543,3 +543,26 @@ SELECT (SELECT identity FROM letter) IS NOT NULL AS recorded,
        (SELECT id FROM gate) AS gate_id,
        (SELECT state FROM job_row) AS state,
        (SELECT dispatch_seq FROM job_row) AS dispatch_seq;
+
+-- name: observations --
+-- What was watched across passes on one vhost ($1).
+SELECT watch, key, since, counter, level FROM reaper_observation WHERE scope = $1::text;
+
+-- name: keep_observations --
+-- This pass's observations of one vhost ($1) replace the last: those no longer watched go, the
+-- rest are written. Where another reaper wrote the same one meanwhile, the later `since` is
+-- kept: a measurement may start again, never start earlier than what either saw.
+WITH kept AS (
+    SELECT *
+    FROM unnest($2::text[], $3::text[], $4::timestamptz[], $5::bigint[], $6::bigint[])
+         AS k (watch, key, since, counter, level)
+), gone AS (
+    DELETE FROM reaper_observation AS o
+    WHERE o.scope = $1::text
+      AND NOT EXISTS (SELECT 1 FROM kept AS k WHERE k.watch = o.watch AND k.key = o.key)
+)
+INSERT INTO reaper_observation AS o (scope, watch, key, since, counter, level)
+SELECT $1::text, watch, key, since, counter, level FROM kept
+ON CONFLICT (scope, watch, key) DO UPDATE
+SET since = greatest(o.since, excluded.since), counter = excluded.counter,
+    level = excluded.level;
