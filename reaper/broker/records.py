@@ -31,6 +31,13 @@ QUEUE_COLUMNS: Final = (
     "arguments",
     # RabbitMQ 4.x only: the delivery limit resolved from policy, argument and default.
     "delivery_limit",
+    # Where the queue lives in a cluster (reaper.core.cluster): a queue whose node is gone is
+    # still listed, as "down", with these and without its statistics.
+    "state",
+    "node",
+    "leader",
+    "members",
+    "online",
 )
 
 
@@ -59,6 +66,11 @@ def queue_of(item: object, vhost: str) -> QueueStats | None:
         counts_known=all(c is not None for c in counts),
         policy_known="policy" in item and "effective_policy_definition" in item,
         reported_delivery_limit=limit(item.get("delivery_limit")),
+        state=_text(item.get("state")),
+        # A replicated queue is served by its leader; ``node`` names it too on RabbitMQ.
+        node=_text(item.get("leader")) or _text(item.get("node")),
+        members=_names(item.get("members")),
+        online=_names(item.get("online")),
     )
 
 
@@ -81,6 +93,17 @@ def policy_of(item: object) -> BrokerPolicy | None:
         priority=item.get("priority"),
         definition=_table(item.get("definition")),
     )
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _names(value: object) -> tuple[str, ...] | None:
+    """A list of node names; None when the broker did not list one."""
+    if not isinstance(value, list):
+        return None
+    return tuple(v for v in value if isinstance(v, str))
 
 
 def _table(value: object) -> dict[str, object]:
