@@ -60,7 +60,8 @@ def overview_handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"items": [], "page": 1, "page_count": 1})
     if request.url.path.startswith("/api/policies"):
         return httpx.Response(200, json=[])
-    return httpx.Response(200, json=[] if "consumers" in request.url.path else {})
+    listing = "consumers" in request.url.path or request.url.path == "/api/nodes"
+    return httpx.Response(200, json=[] if listing else {})
 
 
 class Harness:
