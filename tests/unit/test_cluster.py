@@ -1,7 +1,7 @@
 """The broker as a cluster, without one: which queue can be measured, failover across management
 URLs (respx: a refused or timed-out node on demand), every node's configuration, and a pass
 that meets a queue whose node is down. The live cluster is in
-``tests/integration/test_cluster.py``."""
+``tests/integration/test_cluster_live.py``."""
 
 from __future__ import annotations
 
