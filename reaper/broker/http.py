@@ -44,7 +44,8 @@ def segment(value: str) -> str:
 
 class ManagementApi:
     """Requests to one broker's management API, each through :meth:`request`, at the first of
-    ``management_urls`` (one node of a cluster each) that answers.
+    ``management_urls`` (one node of a cluster each) that answers. A URL that did not answer is
+    skipped until :meth:`begin_pass`, which a pass calls as it starts.
 
     ``requests_made`` counts every HTTP request sent; ``writes_made`` those with a writing
     method (PUT/POST/DELETE), which includes a requeueing ``get``: it is a POST, and on a
