@@ -11,15 +11,15 @@ message read is a requeueing ``get``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Final
 
 from reaper.broker.capabilities import capabilities_for, product_and_version
-from reaper.broker.evidence import broker_wide_consumer_timeout
+from reaper.broker.evidence import broker_wide_consumer_timeout, live_consumer_timeout, read_nodes
 from reaper.broker.http import ManagementApi, Transport, segment
-from reaper.broker.port import BrokerPolicy, RawMessage
+from reaper.broker.port import BrokerPolicy, ManagementEndpoint, RawMessage
 from reaper.broker.records import (
     CHANNEL_COLUMNS,
     CONSUMER_COLUMNS,
@@ -61,11 +61,12 @@ REQUEUEING_ACKMODE: Final = "reject_requeue_true"
 
 
 class ManagementClient:
-    """A client of one broker's management API, for one default vhost."""
+    """A client of one broker's management API, for one default vhost. A cluster's is given
+    one URL per node, in order of preference (:mod:`reaper.broker.http` fails over)."""
 
     def __init__(
         self,
-        management_url: str,
+        management_url: str | Sequence[str],
         username: str,
         password: str,
         *,
@@ -91,8 +92,26 @@ class ManagementClient:
         return self.api.management_url
 
     @property
+    def management_urls(self) -> tuple[str, ...]:
+        return self.api.management_urls
+
+    @property
     def username(self) -> str:
         return self.api.username
+
+    def begin_pass(self) -> None:
+        self.api.begin_pass()
+
+    def endpoints(self) -> tuple[ManagementEndpoint, ...]:
+        """Each management URL and how it fared in this pass, in order of preference."""
+        return tuple(
+            ManagementEndpoint(
+                url,
+                True if url in self.api.answered else (False if url in self.api.skipped else None),
+                self.api.skipped.get(url),
+            )
+            for url in self.api.management_urls
+        )
 
     @property
     def requests_made(self) -> int:
@@ -123,20 +142,25 @@ class ManagementClient:
         return self.api.mapping(await self.api.request("GET", "/api/whoami"), "/api/whoami")
 
     async def facts(self, *, declared_consumer_timeout_ms: int | None = None) -> BrokerFacts:
-        """What the broker is, what it accepts, and the broker-wide consumer timeout in force
-        with its evidence. ``declared_consumer_timeout_ms`` is the value the shipped
-        ``20-vibey-reap.conf`` declares; it is reported as in force only when the node lists
-        that file among the ones it loaded, and a live consumer's figure overrides it."""
+        """What the broker is, what it accepts, its nodes, and the broker-wide consumer timeout
+        in force with its evidence. ``declared_consumer_timeout_ms`` is the value the shipped
+        ``20-vibey-reap.conf`` declares; it is reported as in force only when every running
+        node lists that file among the ones it loaded, and a live consumer's figure overrides
+        it."""
         overview = self.api.mapping(await self.api.request("GET", "/api/overview"), "/api/overview")
         product, version = product_and_version(overview)
-        node = overview.get("node")
-        timeout_ms, evidence = await broker_wide_consumer_timeout(
-            self.api, self.vhost, str(node) if node else None, declared_consumer_timeout_ms
+        # Both at once: the pass waits for the broker's facts before it lists queues.
+        (nodes, why_no_nodes), live = await asyncio.gather(
+            read_nodes(self.api), live_consumer_timeout(self.api, self.vhost)
+        )
+        timeout_ms, evidence = broker_wide_consumer_timeout(
+            nodes, why_no_nodes, live, declared_consumer_timeout_ms
         )
         return replace(
             capabilities_for(product, version),
             consumer_timeout_ms=timeout_ms,
             consumer_timeout_evidence=evidence,
+            nodes=nodes,
         )
 
     # ----------------------------------------------------------------------- queues

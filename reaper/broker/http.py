@@ -6,12 +6,17 @@ Every httpx error, non-2xx answer, malformed or truncated body becomes a
 no password in it. A 401/403 on a write becomes :class:`~reaper.errors.BrokerRefused`; a 400
 (the broker understood and said no, e.g. a policy key this version does not know) becomes
 :class:`BrokerRejected`.
+
+A cluster is reached through several management URLs, in order of preference. A node that
+refuses the connection, or times out on a read, is skipped for the rest of the pass and the
+request goes to the next URL; the broker is unreadable only when no URL answers. A write that
+times out is not sent again elsewhere: whether it took effect is unknown.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 from urllib.parse import quote, urlsplit
 
@@ -38,7 +43,9 @@ def segment(value: str) -> str:
 
 
 class ManagementApi:
-    """Requests to one broker's management API, each through :meth:`request`.
+    """Requests to one broker's management API, each through :meth:`request`, at the first of
+    ``management_urls`` (one node of a cluster each) that answers. A URL that did not answer is
+    skipped until :meth:`begin_pass`, which a pass calls as it starts.
 
     ``requests_made`` counts every HTTP request sent; ``writes_made`` those with a writing
     method (PUT/POST/DELETE), which includes a requeueing ``get``: it is a POST, and on a
@@ -47,38 +54,58 @@ class ManagementApi:
 
     def __init__(
         self,
-        management_url: str,
+        management_urls: str | Sequence[str],
         username: str,
         password: str,
         *,
         timeout_seconds: float = 10,
         transport: Transport | None = None,
     ) -> None:
-        parts = urlsplit(management_url)
-        if parts.username is not None or parts.password is not None:
-            raise ValueError(
-                scrub(
-                    f"management URL {management_url} carries credentials: "
-                    "give them as [bus] username/password instead",
-                    [password],
+        urls = [management_urls] if isinstance(management_urls, str) else list(management_urls)
+        if not urls:
+            raise ValueError("no management URL given")
+        for url in urls:
+            parts = urlsplit(url)
+            if parts.username is not None or parts.password is not None:
+                raise ValueError(
+                    scrub(
+                        f"management URL {url} carries credentials: "
+                        "give them as [bus] username/password instead",
+                        [password],
+                    )
                 )
-            )
         if timeout_seconds <= 0:
             raise ValueError(f"timeout_seconds must be positive, not {timeout_seconds}")
-        self.management_url = management_url.rstrip("/")
+        self.management_urls = tuple(url.rstrip("/") for url in urls)
         self.username = username
         self.timeout_seconds = timeout_seconds
         self.requests_made = 0
         self.writes_made = 0
+        #: This pass's nodes that did not answer (URL: why), and those that did.
+        self.skipped: dict[str, str] = {}
+        self.answered: set[str] = set()
+        self._last_url: str | None = None
         self._password = password
         self._http = httpx.AsyncClient(
-            base_url=self.management_url,
             auth=httpx.BasicAuth(username, password),
             timeout=httpx.Timeout(timeout_seconds),
             transport=transport,
             headers={"accept": "application/json"},
             follow_redirects=False,
         )
+
+    @property
+    def management_url(self) -> str:
+        """Where the next request goes: the first URL not skipped in this pass."""
+        return next(
+            (url for url in self.management_urls if url not in self.skipped),
+            self.management_urls[0],
+        )
+
+    def begin_pass(self) -> None:
+        """Forget which nodes answered: each pass tries the URLs in order of preference."""
+        self.skipped.clear()
+        self.answered.clear()
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -96,35 +123,56 @@ class ManagementApi:
         Every failure leaves here as a ``BrokerUnavailable`` (or subclass); ``missing`` names
         what a 404 means ("queue 'x'")."""
         write = method in _WRITE_METHODS
-        self.requests_made += 1
-        if write:
-            self.writes_made += 1
         what = f"{method} {path}"
-        try:
-            response = await self._http.request(method, path, params=params, json=json)
-        except httpx.TimeoutException as exc:
-            raise self.unavailable(
-                f"timed out after {self.timeout_seconds:g} s on {what} ({type(exc).__name__})"
-            ) from None
-        except httpx.ConnectError as exc:
-            raise self.unavailable(
-                f"could not be reached on {what}: connection refused or unreachable ({exc}): "
-                "is the broker running and the management plugin enabled?"
-            ) from None
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.DecodingError) as exc:
-            raise self.unavailable(
-                f"returned a truncated or broken body on {what} ({exc}): retry; if it persists, "
-                "check the broker's log and any proxy in between"
-            ) from None
-        except httpx.HTTPError as exc:
-            raise self.unavailable(f"failed on {what}: {type(exc).__name__}: {exc}") from None
+        response: httpx.Response | None = None
+        url = self.management_url
+        for url in [u for u in self.management_urls if u not in self.skipped]:
+            self.requests_made += 1
+            if write:
+                self.writes_made += 1
+            try:
+                response = await self._http.request(method, url + path, params=params, json=json)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                # Never sent: another node may take it.
+                self.skipped[url] = (
+                    f"could not be reached on {what}: connection refused or unreachable "
+                    f"({exc or type(exc).__name__}): is the broker running and the management "
+                    "plugin enabled?"
+                )
+                continue
+            except httpx.TimeoutException as exc:
+                timed_out = (
+                    f"timed out after {self.timeout_seconds:g} s on {what} ({type(exc).__name__})"
+                )
+                if write:
+                    raise self.unavailable(
+                        f"{timed_out}: not sent to another node, whether it took effect is unknown",
+                        url=url,
+                    ) from None
+                self.skipped[url] = timed_out
+                continue
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.DecodingError) as exc:
+                raise self.unavailable(
+                    f"returned a truncated or broken body on {what} ({exc}): retry; if it "
+                    "persists, check the broker's log and any proxy in between",
+                    url=url,
+                ) from None
+            except httpx.HTTPError as exc:
+                raise self.unavailable(
+                    f"failed on {what}: {type(exc).__name__}: {exc}", url=url
+                ) from None
+            self.answered.add(url)
+            self._last_url = url
+            break
+        if response is None:
+            raise self._none_answered()
 
         status = response.status_code
         if status >= 300:
-            raise self._status_error(status, what, response, write=write, missing=missing)
+            raise self._status_error(status, what, response, write=write, missing=missing, url=url)
         if not response.content:
             return None
-        self._check_complete(response, what)
+        self._check_complete(response, what, url)
         try:
             body: object = response.json()
         except ValueError:
@@ -133,6 +181,7 @@ class ManagementApi:
                 f"returned a body that is not JSON on {what} (starts {start!r}): "
                 "is the URL the management API and not some other service?",
                 status,
+                url=url,
             ) from None
         return body
 
@@ -142,10 +191,23 @@ class ManagementApi:
             raise self.unavailable(f"answered {path} with something that is not a JSON object")
         return body
 
-    def unavailable(self, problem: str, status: int | None = None) -> BrokerUnavailable:
-        return BrokerUnavailable(self._line(problem), status)
+    def unavailable(
+        self, problem: str, status: int | None = None, *, url: str | None = None
+    ) -> BrokerUnavailable:
+        return BrokerUnavailable(self._line(problem, url), status)
 
-    def _check_complete(self, response: httpx.Response, what: str) -> None:
+    def _none_answered(self) -> BrokerUnavailable:
+        if len(self.management_urls) == 1:
+            url = self.management_urls[0]
+            return self.unavailable(self.skipped.get(url, "did not answer"), url=url)
+        tried = "; ".join(
+            f"at {url} {self.skipped.get(url, 'did not answer')}" for url in self.management_urls
+        )
+        return BrokerUnavailable(
+            scrub(f"no RabbitMQ management API answered: {tried}", [self._password])
+        )
+
+    def _check_complete(self, response: httpx.Response, what: str, url: str) -> None:
         encoding = response.headers.get("content-encoding", "identity").lower()
         declared = response.headers.get("content-length")
         if encoding != "identity" or declared is None or not declared.isdigit():
@@ -155,10 +217,18 @@ class ManagementApi:
                 f"returned a truncated body on {what} (received {len(response.content)} of "
                 f"{declared} bytes): retry; if it persists, check any proxy in between",
                 response.status_code,
+                url=url,
             )
 
     def _status_error(
-        self, status: int, what: str, response: httpx.Response, *, write: bool, missing: str | None
+        self,
+        status: int,
+        what: str,
+        response: httpx.Response,
+        *,
+        write: bool,
+        missing: str | None,
+        url: str,
     ) -> BrokerUnavailable:
         said = _broker_reason(response)
         user = f"user {self.username!r}"
@@ -166,7 +236,8 @@ class ManagementApi:
             return BrokerRefused(
                 self._line(
                     f"refused {what} for {user} ({status}{said}): the user needs the "
-                    "'policymaker' (or 'administrator') tag and write permission on the vhost"
+                    "'policymaker' (or 'administrator') tag and write permission on the vhost",
+                    url,
                 ),
                 status,
             )
@@ -175,26 +246,27 @@ class ManagementApi:
                 f"refused the credentials for {user} ({status}{said}) on {what}: "
                 "check [bus] username/password",
                 status,
+                url=url,
             )
         if status == 403:
             return self.unavailable(
                 f"denied {user} access ({status}{said}) on {what}: the user needs the "
                 "'monitoring' (or 'management') tag and permissions on the vhost",
                 status,
+                url=url,
             )
         if status == 404:
             thing = missing or "such resource"
-            return self.unavailable(f"has no {thing} (404) on {what}", status)
+            return self.unavailable(f"has no {thing} (404) on {what}", status, url=url)
         if status == 400:
-            return BrokerRejected(self._line(f"rejected {what} ({status}{said})"), status)
+            return BrokerRejected(self._line(f"rejected {what} ({status}{said})", url), status)
         return self.unavailable(
-            f"answered {status} {response.reason_phrase} on {what}{said}", status
+            f"answered {status} {response.reason_phrase} on {what}{said}", status, url=url
         )
 
-    def _line(self, problem: str) -> str:
-        return scrub(
-            f"RabbitMQ management API at {self.management_url} {problem}", [self._password]
-        )
+    def _line(self, problem: str, url: str | None = None) -> str:
+        where = url or self._last_url or self.management_url
+        return scrub(f"RabbitMQ management API at {where} {problem}", [self._password])
 
 
 def _broker_reason(response: httpx.Response) -> str:

@@ -14,7 +14,7 @@ from typing import Protocol
 from reaper.core.domain import BrokerFacts, QueueStats
 from reaper.core.observation import ChannelStats, ConsumerSeen
 
-__all__ = ["Broker", "BrokerPolicy", "RawMessage"]
+__all__ = ["Broker", "BrokerPolicy", "ManagementEndpoint", "RawMessage"]
 
 #: One message as a requeueing ``get`` returns it: the management API's own object, untouched
 #: (``reaper.core.dead_letters.decode`` reads it, whatever it holds).
@@ -42,6 +42,17 @@ class BrokerPolicy:
         }
 
 
+@dataclass(frozen=True)
+class ManagementEndpoint:
+    """One management URL (a node of a cluster) and how it fared in this pass: ``answered``
+    True when it answered, False when it refused or timed out and was skipped for the rest of
+    the pass (``error`` says how), None when the pass did not need it."""
+
+    url: str
+    answered: bool | None
+    error: str | None = None
+
+
 class Broker(Protocol):
     """RabbitMQ's management API, as the pass reads (and for policies, writes) it."""
 
@@ -55,8 +66,17 @@ class Broker(Protocol):
         """Those with a writing method (a requeueing read is one)."""
         ...
 
+    def begin_pass(self) -> None:
+        """A new pass: every management URL is tried again, in order of preference."""
+        ...
+
+    def endpoints(self) -> tuple[ManagementEndpoint, ...]:
+        """Each management URL and how it fared since :meth:`begin_pass`."""
+        ...
+
     async def facts(self, *, declared_consumer_timeout_ms: int | None = None) -> BrokerFacts:
-        """What the broker is, what it accepts, and the broker-wide consumer timeout."""
+        """What the broker is, what it accepts, its nodes, and the broker-wide consumer
+        timeout."""
         ...
 
     async def list_queues(self, vhost: str | None = None) -> list[QueueStats]:

@@ -43,6 +43,13 @@ QUEUE_COLUMNS: Final = (
     "delivery_limit",
     # Deliveries and gets so far: a stalled queue is measured by it not moving across passes.
     "message_stats.deliver_get",
+    # Where the queue lives in a cluster (reaper.core.cluster): a queue whose node is gone is
+    # still listed, as "down", with these and without its statistics.
+    "state",
+    "node",
+    "leader",
+    "members",
+    "online",
 )
 
 
@@ -76,6 +83,11 @@ def queue_of(item: object, vhost: str) -> QueueStats | None:
         deliveries=(whole(mapping(item.get("message_stats")).get("deliver_get")) or 0)
         if counts_known
         else None,
+        state=_text(item.get("state")),
+        # A replicated queue is served by its leader; ``node`` names it too on RabbitMQ.
+        node=_text(item.get("leader")) or _text(item.get("node")),
+        members=_names(item.get("members")),
+        online=_names(item.get("online")),
     )
 
 
@@ -135,6 +147,17 @@ def policy_of(item: object) -> BrokerPolicy | None:
         priority=item.get("priority"),
         definition=_table(item.get("definition")),
     )
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _names(value: object) -> tuple[str, ...] | None:
+    """A list of node names; None when the broker did not list one."""
+    if not isinstance(value, list):
+        return None
+    return tuple(v for v in value if isinstance(v, str))
 
 
 def _table(value: object) -> dict[str, object]:

@@ -17,7 +17,14 @@ class BusSettings(BaseModel):
     model_config = SECTION
 
     management_url: str = Field(
-        default="http://127.0.0.1:15672", description="the management API, http(s), no credentials"
+        default="http://127.0.0.1:15672",
+        description="the management API, http(s), no credentials (not used when "
+        "management_urls is set)",
+    )
+    management_urls: list[str] | None = Field(
+        default=None,
+        description="a cluster's management APIs, one per node, in order of preference; when "
+        "set, used instead of management_url",
     )
     username: str = Field(default="guest", min_length=1, description="management API user")
     password: SecretStr = Field(default=SecretStr("guest"), description="management API password")
@@ -40,17 +47,49 @@ class BusSettings(BaseModel):
     @field_validator("management_url")
     @classmethod
     def _management_url(cls, url: str) -> str:
-        if "@" in url:
-            raise refused(
-                "carries credentials (an '@' in the URL): set bus.username and bus.password "
-                "(REAPER_BUS__PASSWORD) instead, so that no log line can print the password"
-            )
-        parts = split_url(url)
-        if parts is None:
-            raise refused("is not a valid URL")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise refused("must be an http:// or https:// URL with a host")
+        problem = _url_problem(url)
+        if problem is not None:
+            raise refused(problem)
         return url
+
+    @field_validator("management_urls")
+    @classmethod
+    def _management_urls(cls, urls: list[str] | None) -> list[str] | None:
+        if urls is None:
+            return None
+        if not urls:
+            raise refused(
+                "is an empty list, which names no broker: list at least one URL, or leave the "
+                "key out to use bus.management_url"
+            )
+        for number, url in enumerate(urls, start=1):
+            problem = _url_problem(url)
+            if problem is not None:
+                raise refused(f"item {number} {problem}")
+        if len({url.rstrip("/") for url in urls}) != len(urls):
+            raise refused("lists a URL twice: each node once, in order of preference")
+        return urls
+
+    def urls_in_force(self) -> tuple[str, ...]:
+        """The management URLs the reaper uses, in order of preference."""
+        if self.management_urls is not None:
+            return tuple(self.management_urls)
+        return (self.management_url,)
+
+
+def _url_problem(url: str) -> str | None:
+    """What is wrong with a management URL, or None."""
+    if "@" in url:
+        return (
+            "carries credentials (an '@' in the URL): set bus.username and bus.password "
+            "(REAPER_BUS__PASSWORD) instead, so that no log line can print the password"
+        )
+    parts = split_url(url)
+    if parts is None:
+        return "is not a valid URL"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http:// or https:// URL with a host"
+    return None
 
 
 class DatabaseSettings(BaseModel):

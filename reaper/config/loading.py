@@ -151,14 +151,17 @@ def _secrets_in(data: Mapping[str, Any]) -> set[str]:
         if key in SECRET_KEYS and value is not None and not isinstance(value, Mapping):
             text = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
             found.add(text)
-        elif key in URL_KEYS and isinstance(value, str):
-            try:
-                parts = urlsplit(value)
-                found.add(parts.password or "")
-                for k, vs in parse_qs(parts.query).items():
-                    if k.lower() == "password":
-                        found.update(vs)
-            except ValueError:
-                pass
+        elif key in URL_KEYS:
+            for url in value if isinstance(value, list) else [value]:
+                if not isinstance(url, str):
+                    continue
+                try:
+                    parts = urlsplit(url)
+                    found.add(parts.password or "")
+                    for k, vs in parse_qs(parts.query).items():
+                        if k.lower() == "password":
+                            found.update(vs)
+                except ValueError:
+                    pass
     found.discard("")
     return found

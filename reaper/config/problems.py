@@ -99,8 +99,10 @@ def _shown(key: str, value: object) -> str | None:
         return None
     if isinstance(value, Mapping | SecretStr):
         return None
-    if key in URL_KEYS and (not isinstance(value, str) or "@" in value or "pass" in value.lower()):
-        return None
+    if key in URL_KEYS:
+        urls = value if isinstance(value, list) else [value]
+        if not all(isinstance(u, str) and "@" not in u and "pass" not in u.lower() for u in urls):
+            return None
     try:
         if isinstance(value, bool):
             text = "true" if value else "false"

@@ -67,7 +67,7 @@ def _leaf_fields(
 #: Every leaf key's path, with the section model that declares it and its field name.
 LEAVES: Final = dict(_leaf_fields(Settings))
 SECRET_KEYS: Final = frozenset({"bus.password", "database.password"})
-URL_KEYS: Final = frozenset({"bus.management_url", "database.dsn"})
+URL_KEYS: Final = frozenset({"bus.management_url", "bus.management_urls", "database.dsn"})
 TABLES: Final = ("queue.reap", "bus", "database")
 
 

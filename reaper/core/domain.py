@@ -160,6 +160,15 @@ class QueueStats:
     #: broker lists none: nothing delivered yet, or a node restarted and its counters began
     #: again); None when the queue's counts are not known.
     deliveries: int | None = None
+    #: Where the queue lives in a cluster, as listed: its ``state`` (``running``; ``down``
+    #: when its node is gone, ``minority`` when a replicated queue lost its majority), the
+    #: node that serves it (a replicated queue's leader), and a replicated queue's members
+    #: and the members online (None where the broker does not list them: classic queues).
+    #: Read through :func:`reaper.core.cluster.queue_unavailable`.
+    state: str | None = None
+    node: str | None = None
+    members: tuple[str, ...] | None = None
+    online: tuple[str, ...] | None = None
 
     @property
     def messages(self) -> int:
@@ -174,6 +183,17 @@ class QueueStats:
             return self.type
         declared = mapping(self.arguments).get("x-queue-type")
         return declared if isinstance(declared, str) and declared else "classic"
+
+
+@dataclass(frozen=True)
+class BrokerNode:
+    """One node of the broker as ``/api/nodes`` lists it. A stopped node is listed with
+    ``running: false`` and nothing else (measured on a 4.3 cluster), so its ``config_files``
+    are None: unknown, never empty."""
+
+    name: str
+    running: bool
+    config_files: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -204,6 +224,9 @@ class BrokerFacts:
     #: ``consumers``; on the others such a holder shows as unacknowledged messages with no
     #: consumer. None: not pinned for this version.
     get_holder_counted_as_consumer: frozenset[str] | None = None
+    #: Every node of the broker (one, or a cluster's), as read at the start of the pass; None
+    #: when the user may not list them.
+    nodes: tuple[BrokerNode, ...] | None = None
 
     @property
     def name(self) -> str:

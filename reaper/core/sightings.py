@@ -5,7 +5,8 @@ sighting is identified by its :class:`SightingRef` (the ledger stream it lives o
 :class:`~reaper.domain.SightingKey`); it is open while the latest record for that ref is a
 ``surface`` record, and closed by a ``cleared`` record. An open sighting that this pass did
 not observe is cleared only if its source was read (and, for the job queue, only within the
-project the pass measured): a source that could not be read clears nothing.
+project the pass measured; for the broker, only if its queue was measured): a source or a
+queue that could not be read clears nothing.
 
 The ledger decides, not the process: the store hands this rule the latest record of every
 ref in question, read under a lock, and writes what it returns. Pure: no clock, no I/O.
@@ -60,14 +61,21 @@ def observed_sightings(verdicts: Iterable[Verdict]) -> dict[SightingRef, Verdict
     return observed
 
 
-def is_read(ref: SightingRef, sources_read: frozenset[Source], project_id: UUID | None) -> bool:
+def is_read(
+    ref: SightingRef,
+    sources_read: frozenset[Source],
+    project_id: UUID | None,
+    unread_queues: frozenset[str] = frozenset(),
+) -> bool:
     """Whether this pass read the source that would show ``ref``'s condition: its source was
-    read and, for the job queue in a pass scoped to one project, it is that project's."""
+    read and, for the job queue in a pass scoped to one project, it is that project's; for the
+    broker, the queue it is about was measured (not in ``unread_queues``: a queue whose node is
+    down is listed but not read)."""
     if ref.key.source not in sources_read:
         return False
-    return not (
-        ref.key.source is Source.JOB_QUEUE and project_id is not None and ref.stream != project_id
-    )
+    if ref.key.source is Source.BROKER:
+        return ref.key.scope not in unread_queues
+    return not (project_id is not None and ref.stream != project_id)
 
 
 def cleared(verdict: Verdict) -> Verdict:
@@ -85,15 +93,20 @@ def records_to_write(
     latest: Mapping[SightingRef, Verdict],
     sources_read: frozenset[Source],
     project_id: UUID | None = None,
+    unread_queues: frozenset[str] = frozenset(),
 ) -> list[Verdict]:
     """The records one pass writes, given what it observed (one verdict per ref, see
     :func:`observed_sightings`) and the latest record of each ref in question (refs with no
     record are absent). A new episode's surface record for every observed ref not open; a
-    ``cleared`` record for every open ref not observed whose source was read. Observed refs
-    come first in their given order, then clears in ref order."""
+    ``cleared`` record for every open ref not observed whose source (and, on the broker,
+    queue) was read. Observed refs come first in their given order, then clears in ref order."""
     records = [v for ref, v in observed.items() if not is_open(latest.get(ref))]
     for ref in sorted(latest):
-        if ref not in observed and is_open(latest[ref]) and is_read(ref, sources_read, project_id):
+        if (
+            ref not in observed
+            and is_open(latest[ref])
+            and is_read(ref, sources_read, project_id, unread_queues)
+        ):
             records.append(cleared(latest[ref]))
     return records
 

@@ -83,7 +83,7 @@ async def run_demo(settings: Settings, *, out: Callable[[str], None] = print) ->
 
     out(_banner("queue-reaper demo"))
     out(f"PostgreSQL {where_db}: database {name}")
-    out(f"RabbitMQ {bus.management_url}: vhost {name}")
+    out(f"RabbitMQ {bus.urls_in_force()[0]}: vhost {name}")
 
     try:
         await create_database(db.dsn, name, password=password)
@@ -91,7 +91,7 @@ async def run_demo(settings: Settings, *, out: Callable[[str], None] = print) ->
         print(f"reaper demo: cannot create the demo database: {exc.reason}", file=sys.stderr)
         return EXIT_NOT_OK
     client = ManagementClient(
-        bus.management_url,
+        bus.urls_in_force(),
         bus.username,
         bus.password.get_secret_value(),
         vhost=name,
@@ -137,7 +137,7 @@ async def run_demo(settings: Settings, *, out: Callable[[str], None] = print) ->
 
     out(_banner("4. Outbox dispatch: a requeued job is dispatched again and runs"))
     client = ManagementClient(
-        bus.management_url,
+        bus.urls_in_force(),
         bus.username,
         bus.password.get_secret_value(),
         vhost=name,
@@ -205,7 +205,7 @@ def _where_to_look(
     settings: Settings, name: str, dsn: str, counts: list[tuple[int, int]], elapsed: float
 ) -> list[str]:
     env = f"REAPER_DATABASE__DSN={shlex.quote(dsn)} REAPER_BUS__VHOST={name}"
-    url = settings.bus.management_url.rstrip("/")
+    url = settings.bus.urls_in_force()[0].rstrip("/")
     admin = shlex.quote(settings.database.dsn)
     ledger_sql = (
         "SELECT project_id, seq, payload->>'condition' AS condition, "

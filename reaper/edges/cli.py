@@ -14,6 +14,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 from reaper.config import LoadedConfig, load_config, show
@@ -222,6 +223,7 @@ def _config_show(loaded: LoadedConfig, as_json: bool) -> int:
                 "files": [str(f) for f in loaded.files],
                 "values": [{"key": v.key, "value": v.value, "origin": v.origin} for v in values],
                 "dispatch": {"in_force": in_force, "why": why},
+                "management_urls": _management_urls(loaded),
             }
         )
         return EXIT_OK
@@ -233,7 +235,33 @@ def _config_show(loaded: LoadedConfig, as_json: bool) -> int:
     for v in values:
         print(f"{v.key:<{width}}  {json.dumps(v.value, default=str):<24}  {v.origin}")
     print(f"dispatch in force: {in_force or 'not known'} ({why})")
+    management = _management_urls(loaded)
+    print(f"management API in force, in order of preference ({management['key']}):")
+    for number, url in enumerate(management["in_force"], start=1):
+        print(f"  {number}. {url}")
+    print(f"  ({management['why']})")
     return EXIT_OK
+
+
+def _management_urls(loaded: LoadedConfig) -> dict[str, Any]:
+    """Which management URLs a pass uses, from which key, and how it goes through them."""
+    bus = loaded.settings.bus
+    urls = list(bus.urls_in_force())
+    if bus.management_urls is not None:
+        key = "bus.management_urls"
+        why = (
+            f"from {loaded.origin(key)}; bus.management_url is not used. Each pass asks the "
+            "first; a node that refuses the connection or times out on a read is skipped for "
+            "the rest of the pass (the report's notes name it) and the next is asked; the "
+            "broker is unreadable only when none answers"
+        )
+    else:
+        key = "bus.management_url"
+        why = (
+            f"from {loaded.origin(key)}: one URL, so no failover; set bus.management_urls to "
+            "list one URL per node of a cluster"
+        )
+    return {"in_force": urls, "key": key, "why": why}
 
 
 async def _run(args: argparse.Namespace, loaded: LoadedConfig) -> int:

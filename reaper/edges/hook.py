@@ -193,9 +193,9 @@ class QueueReaper:
                     log.warning("queue reap skipped: %s", error)
                     return HookRun(due=True, error=error)
                 result = await self._pass(sources, project_id, whole=serve)
-            if result.unreadable:
+            if any(u.queue is None for u in result.unreadable):
                 # Reconnect next time rather than keep a pool pointing at a dead server
-                # (forgotten here, closed below).
+                # (forgotten here, closed below). A queue on a node that is down is not that.
                 self._kept = None
         except Exception as exc:  # never raised into the worker: logged and returned
             error = scrub(f"{type(exc).__name__}: {exc}") if str(exc) else type(exc).__name__
@@ -272,7 +272,8 @@ class QueueReaper:
     @staticmethod
     def _log(result: PassResult, project_id: UUID | None) -> None:
         for entry in result.unreadable:
-            log.warning("queue reap could not read %s: %s", entry.source, entry.error)
+            what = entry.source if entry.queue is None else f"queue {entry.queue!r}"
+            log.warning("queue reap could not read %s: %s", what, entry.error)
         for r in result.verdicts:
             v = r.verdict
             if v.action is Action.SURFACE and r.recorded:

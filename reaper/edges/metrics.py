@@ -15,8 +15,9 @@ judged again each pass, so its rate is "passes that saw it". The ledger's view (
 recorded once) is ``reaper_verdicts_recorded_total``. The move counters count only what a real
 pass moved and recorded: a lease another reaper took first is not counted twice.
 
-Label values are bounded: sources, conditions, actions, queue names, policy names and project
-ids. Never a job id, never a dead letter's own headers.
+Label values are bounded: sources, conditions, actions, queue names, policy names, project
+ids, broker nodes and the configured management URLs. Never a job id, never a dead letter's own
+headers.
 """
 
 from __future__ import annotations
@@ -160,6 +161,25 @@ def _families() -> dict[str, GaugeMetricFamily]:
             "management API), 0 when it could not.",
             ("source",),
         ),
+        "queue_unreadable": gauge(
+            "queue_unreadable",
+            "1 for each queue the last pass listed but could not measure (its node down, its "
+            "replicas without a majority): nothing was concluded about it, and the pass is not "
+            "ok.",
+            ("queue",),
+        ),
+        "broker_node_running": gauge(
+            "broker_node_running",
+            "1 for each broker node the last pass found running, 0 for each listed as not "
+            "running (a cluster's stopped member).",
+            ("node",),
+        ),
+        "management_url_answered": gauge(
+            "management_url_answered",
+            "1 for each management URL that answered the last pass, 0 for each skipped "
+            "(refused or timed out; the next one was asked); no series for one not needed.",
+            ("url",),
+        ),
         "broker_info": gauge(
             "broker_info",
             "The broker the last pass read: product and version (always 1).",
@@ -182,7 +202,7 @@ def _families() -> dict[str, GaugeMetricFamily]:
 
 
 def _fill(families: Mapping[str, GaugeMetricFamily], result: PassResult) -> None:
-    unreadable = {u.source for u in result.unreadable}
+    unreadable = {u.source for u in result.unreadable if u.queue is None}
     read = [s for s in Source if s.value not in unreadable]
 
     open_now: Tally[tuple[str, str]] = Tally()
@@ -218,8 +238,16 @@ def _fill(families: Mapping[str, GaugeMetricFamily], result: PassResult) -> None
     for source in Source:
         families["source_up"].add_metric([source.value], _flag(source.value not in unreadable))
 
+    for queue in sorted({u.queue for u in result.unreadable if u.queue is not None}):
+        families["queue_unreadable"].add_metric([queue], 1)
+    for endpoint in result.management:
+        if endpoint.answered is not None:
+            families["management_url_answered"].add_metric([endpoint.url], _flag(endpoint.answered))
+
     if result.broker is not None:
         families["broker_info"].add_metric([result.broker.product, result.broker.version], 1)
+        for node in result.broker.nodes or ():
+            families["broker_node_running"].add_metric([node.name], _flag(node.running))
     families["last_pass_timestamp_seconds"].add_metric([], result.finished_at.timestamp())
     families["last_pass_dry_run"].add_metric([], _flag(result.dry_run))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+from reaper.core.cluster import node_summary
 from reaper.core.domain import Action, Gate, Verdict
 from reaper.core.values import display_number
 from reaper.reap.result import PassResult
@@ -40,6 +41,11 @@ def to_json(result: PassResult) -> dict[str, object]:
             "product": result.broker.product,
             "version": result.broker.version,
             "capabilities": result.broker.capabilities(),
+            "nodes": (
+                [{"name": n.name, "running": n.running} for n in result.broker.nodes]
+                if result.broker.nodes is not None
+                else None
+            ),
         }
         if result.broker
         else None
@@ -80,7 +86,12 @@ def to_json(result: PassResult) -> dict[str, object]:
             }
             for d in result.dead_letters
         ],
-        "unreadable": [{"source": u.source, "error": u.error} for u in result.unreadable],
+        "unreadable": [
+            {"source": u.source, "queue": u.queue, "error": u.error} for u in result.unreadable
+        ],
+        "management_urls": [
+            {"url": e.url, "answered": e.answered, "error": e.error} for e in result.management
+        ],
         "problems": [
             {"kind": p.kind, "subject": p.subject, "detail": p.detail} for p in result.problems()
         ],
@@ -111,6 +122,11 @@ def _where(verdict: Verdict) -> str:
     return f"job {verdict.object} (project {verdict.project_id})"
 
 
+def _endpoints(result: PassResult) -> str:
+    states = {True: "answered", False: "skipped", None: "not needed"}
+    return ", ".join(f"{e.url} {states[e.answered]}" for e in result.management)
+
+
 def render_text(result: PassResult) -> str:
     """The human report: problems first, then what was done, then context."""
     lines: list[str] = []
@@ -120,8 +136,14 @@ def render_text(result: PassResult) -> str:
         f"queue-reaper {mode}: {status}   {_iso(result.started_at)}  "
         f"({result.duration_seconds:.2f} s)"
     )
+    answered = [e.url for e in result.management if e.answered]
     if result.broker:
-        lines.append(f"Broker:      {result.broker.product} {result.broker.version}")
+        via = f" via {answered[0]}" if answered else ""
+        lines.append(f"Broker:      {result.broker.product} {result.broker.version}{via}")
+        if result.broker.nodes is not None and len(result.broker.nodes) > 1:
+            lines.append(f"Nodes:       {node_summary(result.broker.nodes)}")
+    if len(result.management) > 1:
+        lines.append(f"Management:  {_endpoints(result)} (in order of preference)")
     if result.dispatch:
         lines.append(f"Dispatch:    {result.dispatch.mode.value} ({result.dispatch.why})")
 

@@ -200,6 +200,7 @@ class MemoryJobQueue(Records):
         now: datetime,
         sources_read: frozenset[Source],
         project_id: UUID | None = None,
+        unread_queues: frozenset[str] = frozenset(),
     ) -> list[Verdict]:
         self._open()
         seen = sightings.observed_sightings(observed)
@@ -217,9 +218,12 @@ class MemoryJobQueue(Records):
             ref: record
             for ref, record in latest.items()
             if ref in seen
-            or (sightings.is_open(record) and sightings.is_read(ref, sources_read, project_id))
+            or (
+                sightings.is_open(record)
+                and sightings.is_read(ref, sources_read, project_id, unread_queues)
+            )
         }
-        records = sightings.records_to_write(seen, wanted, sources_read, project_id)
+        records = sightings.records_to_write(seen, wanted, sources_read, project_id, unread_queues)
         for record in records:
             self._append(record.stream, record.payload(), record.trusted, now)
         return records

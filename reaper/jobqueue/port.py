@@ -224,9 +224,11 @@ class JobQueue(Protocol):
         now: datetime,
         sources_read: frozenset[Source],
         project_id: UUID | None = None,
+        unread_queues: frozenset[str] = frozenset(),
     ) -> list[Verdict]:
         """Record what this pass's surfaced verdicts mean for the ledger's sightings; return
-        the records written (opened sightings and ``cleared`` records)."""
+        the records written (opened sightings and ``cleared`` records). A sighting about a
+        broker queue in ``unread_queues`` is never cleared."""
         ...
 
     async def count_parked_dead_letters(self, queue: str) -> int:

@@ -174,9 +174,15 @@ class PostgresStore:
         now: datetime,
         sources_read: frozenset[Source],
         project_id: UUID | None = None,
+        unread_queues: frozenset[str] = frozenset(),
     ) -> list[Verdict]:
         return await sightings.record_sightings(
-            self.database, observed, now=now, sources_read=sources_read, project_id=project_id
+            self.database,
+            observed,
+            now=now,
+            sources_read=sources_read,
+            project_id=project_id,
+            unread_queues=unread_queues,
         )
 
     # ----------------------------------------------------------------------- dead letters

@@ -36,6 +36,7 @@ async def record_sightings(
     now: datetime,
     sources_read: frozenset[Source],
     project_id: UUID | None,
+    unread_queues: frozenset[str] = frozenset(),
 ) -> list[Verdict]:
     """Record what the surfaced verdicts of one pass mean for the ledger's sightings and
     return the records written: the observed verdicts that opened a sighting (the very objects
@@ -47,7 +48,7 @@ async def record_sightings(
             QUERIES["open_sightings"], sorted(s.value for s in sources_read), project_id
         ):
             ref = sightings.ref_of(_record_verdict(row))
-            if sightings.is_read(ref, sources_read, project_id):
+            if sightings.is_read(ref, sources_read, project_id, unread_queues):
                 candidates.add(ref)
         if not candidates:
             return []
@@ -62,7 +63,9 @@ async def record_sightings(
                 [r.key.scope for r in refs],
             )
             latest = {refs[row["ord"] - 1]: _record_verdict(row) for row in rows}
-            records = sightings.records_to_write(seen, latest, sources_read, project_id)
+            records = sightings.records_to_write(
+                seen, latest, sources_read, project_id, unread_queues
+            )
             events = [ledger.event_of(v) for v in records]
             await ledger.append(conn, events, now)
             await _index(conn, records, events)

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from reaper.broker.port import Broker, BrokerPolicy
+from reaper.core.cluster import queue_unavailable
+from reaper.core.domain import QueueStats
 from reaper.core.values import normalized
 from reaper.errors import BrokerRefused, BrokerUnavailable
 from reaper.policies.render import DesiredPolicy, Unenforced, Unsupported
@@ -187,9 +189,20 @@ async def _run(
                 _read_back(s, held.get(s.desired.name))
     as_desired = frozenset(d.name for d in desired if not differences(d, held.get(d.name)))
 
+    # Policies are cluster-wide: each is verified once, on the queues, whichever node leads
+    # them. A queue that cannot be read now (its node down, no majority) shows no policy
+    # fields at all: it is not checked (the pass names it unreadable) and not waited for.
+    facts = desired[0].facts if desired else None
     deadline = clock() + verify_wait_seconds
     while True:
-        queues = await client.list_queues(vhost)
+        queues: list[QueueStats] = []
+        unreadable: list[tuple[QueueStats, str]] = []
+        for q in await client.list_queues(vhost):
+            why = queue_unavailable(q, facts.nodes if facts else None)
+            if why is None:
+                queues.append(q)
+            else:
+                unreadable.append((q, why))
         checks = check_queues(
             desired, queues, just_written=frozenset(written), held_as_desired=as_desired
         )
@@ -197,8 +210,7 @@ async def _run(
             break
         await sleep(max(0.0, min(poll_interval_seconds, deadline - clock())))
 
-    outcomes = tuple(_outcome(s, checks, held, dry_run=dry_run) for s in states)
-    facts = desired[0].facts if desired else None
+    outcomes = tuple(_outcome(s, checks, held, unreadable, dry_run=dry_run) for s in states)
     return Plan(
         broker=facts.name if facts else "no declared policy",
         vhost=vhost,
@@ -290,6 +302,7 @@ def _outcome(
     s: _PolicyState,
     checks: Sequence[QueueCheck],
     held: Mapping[str, BrokerPolicy],
+    unreadable: Sequence[tuple[QueueStats, str]],
     *,
     dry_run: bool,
 ) -> PolicyOutcome:
@@ -335,6 +348,11 @@ def _outcome(
     notes = [u.detail for u in d.unsupported if u.fallback_in_force and u.key != "apply-to"]
     if not any(c.reason is PolicyReason.NOT_ENFORCED for c in mine):
         notes.extend(u.detail for u in d.unenforced)  # no queue said it: say it once here
+    notes.extend(
+        f"not checked on {q.name}, which cannot be read now ({why})"
+        for q, why in unreadable
+        if d.selects(q)
+    )
 
     order = {r: i for i, r in enumerate(_PROBLEM_ORDER)}
     problems.sort(key=lambda p: order[p[0]])  # the detail leads with the reason's problem

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from reaper.broker.port import Broker
 from reaper.config import Settings
+from reaper.core.cluster import queue_unavailable
 from reaper.core.domain import (
     BrokerFacts,
     ClaimableHead,
@@ -24,7 +25,7 @@ from reaper.core.domain import (
 from reaper.core.observation import ChannelStats, ConsumerSeen
 from reaper.jobqueue.port import JobQueue
 from reaper.reap.dispatch import DispatchInForce, dispatch_in_force
-from reaper.reap.progress import Progress, unreadable_from
+from reaper.reap.progress import Progress, Unreadable, unreadable_from
 
 __all__ = ["MAX_LEASES_PER_PASS", "BrokerReading", "JobQueueReading", "Reading", "measure"]
 
@@ -50,10 +51,20 @@ class JobQueueReading:
 @dataclass(frozen=True)
 class BrokerReading:
     facts: BrokerFacts
+    #: The queues measured: every queue listed but those that cannot be measured now.
     queues: tuple[QueueStats, ...]
+    #: Queues listed that cannot be measured now (reaper.core.cluster), each with why.
+    unavailable: tuple[tuple[QueueStats, str], ...] = ()
     #: The vhost's channels and consumers, what held deliveries are observed from.
     channels: tuple[ChannelStats, ...] = ()
     consumers: tuple[ConsumerSeen, ...] = ()
+
+    def unmeasured(self) -> frozenset[str]:
+        """Queues about which this pass concludes nothing, not even that a finding cleared:
+        those unavailable, and those listed without their statistics."""
+        return frozenset(q.name for q, _ in self.unavailable) | frozenset(
+            q.name for q in self.queues if not q.counts_known
+        )
 
 
 @dataclass(frozen=True)
@@ -102,7 +113,17 @@ async def _read_broker(client: Broker, declared_consumer_timeout_ms: int) -> Bro
     queues, channels, consumers = await asyncio.gather(
         client.list_queues(), client.list_channels(), client.list_consumers()
     )
-    return BrokerReading(facts, tuple(queues), tuple(channels), tuple(consumers))
+    measured: list[QueueStats] = []
+    unavailable: list[tuple[QueueStats, str]] = []
+    for queue in queues:
+        why = queue_unavailable(queue, facts.nodes)
+        if why is None:
+            measured.append(queue)
+        else:
+            unavailable.append((queue, why))
+    return BrokerReading(
+        facts, tuple(measured), tuple(unavailable), tuple(channels), tuple(consumers)
+    )
 
 
 async def _nothing() -> None:
@@ -145,4 +166,13 @@ async def measure(
         progress.unreadable.append(unreadable_from(Source.BROKER, broker_read))
     elif broker_read is not None:
         reading = broker_read
+        progress.unreadable.extend(
+            Unreadable(
+                Source.BROKER.value,
+                f"{why}: not measured; nothing is concluded from it (no finding, and no "
+                "earlier finding about it is cleared)",
+                queue.name,
+            )
+            for queue, why in reading.unavailable
+        )
     return Reading(job_queue, reading)

@@ -18,11 +18,13 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Unreadable:
-    """A source the pass could not read (or that failed part-way): nothing is concluded
-    from it, and the pass is not ok."""
+    """A source the pass could not read (or that failed part-way), or with ``queue`` one queue
+    of the broker it could not measure (its node is down, its replicas lost their majority):
+    nothing is concluded from it, and the pass is not ok."""
 
     source: str
     error: str
+    queue: str | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Final
 from uuid import UUID
 
+from reaper.broker.port import ManagementEndpoint
 from reaper.core.domain import BrokerFacts, ClaimableHead, QueueStats
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome
@@ -61,6 +62,8 @@ class PassResult:
     not_moved: tuple[RowNotMoved, ...] = ()
     #: How the host dispatches, as this pass found it (None: the job queue was not read).
     dispatch: DispatchInForce | None = None
+    #: Each management URL in force and how it fared, in order of preference.
+    management: tuple[ManagementEndpoint, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -72,9 +75,13 @@ class PassResult:
 
     def problems(self) -> list[Problem]:
         """Everything that made this pass not ok, in the order a person should read it: the
-        sources it could not read, the writes it could not make, the policies not in force,
-        the dead-letter queues it could not read safely. Empty: the pass is ok."""
-        found = [Problem("unreadable", u.source, u.error) for u in self.unreadable]
+        sources (and broker queues) it could not read, the writes it could not make, the
+        policies not in force, the dead-letter queues it could not read safely. Empty: the pass
+        is ok."""
+        found = [
+            Problem("unreadable", u.source if u.queue is None else f"queue {u.queue!r}", u.error)
+            for u in self.unreadable
+        ]
         found += [
             Problem("outcome_unknown" if r.unknown else "row_not_moved", r.subject, r.reason)
             for r in self.not_moved

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
 
-from reaper.broker.port import Broker
+from reaper.broker.port import Broker, ManagementEndpoint
 from reaper.config import Settings
 from reaper.core.domain import Action, Condition, Dispatch, Source, Verdict
 from reaper.core.judge import judge
@@ -73,6 +73,8 @@ async def run_pass(
         raise ValueError("a lease-only pass reads no broker")
     began = monotonic()
     progress = Progress()
+    if broker is not None:
+        broker.begin_pass()
     if store is None:
         progress.unreadable.append(
             Unreadable(Source.JOB_QUEUE.value, store_error or "not connected")
@@ -136,9 +138,18 @@ async def run_pass(
         surfaced += dead_surfaced
 
     if not leases_only:
+        unmeasured = reading.broker.unmeasured() if reading.broker else frozenset()
         await _record_sightings(
-            ledger, surfaced, now, _sources_read(reading, progress), project_id, progress
+            ledger,
+            surfaced,
+            now,
+            _sources_read(reading, progress),
+            unmeasured,
+            project_id,
+            progress,
         )
+    endpoints = broker.endpoints() if broker is not None else ()
+    progress.notes.extend(_failover_notes(endpoints))
 
     return PassResult(
         dry_run=dry_run,
@@ -155,13 +166,15 @@ async def run_pass(
         project_id=project_id,
         not_moved=tuple(progress.not_moved),
         dispatch=dispatch,
+        management=endpoints,
     )
 
 
 def _sources_read(reading: Reading, progress: Progress) -> frozenset[Source]:
     """The sources read in full: a source that failed at any step of this pass clears
-    nothing, even if it was measured."""
-    failed = {u.source for u in progress.unreadable}
+    nothing, even if it was measured. A queue that could not be measured leaves its source
+    read; its own sightings stay as they are (``unmeasured``)."""
+    failed = {u.source for u in progress.unreadable if u.queue is None}
     read = ((Source.JOB_QUEUE, reading.job_queue), (Source.BROKER, reading.broker))
     return frozenset(source for source, got in read if got and source.value not in failed)
 
@@ -171,19 +184,38 @@ async def _record_sightings(
     surfaced: Sequence[Verdict],
     now: datetime,
     sources_read: frozenset[Source],
+    unmeasured: frozenset[str],
     project_id: UUID | None,
     progress: Progress,
 ) -> None:
-    """First seen, and cleared once gone: the ledger decides, fleet-wide."""
+    """First seen, and cleared once gone: the ledger decides, fleet-wide. A queue the pass
+    could not measure clears nothing."""
     if store is None:
         progress.record(list(surfaced), False)
         return
     written = await progress.guarded(
-        store.record_sightings(surfaced, now=now, sources_read=sources_read, project_id=project_id)
+        store.record_sightings(
+            surfaced,
+            now=now,
+            sources_read=sources_read,
+            project_id=project_id,
+            unread_queues=unmeasured,
+        )
     )
     opened = {w.sighting_key for w in written or () if w.action is Action.SURFACE}
     progress.verdicts.extend(RecordedVerdict(v, v.sighting_key in opened) for v in surfaced)
     progress.record([w for w in written or () if w.action is Action.CLEARED], True)
+
+
+def _failover_notes(endpoints: Sequence[ManagementEndpoint]) -> list[str]:
+    """Each management URL skipped in this pass, and which answered instead."""
+    answered = [e.url for e in endpoints if e.answered]
+    instead = f"; {', '.join(answered)} answered instead" if answered else ""
+    return [
+        f"management URL {e.url} was skipped for the rest of this pass: it {e.error}{instead}"
+        for e in endpoints
+        if e.answered is False
+    ]
 
 
 async def reap_once(

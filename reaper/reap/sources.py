@@ -66,10 +66,11 @@ async def open_store(
 
 
 def open_broker(settings: Settings) -> Broker:
-    """The management API's client: opening it does no I/O."""
+    """The management API's client, over every management URL in force in order of
+    preference: opening it does no I/O."""
     bus = settings.bus
     return ManagementClient(
-        bus.management_url,
+        bus.urls_in_force(),
         bus.username,
         bus.password.get_secret_value(),
         vhost=bus.vhost,

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from reaper.broker.capabilities import capabilities_for
-from reaper.broker.port import BrokerPolicy, RawMessage
-from reaper.core.domain import BrokerFacts, QueueStats
+from reaper.broker.port import BrokerPolicy, ManagementEndpoint, RawMessage
+from reaper.core.domain import BrokerFacts, BrokerNode, QueueStats
 from reaper.core.observation import ChannelStats, ConsumerSeen
 
 _APPLIES = {"queues": {"classic", "quorum"}, "quorum_queues": {"quorum"}}
@@ -34,6 +34,7 @@ class FakeBroker:
     reads: list[str] = field(default_factory=list)
     requests: int = 0
     writes: int = 0
+    nodes: tuple[BrokerNode, ...] | None = None
 
     @property
     def requests_made(self) -> int:
@@ -42,6 +43,12 @@ class FakeBroker:
     @property
     def writes_made(self) -> int:
         return self.writes
+
+    def begin_pass(self) -> None:
+        pass
+
+    def endpoints(self) -> tuple[ManagementEndpoint, ...]:
+        return (ManagementEndpoint("http://fake-broker.test", True),)
 
     def declare(self, name: str, kind: str = "classic", **counts: int) -> None:
         self.queues[name] = QueueStats(
@@ -71,6 +78,7 @@ class FakeBroker:
             capabilities_for("RabbitMQ", self.version),
             consumer_timeout_ms=self.consumer_timeout_ms,
             consumer_timeout_evidence="the fake broker says so",
+            nodes=self.nodes,
         )
 
     async def list_queues(self, vhost: str | None = None) -> list[QueueStats]:

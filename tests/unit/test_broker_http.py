@@ -285,7 +285,7 @@ async def test_a_lavinmq_style_api_is_detected_and_nothing_is_claimed(
         200, json={"lavinmq_version": "2.1.0", "product_name": "LavinMQ", "node": "lavin-1"}
     )
     mock.get("/api/consumers/%2F").respond(200, json=[])
-    mock.get("/api/nodes/lavin-1").respond(200, json={"name": "lavin-1"})
+    mock.get("/api/nodes").respond(200, json=[{"name": "lavin-1"}])
     lavin_queue = queue_item("vibey.jobs")
     del lavin_queue["type"]
     mock.get("/api/queues/%2F").respond(200, json=page([lavin_queue], 1, 1))
@@ -483,8 +483,9 @@ async def test_a_live_consumer_without_override_is_the_strongest_evidence(
     )
     mock.get("/api/queues/%2F/plain").respond(200, json=queue_item("plain"))
     mock.get("/api/queues/%2F/deleted-since").respond(404, json={"error": "Object Not Found"})
-    mock.get("/api/nodes/rabbit%40h").respond(
-        200, json={"name": "rabbit@h", "config_files": ["/etc/rabbitmq/conf.d/20-vibey-reap.conf"]}
+    mock.get("/api/nodes").respond(
+        200,
+        json=[{"name": "rabbit@h", "config_files": ["/etc/rabbitmq/conf.d/20-vibey-reap.conf"]}],
     )
 
     facts = await client.facts(declared_consumer_timeout_ms=1)
@@ -523,7 +524,7 @@ async def test_the_node_tells_only_whether_the_snippet_was_loaded(
 ) -> None:
     mock.get("/api/overview").respond(200, json=OVERVIEW_RABBIT)
     mock.get("/api/consumers/%2F").respond(200, json=[])
-    mock.get("/api/nodes/rabbit%40h").respond(200, json={"name": "rabbit@h", "config_files": files})
+    mock.get("/api/nodes").respond(200, json=[{"name": "rabbit@h", "config_files": files}])
     facts = await client.facts(declared_consumer_timeout_ms=declared)
     assert facts.consumer_timeout_ms == expected
     assert evidence in (facts.consumer_timeout_evidence or "")
@@ -534,7 +535,7 @@ async def test_a_node_the_user_may_not_read_leaves_the_timeout_unknown(
 ) -> None:
     mock.get("/api/overview").respond(200, json=OVERVIEW_RABBIT)
     mock.get("/api/consumers/%2F").respond(403, json={"reason": "Not monitor user"})
-    mock.get("/api/nodes/rabbit%40h").respond(403, json={"reason": "Not monitor user"})
+    mock.get("/api/nodes").respond(403, json={"reason": "Not monitor user"})
     facts = await client.facts(declared_consumer_timeout_ms=21600000)
     assert facts.consumer_timeout_ms is None
     assert "not readable by this user" in (facts.consumer_timeout_evidence or "")

@@ -36,6 +36,7 @@ SHIPPED = REPO / "conf.d"
 LEAF_KEYS = [
     *(f"queue.reap.{name}" for name in QueueReapSettings.model_fields),
     "bus.management_url",
+    "bus.management_urls",
     "bus.username",
     "bus.password",
     "bus.vhost",
@@ -50,6 +51,8 @@ LEAF_KEYS = [
     "database.keep_connections",
 ]
 SECRET_KEYS = {"bus.password", "database.password"}
+#: Keys with no value by default (TOML has no null): the shipped defaults show them commented.
+UNSET_KEYS = {"bus.management_urls"}
 
 
 @pytest.fixture(autouse=True)
@@ -694,7 +697,8 @@ def test_the_shipped_defaults_equal_the_code_defaults() -> None:
     assert shipped.files == (SHIPPED / "10-defaults.toml",)
     origins = {v.key: v.origin for v in shipped.values}
     for key in LEAF_KEYS:
-        expected = "default" if key in SECRET_KEYS else f"file:{SHIPPED / '10-defaults.toml'}"
+        unset = key in SECRET_KEYS | UNSET_KEYS
+        expected = "default" if unset else f"file:{SHIPPED / '10-defaults.toml'}"
         assert origins[key] == expected, key
 
 
@@ -711,8 +715,9 @@ def test_the_shipped_defaults_document_every_key() -> None:
         for key in keys
     }
 
-    assert leaves == set(LEAF_KEYS) - SECRET_KEYS
+    assert leaves == set(LEAF_KEYS) - SECRET_KEYS - UNSET_KEYS
     assert text.count('# password = "..."') == 2
+    assert "\n# management_urls = [" in text
     lines = text.splitlines()
     for number, line in enumerate(lines):
         if line and not line.startswith(("#", "[")):

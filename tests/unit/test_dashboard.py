@@ -13,7 +13,17 @@ from uuid import uuid4
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reaper.core.domain import Action, BrokerFacts, ClaimableHead, Condition, Source, Unit, Verdict
+from reaper.broker.port import ManagementEndpoint
+from reaper.core.domain import (
+    Action,
+    BrokerFacts,
+    BrokerNode,
+    ClaimableHead,
+    Condition,
+    Source,
+    Unit,
+    Verdict,
+)
 from reaper.edges.metrics import ReaperMetrics
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome
@@ -47,7 +57,15 @@ def every_series_pass() -> PassResult:
         dry_run=False,
         started_at=now,
         finished_at=now + timedelta(seconds=2),
-        broker=BrokerFacts("RabbitMQ", "3.10.8", False, False, False, None),
+        broker=BrokerFacts(
+            "RabbitMQ",
+            "4.3.6",
+            True,
+            True,
+            True,
+            20,
+            nodes=(BrokerNode("qr1@h", True), BrokerNode("qr2@h", False)),
+        ),
         verdicts=(
             rv(Action.REQUEUE, Condition.LEASE_EXPIRED),
             rv(Action.PARK, Condition.POISON),
@@ -55,7 +73,14 @@ def every_series_pass() -> PassResult:
         ),
         policies=(PolicyOutcome("vibey-quorum", "updated", False, 2, ("vibey.a",), "drift"),),
         dead_letters=(DeadLetterOutcome("vibey.work.dlq", 3, 2, 0, 1, None),),
-        unreadable=(Unreadable("broker", "timed out"),),
+        unreadable=(
+            Unreadable("broker", "timed out"),
+            Unreadable("broker", "listed 'down' on node qr2@h", "work.on-qr2"),
+        ),
+        management=(
+            ManagementEndpoint("http://qr2:15672", False, "refused"),
+            ManagementEndpoint("http://qr1:15672", True),
+        ),
         claimable=(ClaimableHead(project, uuid4(), "build", now - timedelta(seconds=60)),),
     )
 

@@ -60,7 +60,11 @@ def overview_handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"items": [], "page": 1, "page_count": 1})
     if request.url.path.startswith("/api/policies"):
         return httpx.Response(200, json=[])
-    listing = "consumers" in request.url.path or request.url.path.endswith("/channels")
+    listing = (
+        "consumers" in request.url.path
+        or request.url.path.endswith("/channels")
+        or request.url.path == "/api/nodes"
+    )
     return httpx.Response(200, json=[] if listing else {})
 
 

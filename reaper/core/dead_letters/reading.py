@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from reaper.core.bounds import dead_letter_exchange_in_force, delivery_limit_bound
+from reaper.core.cluster import queue_unavailable
 from reaper.core.dead_letters.untrusted import quote_untrusted
 from reaper.core.domain import BrokerFacts, DeadLetter, QueueStats
 from reaper.core.values import mapping
@@ -69,6 +70,9 @@ def read_plan(
       delivery limits on its ordinary queues).
     - a stream or an unknown type: blocked (``get`` cannot read a stream; an unknown type
       proves nothing).
+    - a queue that cannot be served now, as ``queue`` shows it (read just before: a node gone,
+      no majority, a leader not online; :func:`reaper.core.cluster.queue_unavailable`):
+      blocked, whatever its type.
 
     ``count``: the pass reads past what is already parked (by identity, not position), so it
     needs up to ``already_parked_hint + peek_limit`` messages, the parked part capped at
@@ -78,6 +82,19 @@ def read_plan(
     asking ``get`` for more than is ready costs nothing: it stops at an empty queue.
     """
     name = quote_untrusted(queue.name)
+    unavailable = queue_unavailable(queue, facts.nodes)
+    if unavailable is not None:
+        # Measured on a 4.3 cluster: a get on a queue whose node is gone fails, and one on a
+        # quorum queue in minority can hang for 60 s; nothing proves it requeues there.
+        reason = (
+            f"{name} is not read while it cannot be served ({unavailable}): a dead-letter "
+            "queue is read only with its leader up and a majority of its members online"
+        )
+        return ReadPlan(0, reason, None)
+    if not queue.counts_known:
+        # A quorum queue whose leader just changed lists no statistics for a few seconds.
+        reason = f"{name} is listed without its statistics (new, or a new leader): not read"
+        return ReadPlan(0, reason, None)
     kind = queue.kind
     if kind == "stream":
         return ReadPlan(0, f"{name} is a stream: a requeueing get cannot read it", None)
