@@ -27,8 +27,8 @@ from tests.conftest import BrokerUnderTest
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
 #: Short enough for a test, long enough for a whole pass on a fresh vhost (its policies are
-#: written, and verification waits at most half of it).
-INTERVAL = 4
+#: written, and verification waits at most half of it) on a busy 2-core machine.
+INTERVAL = 6
 
 
 def fleet_settings(pg_dsn: str, broker: BrokerUnderTest, **extra: str) -> Settings:
@@ -174,7 +174,8 @@ async def test_a_fleet_runs_one_whole_pass_per_interval_and_moves_each_lease_onc
         if run.ran
         if run.turn is not None
     )
-    assert all(run.error is None for worker in runs for run in worker), runs
+    errors = [run.error for worker in runs for run in worker if run.error]
+    assert errors == [], errors
     # over 3.5 intervals: a pass at once, then one per interval (4), never two in one
     assert len(passes) == 4, passes
     gaps = [(b[0] - a[0]).total_seconds() for a, b in itertools.pairwise(passes)]
