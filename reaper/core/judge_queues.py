@@ -78,10 +78,11 @@ def judge_queue(
         )
 
     if not queue.counts_known:
-        # Listed before its statistics arrived: the zeros are not a measurement.
+        # Listed before its statistics arrived: the zeros are not a measurement. On a running
+        # queue that is a new one, or one whose leader just moved (its statistics restart there).
         notes.append(
-            f"queue {quote(queue.name)} is listed without statistics yet (a new queue); its "
-            "counts are not measured"
+            f"queue {quote(queue.name)} is listed without statistics yet (a new queue, or one "
+            "whose leader just moved); its counts are not measured"
         )
         return found
     unacked = count(queue.messages_unacknowledged)

@@ -734,8 +734,8 @@ def test_a_queue_listed_without_statistics_is_not_measured_and_noted() -> None:
     verdicts, notes = on_broker(fresh, broker=RABBITMQ_310)
     assert verdicts == []  # no holder_gone, stale_ready, dead_letter or timeout finding
     assert notes == [
-        "queue 'vibey.jobs.dead' is listed without statistics yet (a new queue); its counts "
-        "are not measured"
+        "queue 'vibey.jobs.dead' is listed without statistics yet (a new queue, or one whose "
+        "leader just moved); its counts are not measured"
     ]
 
 
