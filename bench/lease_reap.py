@@ -7,14 +7,17 @@ One database is seeded once (generate_series) and every measurement runs on a fr
 of it (CREATE DATABASE ... TEMPLATE), so all three start from the same rows. Each round
 runs the three methods back to back and takes the ratios within the round, so a machine
 busy with something else for a while weighs on all three of that round alike; the verdict
-is on the median of the rounds' ratios. Targets: this reaper at least 0.3 of the bare
-UPDATE, and at least 30 times the per-lease loop.
+is on the median of the rounds' ratios. Targets: this reaper at least 0.5 of the bare
+UPDATE (the issue's goal; SPEC's floor is 0.3), and at least 30 times the per-lease loop.
+The spread of reaper / bare across rounds (min, median, max) and the machine's load
+average are printed beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -31,13 +34,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import dsn_for, median, report_result, scratch_database
 
 from reaper.core.canonical import canonical_json, digest_of
-from reaper.core.domain import Measurements, Thresholds
-from reaper.core.judge import judge
-from reaper.jobqueue.leases import LEASE_BATCH_SIZE, LEASE_LANES
+from reaper.core.domain import Dispatch, Thresholds
+from reaper.core.judge_leases import LeaseColumns, judge_lease_page
 from reaper.jobqueue.postgres import PostgresStore
+from reaper.reap.lease_log import LeaseLog
+from reaper.reap.leases import LEASE_PAGE_SIZE, reap_leases
+from reaper.reap.progress import Progress
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
-TARGET_OF_BARE = 0.3
+TARGET_OF_BARE = 0.5
 TARGET_OF_LOOP = 30.0
 JUDGE_SECONDS: list[float] = []
 
@@ -94,8 +99,8 @@ WHERE id = $1 AND state = 'leased' AND lease_owner IS NOT DISTINCT FROM $3
 # The loop appends as the reaper does, on a ledger shared with the host: its turn on the
 # stream, then the stream's last number plus one.
 LOOP_SEQ = """
-SELECT pg_advisory_xact_lock(1818584167, hashtext($1::text)),
-       coalesce((SELECT max(seq) FROM event WHERE project_id = $1), 0) + 1
+SELECT pg_advisory_xact_lock(1818584167, hashtext($1::uuid::text)),
+       coalesce((SELECT max(seq) FROM event WHERE project_id = $1::uuid), 0) + 1
 """
 
 LOOP_EVENT = """
@@ -126,25 +131,34 @@ async def warm(conn: asyncpg.Connection) -> None:
 
 
 async def run_reaper(dsn: str, expired: int) -> tuple[float, int]:
+    """The pass's own lease step, whole: pages read, judged by the pure lease judge, moved
+    with one event each, and every verdict logged for the report."""
     store = await PostgresStore.connect(dsn)
     conn = await asyncpg.connect(dsn)
     try:
         await warm(conn)
         thresholds = Thresholds()
         await warm_reaper(store, thresholds)
+        log, progress = LeaseLog(), Progress()
         started = time.perf_counter()
-        leases = await store.expired_leases(NOW, thresholds.lease_grace_seconds, expired)
-        read = time.perf_counter()
-        # the pure judge is the pass's, not the reap's: timed apart, reported apart
-        judgement = judge(Measurements(leases=tuple(leases), claimable=()), thresholds, NOW)
-        judged = time.perf_counter()
-        outcome = await store.apply_lease_verdicts(judgement.verdicts, NOW)
-        elapsed = (read - started) + (time.perf_counter() - judged)
-        JUDGE_SECONDS.append(judged - read)
+        await reap_leases(
+            store,
+            thresholds,
+            NOW,
+            limit=expired,
+            project_id=None,
+            dispatch=Dispatch.POLLING,
+            write=True,
+            log=log,
+            progress=progress,
+        )
+        elapsed = time.perf_counter() - started
+        moved = sum(n for (_, _, _, recorded), n in log.tally.items() if recorded)
         events = await conn.fetchval("SELECT count(*) FROM event")
-        assert outcome.moved == expired == events, (outcome.moved, expired, events)
-        assert not outcome.failed and not outcome.skipped
-        return elapsed, outcome.moved
+        assert moved == expired == events == len(log), (moved, expired, events)
+        assert not progress.unreadable and not progress.not_moved and not progress.notes
+        log.close()
+        return elapsed, moved
     finally:
         await conn.close()
         await store.close()
@@ -154,13 +168,17 @@ async def warm_reaper(store: PostgresStore, thresholds: Thresholds) -> None:
     """A long-lived reaper is warm: its pool's connections open, its statements prepared.
     Warm it with a pass that moves nothing: every lease as read by a holder that does not
     hold it, so each guard fails (no row written, no event, no page of an index the moves
-    write is read)."""
+    write is read). The pure judge is timed here too, apart, over every expired lease."""
     await asyncio.gather(*(store.count_expired_leases(NOW, 0) for _ in range(4)))
-    some = await store.expired_leases(NOW, 0, LEASE_BATCH_SIZE * LEASE_LANES)
-    strangers = tuple(replace(lease, lease_owner="bench-warm-up") for lease in some)
-    judgement = judge(Measurements(leases=strangers, claimable=()), thresholds, NOW)
-    outcome = await store.apply_lease_verdicts(judgement.verdicts, NOW)
-    assert outcome.moved == 0 and len(outcome.skipped) == len(strangers)
+    page = await store.expired_lease_page(NOW, 0, LEASE_PAGE_SIZE)
+    strangers = replace(page, owners=("bench-warm-up",) * len(page))
+    rulings = judge_lease_page(strangers, thresholds, NOW)
+    outcome = await store.move_lease_page(strangers, rulings, NOW)
+    assert outcome.moved == 0 and len(outcome.skipped) == len(page)
+    every = LeaseColumns.of_leases(await store.expired_leases(NOW, 0, 10**9))
+    started = time.perf_counter()
+    judge_lease_page(every, thresholds, NOW)
+    JUDGE_SECONDS.append((time.perf_counter() - started) / max(1, len(every)))
 
 
 async def run_bare(dsn: str, expired: int) -> tuple[float, int]:
@@ -263,16 +281,23 @@ async def main() -> int:
             )
 
     reaper, bare, loop = (median(rates[n]) for n in ("reaper", "bare", "loop"))
-    of_bare = median([r / b for r, b in zip(rates["reaper"], rates["bare"], strict=True)])
+    of_bare_rounds = [r / b for r, b in zip(rates["reaper"], rates["bare"], strict=True)]
+    of_bare = median(of_bare_rounds)
     of_loop = median([r / n for r, n in zip(rates["reaper"], rates["loop"], strict=True)])
     ok_bare, ok_loop = of_bare >= TARGET_OF_BARE, of_loop >= TARGET_OF_LOOP
     print()
-    print(f"this reaper (read + move + event per lease):         {reaper:12,.0f} leases/s")
+    print(f"this reaper (read + judge + move + event per lease):  {reaper:12,.0f} leases/s")
     print(f"bare set-based UPDATE (records nothing):              {bare:12,.0f} leases/s")
     print(f"one transaction per lease (read + update + event):    {loop:12,.0f} leases/s")
-    judge_rate = args.expired / median(JUDGE_SECONDS)
-    print(f"  (the pure judge, not in the figure above:            {judge_rate:12,.0f} leases/s)")
-    print("ratios: the median of the rounds' own ratios")
+    judge_rate = 1 / median(JUDGE_SECONDS)
+    print(f"  (of which the pure lease judge alone:                {judge_rate:12,.0f} leases/s)")
+    spread = (min(of_bare_rounds), of_bare, max(of_bare_rounds))
+    load = os.getloadavg()
+    print(
+        "ratios: the median of the rounds' own ratios; reaper / bare across rounds "
+        f"min {spread[0]:.2f}, median {spread[1]:.2f}, max {spread[2]:.2f}"
+    )
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(
         f"reaper / bare = {of_bare:.2f}  (target >= {TARGET_OF_BARE}): "
         f"{'PASS' if ok_bare else 'FAIL'}"
@@ -290,6 +315,11 @@ async def main() -> int:
             "bare_per_s": round(bare),
             "loop_per_s": round(loop),
             "of_bare": round(of_bare, 2),
+            "of_bare_min": round(spread[0], 2),
+            "of_bare_max": round(spread[2], 2),
+            "judge_per_s": round(judge_rate),
+            "load": [round(x, 2) for x in load],
+            "rounds": args.rounds,
             "of_loop": round(of_loop, 1),
             "ok": ok_bare and ok_loop,
         },

@@ -15,7 +15,7 @@ from json.encoder import encode_basestring
 
 from reaper.core.domain import Verdict
 
-__all__ = ["canonical_json", "canonical_payload", "digest_of"]
+__all__ = ["canonical_json", "canonical_payload", "digest_of", "lease_payload"]
 
 _quote = encode_basestring  # json's own string quoting (C), as the encoder uses it
 
@@ -63,3 +63,25 @@ def _number(value: float | int | None) -> str:
 def digest_of(canonical: str) -> str:
     """The ledger digest: sha256 hex of the canonical JSON."""
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def lease_payload(
+    object_: str,
+    condition: str,
+    action: str,
+    measured: float | int,
+    threshold: int,
+    unit: str,
+    detail: str,
+) -> str:
+    """``canonical_payload`` of a lease verdict (a job queue source, no queue), from its parts,
+    with no verdict built: the lease reap writes one per lease. ``measured`` and ``threshold``
+    are plain finite numbers, as the lease judge gives them; a test holds the two paths to the
+    same bytes."""
+    return (
+        f'{{"action":"{action}","condition":"{condition}",'
+        f'"detail":{_quote(detail)},"measured":{_number(measured)},'
+        f'"object":{_quote(object_)},"queue":null,'
+        f'"source":"job_queue","threshold":{_number(threshold)},'
+        f'"unit":"{unit}"}}'
+    )

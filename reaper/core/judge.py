@@ -30,7 +30,8 @@ from reaper.core.domain import (
     UnsentDispatch,
     Verdict,
 )
-from reaper.core.judge_queues import ceil_seconds, judge_held, judge_queue, num, quote
+from reaper.core.judge_leases import LeaseColumns, judge_lease_page
+from reaper.core.judge_queues import ceil_seconds, judge_held, judge_queue, num
 
 __all__ = ["judge"]
 
@@ -89,63 +90,9 @@ def judge(measurements: Measurements, thresholds: Thresholds, now: datetime) -> 
 def _judge_leases(
     leases: Iterable[HeldLease], thresholds: Thresholds, now: datetime
 ) -> Iterable[Verdict]:
-    grace = thresholds.lease_grace_seconds
-    for lease in leases:
-        past = ceil_seconds(now - lease.lease_expires_at)
-        if not past > grace:
-            continue  # not yet past grace: the store's filter is not trusted
-        held = f"lease of {lease.kind} job held by {_owner(lease)}"
-        if lease.attempts >= lease.max_attempts:
-            yield _lease_verdict(
-                lease,
-                Condition.POISON,
-                Action.PARK,
-                measured=lease.attempts,
-                threshold=lease.max_attempts,
-                unit=Unit.ATTEMPTS,
-                detail=(
-                    f"{held} expired {num(past)}s ago with {lease.attempts} of "
-                    f"{lease.max_attempts} attempts spent: park for a person "
-                    "(delivery_exhausted gate)"
-                ),
-            )
-        else:
-            yield _lease_verdict(
-                lease,
-                Condition.LEASE_EXPIRED,
-                Action.REQUEUE,
-                measured=past,
-                threshold=grace,
-                unit=Unit.SECONDS,
-                detail=(
-                    f"{held} expired {num(past)}s ago, past the grace of {grace}s: requeue "
-                    f"(attempt {lease.attempts} of {lease.max_attempts} spent)"
-                ),
-            )
-
-
-def _lease_verdict(
-    lease: HeldLease,
-    condition: Condition,
-    action: Action,
-    *,
-    measured: float | int,
-    threshold: int,
-    unit: Unit,
-    detail: str,
-) -> Verdict:
-    return Verdict(
-        source=Source.JOB_QUEUE,
-        object=str(lease.job_id),
-        condition=condition,
-        measured=measured,
-        threshold=threshold,
-        unit=unit,
-        action=action,
-        project_id=lease.project_id,
-        detail=detail,
-        lease=lease,
-    )
+    # one rule for leases, whether judged here or a page at a time by the lease reap
+    page = LeaseColumns.of_leases(leases)
+    return judge_lease_page(page, thresholds, now).verdicts(page)
 
 
 def _judge_claimable(
@@ -230,7 +177,3 @@ def _order(verdict: Verdict) -> tuple[str, ...]:
         verdict.unit.value,
         repr(verdict.lease),
     )
-
-
-def _owner(lease: HeldLease) -> str:
-    return quote(lease.lease_owner) if lease.lease_owner is not None else "no recorded owner"

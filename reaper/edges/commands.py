@@ -16,7 +16,7 @@ from reaper.demo.run import run_demo
 from reaper.edges.gates import answer_gate
 from reaper.edges.hook import QueueReaper
 from reaper.edges.metrics import ReaperMetrics
-from reaper.edges.report import gate_json, render_json, render_text
+from reaper.edges.report import gate_json, render_text, write_json
 from reaper.edges.serve import serve as serve_http
 from reaper.errors import MigrationStopped, PassFailed, ReaperError
 from reaper.jobqueue.migrations import MigrationRun, one_line
@@ -48,7 +48,10 @@ async def reap(
     pushgateway: str | None,
 ) -> int:
     result = await reap_once(loaded.settings, dry_run=dry_run, project_id=project_id)
-    print(render_json(result) if as_json else render_text(result))
+    if as_json:
+        write_json(result, sys.stdout)  # every verdict, streamed from the pass's log
+    else:
+        print(render_text(result))
     code = EXIT_OK if result.ok else EXIT_NOT_OK
     if metrics_textfile or pushgateway:
         metrics = ReaperMetrics()

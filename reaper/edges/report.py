@@ -1,16 +1,37 @@
 """The pass's report: one JSON object for machines (SPEC §5), and a human report that reads
 like a good ``kubectl describe``: what is wrong first, one line each, the numbers against
-their thresholds, then what was done."""
+their thresholds, then what was done.
+
+Both keep every verdict available without building them all at once. ``--json`` lists every
+verdict, written as it is read from the pass's verdict log (:func:`write_json`: the same bytes
+as ``json.dumps(to_json(result), indent=2)``, never the whole list in memory). The human
+report lists each finding, but summarises lease moves, routine by the thousand: per condition,
+the count, the projects with the most, and the first few jobs, then how many were not listed
+and that ``--json`` has them all. A condition with few moves is listed in full.
+"""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Iterable
 from datetime import datetime
+from typing import Final, TextIO
+from uuid import UUID
 
 from reaper.core.cluster import node_summary
-from reaper.core.domain import Action, Gate, Verdict
+from reaper.core.domain import Action, Condition, Gate, Verdict
 from reaper.core.values import display_number
+from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
+
+#: Lease moves of one condition listed one line each up to this many; beyond, summarised.
+LISTED_MOVES: Final = 10
+#: In a summary, the jobs listed (the first judged) and the projects named (the most moves).
+SUMMARY_JOBS: Final = 5
+SUMMARY_PROJECTS: Final = 5
+
+_LEASE_CONDITIONS: Final = (Condition.LEASE_EXPIRED, Condition.POISON)
 
 
 def _iso(moment: datetime) -> str:
@@ -34,8 +55,9 @@ def verdict_json(verdict: Verdict, recorded: bool) -> dict[str, object]:
     }
 
 
-def to_json(result: PassResult) -> dict[str, object]:
-    """The report object of SPEC §5."""
+def to_json(result: PassResult, *, verdicts: bool = True) -> dict[str, object]:
+    """The report object of SPEC §5 (``verdicts`` false: with an empty verdict list, for
+    :func:`write_json` to stream into)."""
     broker = (
         {
             "product": result.broker.product,
@@ -61,7 +83,9 @@ def to_json(result: PassResult) -> dict[str, object]:
             if result.dispatch
             else None
         ),
-        "verdicts": [verdict_json(r.verdict, r.recorded) for r in result.verdicts],
+        "verdicts": (
+            [verdict_json(r.verdict, r.recorded) for r in result.verdicts] if verdicts else []
+        ),
         "policies": [
             {
                 "name": p.name,
@@ -101,6 +125,30 @@ def to_json(result: PassResult) -> dict[str, object]:
 
 def render_json(result: PassResult) -> str:
     return json.dumps(to_json(result), indent=2, sort_keys=False)
+
+
+def write_json(result: PassResult, out: TextIO) -> None:
+    """:func:`render_json` written to ``out`` with each verdict encoded as it is read from
+    the pass's verdict log: the same text, one verdict in memory at a time."""
+    report = to_json(result, verdicts=False)
+    out.write("{")
+    for n, (key, value) in enumerate(report.items()):
+        out.write(("," if n else "") + "\n  " + json.dumps(key) + ": ")
+        if key != "verdicts":
+            out.write(_indented(value, "  "))
+            continue
+        empty = True
+        for r in result.verdicts:
+            out.write(("[" if empty else ",") + "\n    ")
+            out.write(_indented(verdict_json(r.verdict, r.recorded), "    "))
+            empty = False
+        out.write("[]" if empty else "\n  ]")
+    out.write("\n}\n" if report else "}\n")
+
+
+def _indented(value: object, pad: str) -> str:
+    # a newline inside a JSON string is escaped: every newline is the encoder's own
+    return json.dumps(value, indent=2).replace("\n", "\n" + pad)
 
 
 def _measure(verdict: Verdict) -> str:
@@ -148,7 +196,7 @@ def render_text(result: PassResult) -> str:
         lines.append(f"Dispatch:    {result.dispatch.mode.value} ({result.dispatch.why})")
 
     problems = [p.line() for p in result.problems()]
-    findings = [r for r in result.verdicts if r.verdict.action is Action.SURFACE]
+    findings = list(_surfaced(result.verdicts))
     lines.append("")
     lines.append(f"Problems ({len(problems) + len(findings)}):")
     if not problems and not findings:
@@ -161,15 +209,23 @@ def render_text(result: PassResult) -> str:
         if v.detail:
             lines.append(f"  {'':<13} {v.detail}")
 
-    acted = [r for r in result.verdicts if r.verdict.action is not Action.SURFACE]
+    moves = _LeaseMoves()
+    acted: list[RecordedVerdict] = []
+    for r in result.verdicts:
+        if r.verdict.action is Action.SURFACE:
+            continue
+        if r.verdict.lease is not None and r.verdict.condition in _LEASE_CONDITIONS:
+            moves.add(r)
+        else:
+            acted.append(r)
     lines.append("")
     verb = "Would do" if result.dry_run else "Done"
-    lines.append(f"{verb} ({len(acted)}):")
-    if not acted:
+    lines.append(f"{verb} ({moves.count + len(acted)}):")
+    if not acted and not moves.count:
         lines.append("  nothing")
+    lines += moves.lines()
     for r in acted:
-        v = r.verdict
-        lines.append(f"  {v.action.value:<8} {v.condition.value:<13} {_where(v)}: {_measure(v)}")
+        lines.append(_acted_line(r.verdict))
 
     if result.dead_letters:
         lines.append("")
@@ -198,6 +254,64 @@ def render_text(result: PassResult) -> str:
         lines.append("Notes:")
         lines += [f"  - {n}" for n in result.notes]
     return "\n".join(lines)
+
+
+def _surfaced(verdicts: Iterable[RecordedVerdict]) -> Iterable[RecordedVerdict]:
+    return (r for r in verdicts if r.verdict.action is Action.SURFACE)
+
+
+def _acted_line(v: Verdict) -> str:
+    return f"  {v.action.value:<8} {v.condition.value:<13} {_where(v)}: {_measure(v)}"
+
+
+class _LeaseMoves:
+    """Lease moves (requeues, parks) as they stream past, per condition: the count, the count
+    per project, and the first few (all of them while there are no more than
+    :data:`LISTED_MOVES`)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.per_condition: dict[Condition, int] = {}
+        self.projects: dict[Condition, Counter[UUID | None]] = {}
+        self.first: dict[Condition, list[Verdict]] = {}
+
+    def add(self, r: RecordedVerdict) -> None:
+        v = r.verdict
+        self.count += 1
+        self.per_condition[v.condition] = self.per_condition.get(v.condition, 0) + 1
+        self.projects.setdefault(v.condition, Counter())[v.project_id] += 1
+        first = self.first.setdefault(v.condition, [])
+        if len(first) < LISTED_MOVES:
+            first.append(v)
+
+    def lines(self) -> list[str]:
+        out: list[str] = []
+        for condition in _LEASE_CONDITIONS:
+            count = self.per_condition.get(condition, 0)
+            if not count:
+                continue
+            first = self.first[condition]
+            if count <= LISTED_MOVES:
+                out += [_acted_line(v) for v in first]
+                continue
+            action = first[0].action.value
+            projects = self.projects[condition]
+            out.append(
+                f"  {action:<8} {condition.value:<13} {count} job(s) in {len(projects)} project(s)"
+            )
+            top = sorted(projects.items(), key=lambda item: (-item[1], str(item[0])))
+            named = ", ".join(f"{p} {n}" for p, n in top[:SUMMARY_PROJECTS])
+            rest = len(top) - SUMMARY_PROJECTS
+            out.append(
+                f"  {'':<22} by project: {named}"
+                + (f", and {rest} more project(s)" if rest > 0 else "")
+            )
+            out += [f"  {'':<22} {_where(v)}: {_measure(v)}" for v in first[:SUMMARY_JOBS]]
+            out.append(
+                f"  {'':<22} {count - SUMMARY_JOBS} more not listed here: `reaper reap --json` "
+                "lists every verdict"
+            )
+        return out
 
 
 def gate_json(gate: Gate) -> dict[str, object]:

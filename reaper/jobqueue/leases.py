@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
+from hashlib import sha256
 from typing import Final
 from uuid import UUID
 
-from reaper.core.canonical import canonical_payload
+from reaper.core.canonical import canonical_payload, lease_payload
 from reaper.core.domain import Action, ClaimableHead, Dispatch, HeldLease, UnsentDispatch, Verdict
+from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.errors import StoreUnavailable
 from reaper.jobqueue import ledger
 from reaper.jobqueue.database import (
@@ -46,7 +48,9 @@ __all__ = [
     "apply_lease_verdicts",
     "claimable_heads",
     "count_expired_leases",
+    "expired_lease_page",
     "expired_leases",
+    "move_lease_page",
 ]
 
 #: Leases moved per batch (one statement, one transaction). Large enough that a pass of
@@ -72,6 +76,28 @@ async def expired_leases(
     async with db.session("reading expired leases") as conn:
         rows = await conn.fetch(QUERIES["expired_leases"], now, grace_seconds, limit, project_id)
     return [HeldLease(*r) for r in rows]  # the query's columns are HeldLease's fields
+
+
+#: Before the first page: every real key sorts after it.
+_FIRST_KEY: Final = (datetime(1, 1, 1, tzinfo=UTC), UUID(int=0))
+
+
+async def expired_lease_page(
+    db: Database,
+    now: datetime,
+    grace_seconds: int,
+    size: int,
+    after: tuple[datetime, UUID] | None,
+    project_id: UUID | None,
+) -> LeaseColumns:
+    """At most ``size`` expired leases, oldest first, after the key ``after`` (the last page's
+    :meth:`~LeaseColumns.last_key`; None: from the first), as columns."""
+    expiry, job_id = after or _FIRST_KEY
+    async with db.session("reading expired leases") as conn:
+        rows = await conn.fetch(
+            QUERIES["expired_lease_page"], now, grace_seconds, size, project_id, expiry, job_id
+        )
+    return LeaseColumns.of_rows(rows)  # the query's columns are HeldLease's fields
 
 
 async def count_expired_leases(
@@ -153,45 +179,126 @@ async def apply_lease_verdicts(
     """
     for verdict in verdicts:
         check_lease_move(verdict)
-    lanes: list[list[Verdict]] = [[] for _ in range(max(1, min(LEASE_LANES, db.pool_size)))]
-    job_ids: list[UUID] = []
-    duplicates: list[UUID] = []
-    seen: set[UUID] = set()
+    lanes = _Lanes(db, dispatch)
     for verdict in verdicts:
         lease = check_lease_move(verdict)
-        if lease.job_id in seen:
-            duplicates.append(lease.job_id)  # a job judged twice is moved once
-            continue
-        seen.add(lease.job_id)
-        job_ids.append(lease.job_id)
-        lanes[lease.project_id.int % len(lanes)].append(verdict)
-    progress = _Progress()
-    try:
-        async with db.seam("moving expired leases"):
-            done = await asyncio.gather(
-                *(_move_lane(db, lane, now, dispatch, progress) for lane in lanes if lane),
-                return_exceptions=True,
-            )
-            for result in done:
-                if isinstance(result, _CommitUnknown):
-                    raise result.cause
-                if isinstance(result, BaseException):
-                    raise result
-    except StoreUnavailable as exc:
-        # The batches that committed before the failure stay moved, each with its event: the
-        # pass must report them, so what is known travels with the error.
-        raise MovesInterrupted(exc.reason, progress.outcome(job_ids, duplicates)) from None
-    return progress.outcome(job_ids, duplicates)
+        canonical = canonical_payload(verdict)
+        lanes.add(
+            lease.job_id,
+            lease.project_id,
+            lease.lease_owner,
+            lease.lease_expires_at,
+            lease.attempts,
+            canonical,
+            lease if verdict.action is Action.PARK else None,
+        )
+    return await lanes.move(db, now)
 
 
-async def _move_lane(
-    db: Database, verdicts: list[Verdict], now: datetime, dispatch: Dispatch, progress: _Progress
-) -> None:
+async def move_lease_page(
+    db: Database, page: LeaseColumns, rulings: LeaseRulings, now: datetime, dispatch: Dispatch
+) -> LeaseMoves:
+    """:func:`apply_lease_verdicts` for one page as the judge ruled on it, in columns: no
+    verdict object is built. Each move's event is the very payload its verdict would give."""
+    lanes = _Lanes(db, dispatch)
+    job_ids, projects, owners = page.job_ids, page.project_ids, page.owners
+    expiries, attempts, max_attempts = page.expiries, page.attempts, page.max_attempts
+    grace = rulings.grace
+    payload = lease_payload
+    for k, i in enumerate(rulings.rows):
+        poison = rulings.poison[k]
+        job_id = job_ids[i]
+        if poison:
+            canonical = payload(
+                str(job_id), "poison", "park", rulings.measured[k], max_attempts[i],
+                "attempts", rulings.details[k],
+            )  # fmt: skip
+        else:
+            canonical = payload(
+                str(job_id), "lease_expired", "requeue", rulings.measured[k], grace,
+                "seconds", rulings.details[k],
+            )  # fmt: skip
+        lanes.add(
+            job_id,
+            projects[i],
+            owners[i],
+            expiries[i],
+            attempts[i],
+            canonical,
+            page.lease(i) if poison else None,
+        )
+    return await lanes.move(db, now)
+
+
+class _Lanes:
+    """The moves of one call, split by project into lanes (no two lanes share a ledger
+    stream), each job once."""
+
+    def __init__(self, db: Database, dispatch: Dispatch) -> None:
+        count = max(1, min(LEASE_LANES, db.pool_size))
+        self.lanes = [_LeaseMoves(dispatch=dispatch) for _ in range(count)]
+        self.job_ids: list[UUID] = []
+        self.duplicates: list[UUID] = []
+        self._seen: set[UUID] = set()
+
+    def add(
+        self,
+        job_id: UUID,
+        project_id: UUID,
+        owner: str | None,
+        expiry: datetime,
+        attempts: int,
+        canonical: str,
+        park: HeldLease | None,
+    ) -> None:
+        if job_id in self._seen:
+            self.duplicates.append(job_id)  # a job judged twice is moved once
+            return
+        self._seen.add(job_id)
+        self.job_ids.append(job_id)
+        moves = self.lanes[project_id.int % len(self.lanes)]
+        moves.job_ids.append(job_id)
+        moves.projects.append(project_id)
+        moves.owners.append(owner)
+        moves.expiries.append(expiry)
+        moves.attempts.append(attempts)
+        moves.payloads.append(canonical)
+        moves.digests.append(sha256(canonical.encode()).hexdigest())
+        if park is not None:
+            moves.parks.append(job_id)
+            moves.gate_identities.append(park_identity(park))
+            moves.gate_prompts.append(park_prompt(park))
+
+    async def move(self, db: Database, now: datetime) -> LeaseMoves:
+        progress = _Progress()
+        try:
+            async with db.seam("moving expired leases"):
+                done = await asyncio.gather(
+                    *(_move_lane(db, lane, now, progress) for lane in self.lanes if lane),
+                    return_exceptions=True,
+                )
+                for result in done:
+                    if isinstance(result, _CommitUnknown):
+                        raise result.cause
+                    if isinstance(result, BaseException):
+                        raise result
+        except StoreUnavailable as exc:
+            # The batches that committed before the failure stay moved, each with its event:
+            # the pass must report them, so what is known travels with the error.
+            raise MovesInterrupted(
+                exc.reason, progress.outcome(self.job_ids, self.duplicates)
+            ) from None
+        return progress.outcome(self.job_ids, self.duplicates)
+
+
+async def _move_lane(db: Database, moves: _LeaseMoves, now: datetime, progress: _Progress) -> None:
+    # batches of equal size, none above LEASE_BATCH_SIZE (never a batch of a few left over)
+    count = -(-len(moves) // LEASE_BATCH_SIZE)
+    bounds = [len(moves) * n // count for n in range(count + 1)]
     async with db.connection() as conn:
-        for start in range(0, len(verdicts), LEASE_BATCH_SIZE):
-            moves = _lease_moves(verdicts[start : start + LEASE_BATCH_SIZE], dispatch)
+        for start, stop in itertools.pairwise(bounds):
             try:
-                moved = await _move_or_split(db, conn, moves, 0, len(moves), now, progress)
+                moved = await _move_or_split(db, conn, moves, start, stop, now, progress)
             except _CommitUnknown as exc:
                 progress.unknown.extend(exc.job_ids)
                 raise
@@ -314,24 +421,3 @@ class _LeaseMoves:
             self.payloads[start:stop],
             self.digests[start:stop],
         ]
-
-
-def _lease_moves(verdicts: Sequence[Verdict], dispatch: Dispatch) -> _LeaseMoves:
-    """The moves of checked lease verdicts, one job each."""
-    moves = _LeaseMoves(dispatch=dispatch)
-    sha256 = hashlib.sha256
-    for verdict in verdicts:
-        lease = check_lease_move(verdict)
-        canonical = canonical_payload(verdict)
-        moves.job_ids.append(lease.job_id)
-        moves.projects.append(lease.project_id)
-        moves.owners.append(lease.lease_owner)
-        moves.expiries.append(lease.lease_expires_at)
-        moves.attempts.append(lease.attempts)
-        moves.payloads.append(canonical)
-        moves.digests.append(sha256(canonical.encode("utf-8")).hexdigest())
-        if verdict.action is Action.PARK:
-            moves.parks.append(lease.job_id)
-            moves.gate_identities.append(park_identity(lease))
-            moves.gate_prompts.append(park_prompt(lease))
-    return moves

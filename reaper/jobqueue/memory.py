@@ -34,6 +34,7 @@ from reaper.core.domain import (
     UnsentDispatch,
     Verdict,
 )
+from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.core.observation import Observation
 from reaper.jobqueue.memory_records import JobRow, OutboxRow, Records
 from reaper.jobqueue.port import (
@@ -111,6 +112,32 @@ class MemoryJobQueue(Records):
             HeldLease(j.id, j.project_id, j.kind, j.lease_owner, expiry, j.attempts, j.max_attempts)
             for expiry, _, j in found[:limit]
         ]
+
+    async def expired_lease_page(
+        self,
+        now: datetime,
+        grace_seconds: int,
+        size: int,
+        after: tuple[datetime, UUID] | None = None,
+        project_id: UUID | None = None,
+    ) -> LeaseColumns:
+        found = sorted(self._expired(now, grace_seconds, project_id), key=lambda x: x[:2])
+        rows = [
+            (j.id, j.project_id, j.kind, j.lease_owner, expiry, j.attempts, j.max_attempts)
+            for expiry, _, j in found
+            if after is None or (expiry, str(j.id)) > (after[0], str(after[1]))
+        ]
+        return LeaseColumns.of_rows(rows[:size])
+
+    async def move_lease_page(
+        self,
+        page: LeaseColumns,
+        rulings: LeaseRulings,
+        now: datetime,
+        *,
+        dispatch: Dispatch = Dispatch.POLLING,
+    ) -> LeaseMoves:
+        return await self.apply_lease_verdicts(list(rulings.verdicts(page)), now, dispatch=dispatch)
 
     async def count_expired_leases(
         self, now: datetime, grace_seconds: int, project_id: UUID | None = None

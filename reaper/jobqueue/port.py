@@ -27,6 +27,7 @@ from reaper.core.domain import (
     UnsentDispatch,
     Verdict,
 )
+from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.core.observation import Observation
 from reaper.errors import StoreUnavailable
 
@@ -195,6 +196,30 @@ class JobQueue(Protocol):
         self, now: datetime, grace_seconds: int, limit: int, project_id: UUID | None = None
     ) -> list[HeldLease]:
         """Leased jobs past ``lease_expires_at + grace``, oldest first, at most ``limit``."""
+        ...
+
+    async def expired_lease_page(
+        self,
+        now: datetime,
+        grace_seconds: int,
+        size: int,
+        after: tuple[datetime, UUID] | None = None,
+        project_id: UUID | None = None,
+    ) -> LeaseColumns:
+        """One page of :meth:`expired_leases`, at most ``size``, after the key ``after`` (the
+        previous page's last expiry and job id; None: the first page), as columns."""
+        ...
+
+    async def move_lease_page(
+        self,
+        page: LeaseColumns,
+        rulings: LeaseRulings,
+        now: datetime,
+        *,
+        dispatch: Dispatch = Dispatch.POLLING,
+    ) -> LeaseMoves:
+        """:meth:`apply_lease_verdicts` for a page as the lease judge ruled on it, with no
+        verdict object built: the same moves, the same events."""
         ...
 
     async def count_expired_leases(

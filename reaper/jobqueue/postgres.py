@@ -28,6 +28,7 @@ from reaper.core.domain import (
     UnsentDispatch,
     Verdict,
 )
+from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.core.observation import Observation
 from reaper.jobqueue import (
     dead_letters,
@@ -149,6 +150,28 @@ class PostgresStore:
         self, now: datetime, grace_seconds: int, limit: int, project_id: UUID | None = None
     ) -> list[HeldLease]:
         return await leases.expired_leases(self.database, now, grace_seconds, limit, project_id)
+
+    async def expired_lease_page(
+        self,
+        now: datetime,
+        grace_seconds: int,
+        size: int,
+        after: tuple[datetime, UUID] | None = None,
+        project_id: UUID | None = None,
+    ) -> LeaseColumns:
+        return await leases.expired_lease_page(
+            self.database, now, grace_seconds, size, after, project_id
+        )
+
+    async def move_lease_page(
+        self,
+        page: LeaseColumns,
+        rulings: LeaseRulings,
+        now: datetime,
+        *,
+        dispatch: Dispatch = Dispatch.POLLING,
+    ) -> LeaseMoves:
+        return await leases.move_lease_page(self.database, page, rulings, now, dispatch)
 
     async def count_expired_leases(
         self, now: datetime, grace_seconds: int, project_id: UUID | None = None

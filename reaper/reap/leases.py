@@ -1,15 +1,108 @@
-"""The pass's lease step: requeue and park, each move with its event (SPEC §1 (a), (c))."""
+"""The pass's lease step: expired leases read, judged and moved a page at a time, each move
+with its event (SPEC §1 (a), (c); §8).
+
+A page is read from where the last one ended (its expiry and job id), judged by the pure lease
+judge in columns, and moved as one set-based step; while the database moves one page the next
+is read and judged. Every ruling goes to the pass's :class:`~reaper.reap.lease_log.LeaseLog`,
+so the whole pass holds a page or two of leases at a time, whatever their number.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Final
+from uuid import UUID
 
-from reaper.core.domain import Dispatch, Verdict
+from reaper.core.domain import Dispatch, Thresholds, Verdict
+from reaper.core.judge_leases import LeaseColumns, LeaseRulings, judge_lease_page
 from reaper.jobqueue.port import JobQueue, LeaseMoves, MovesInterrupted
+from reaper.reap.lease_log import LeaseLog
 from reaper.reap.progress import Progress, RecordedVerdict, RowNotMoved, Unreadable
 
-__all__ = ["act_on_leases"]
+__all__ = ["LEASE_PAGE_SIZE", "act_on_leases", "reap_leases"]
+
+#: Leases read, judged and moved at once. A few thousand: enough that a page is a handful of
+#: set-based statements, few enough that a pass holds little whatever its number of leases.
+LEASE_PAGE_SIZE: Final = 5000
+
+
+async def reap_leases(
+    store: JobQueue,
+    thresholds: Thresholds,
+    now: datetime,
+    *,
+    limit: int,
+    project_id: UUID | None,
+    dispatch: Dispatch,
+    write: bool,
+    log: LeaseLog,
+    progress: Progress,
+    page_size: int | None = None,
+) -> None:
+    """Read at most ``limit`` expired leases in pages (of ``page_size``, by default
+    :data:`LEASE_PAGE_SIZE`), judge each page, and (``write``) move
+    what the judge ruled, each with its event. A dry run (``write`` false) reads and judges
+    the same and moves nothing. A database that goes away part-way is named in
+    ``unreadable``, and what had committed is still logged as recorded."""
+    page_size = page_size or LEASE_PAGE_SIZE
+    grace = thresholds.lease_grace_seconds
+    after: tuple[datetime, UUID] | None = None
+    taken = 0
+    moving: asyncio.Task[LeaseMoves] | None = None
+    moving_page: tuple[LeaseColumns, LeaseRulings] | None = None
+    try:
+        while taken < limit:
+            size = min(page_size, limit - taken)
+            page = await progress.guarded(
+                store.expired_lease_page(now, grace, size, after, project_id)
+            )
+            if page is None:
+                break  # named in unreadable
+            taken += len(page)
+            after = page.last_key()
+            rulings = judge_lease_page(page, thresholds, now)
+            if moving is not None and moving_page is not None:
+                if not await _settle(moving, *moving_page, log, progress):
+                    moving = None
+                    return
+                moving = None
+            if write and rulings.rows:
+                moving = asyncio.ensure_future(
+                    store.move_lease_page(page, rulings, now, dispatch=dispatch)
+                )
+                moving_page = (page, rulings)
+            else:
+                log.add(page, rulings, ())
+            if len(page) < size:
+                break
+        if moving is not None and moving_page is not None:
+            await _settle(moving, *moving_page, log, progress)
+            moving = None
+    finally:
+        if moving is not None:
+            moving.cancel()
+
+
+async def _settle(
+    moving: asyncio.Future[LeaseMoves],
+    page: LeaseColumns,
+    rulings: LeaseRulings,
+    log: LeaseLog,
+    progress: Progress,
+) -> bool:
+    """Wait for a page's moves and log them; False when the database went away."""
+    try:
+        moves = await moving
+    except MovesInterrupted as exc:
+        progress.unreadable.append(Unreadable(exc.source, exc.reason))
+        _report(exc.moves, progress)
+        log.add(page, rulings, {*exc.moves.requeued, *exc.moves.parked})
+        return False
+    _report(moves, progress)
+    log.add(page, rulings, {*moves.requeued, *moves.parked})
+    return True
 
 
 async def act_on_leases(
@@ -30,10 +123,14 @@ async def act_on_leases(
     except MovesInterrupted as exc:
         progress.unreadable.append(Unreadable(exc.source, exc.reason))
         moves = exc.moves
-    _report(moves, verdicts, progress)
+    _report(moves, progress)
+    moved = {*moves.requeued, *moves.parked}
+    progress.verdicts.extend(
+        RecordedVerdict(v, v.lease is not None and v.lease.job_id in moved) for v in verdicts
+    )
 
 
-def _report(moves: LeaseMoves, verdicts: Sequence[Verdict], progress: Progress) -> None:
+def _report(moves: LeaseMoves, progress: Progress) -> None:
     for job_id in moves.skipped:
         progress.notes.append(
             f"job {job_id} changed after it was read (finished, re-leased, or moved by "
@@ -51,7 +148,3 @@ def _report(moves: LeaseMoves, verdicts: Sequence[Verdict], progress: Progress) 
                 unknown=True,
             )
         )
-    moved = {*moves.requeued, *moves.parked}
-    progress.verdicts.extend(
-        RecordedVerdict(v, v.lease is not None and v.lease.job_id in moved) for v in verdicts
-    )

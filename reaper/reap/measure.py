@@ -16,7 +16,6 @@ from reaper.core.domain import (
     BrokerFacts,
     ClaimableHead,
     Dispatch,
-    HeldLease,
     Measurements,
     QueueStats,
     Source,
@@ -39,7 +38,9 @@ class JobQueueReading:
     #: The database's clock when the reading began: the pass's ``now``.
     now: datetime
     dispatch: DispatchInForce
-    leases: tuple[HeldLease, ...]
+    #: Expired leases beyond the grace, counted as the pass began (the lease reap reads and
+    #: moves them a page at a time: :func:`reaper.reap.leases.reap_leases`).
+    expired: int
     #: None when not read (a lease-only pass).
     claimable: tuple[ClaimableHead, ...] | None
     #: Expired leases beyond this pass's bound.
@@ -77,7 +78,7 @@ class Reading:
     def measurements(self) -> Measurements:
         jq, br = self.job_queue, self.broker
         return Measurements(
-            leases=jq.leases if jq else None,
+            leases=(),  # judged a page at a time by the lease reap
             claimable=jq.claimable if jq else None,
             queues=br.queues if br else None,
             broker=br.facts if br else None,
@@ -94,18 +95,15 @@ async def _read_job_queue(
     facts = await store.database_facts()
     now = facts.now
     dispatch = dispatch_in_force(reap.dispatch, facts.outbox_schema)
-    leases, expired = await asyncio.gather(
-        store.expired_leases(now, reap.lease_grace_seconds, MAX_LEASES_PER_PASS, project_id),
-        store.count_expired_leases(now, reap.lease_grace_seconds, project_id),
-    )
-    remainder = max(0, expired - len(leases))
+    expired = await store.count_expired_leases(now, reap.lease_grace_seconds, project_id)
+    remainder = max(0, expired - MAX_LEASES_PER_PASS)
     if leases_only:
-        return JobQueueReading(now, dispatch, tuple(leases), None, remainder, None)
+        return JobQueueReading(now, dispatch, expired, None, remainder, None)
     claimable, unsent = await asyncio.gather(
         store.claimable_heads(now, frozenset(reap.known_phases), project_id),
         store.unsent_dispatches(project_id) if dispatch.mode is Dispatch.OUTBOX else _none(),
     )
-    return JobQueueReading(now, dispatch, tuple(leases), tuple(claimable), remainder, tuple(unsent))
+    return JobQueueReading(now, dispatch, expired, tuple(claimable), remainder, tuple(unsent))
 
 
 async def _read_broker(client: Broker, declared_consumer_timeout_ms: int) -> BrokerReading:

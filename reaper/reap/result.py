@@ -3,6 +3,7 @@ logs, and the one list of what made it not ok."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
@@ -48,7 +49,9 @@ class PassResult:
     started_at: datetime
     finished_at: datetime
     broker: BrokerFacts | None
-    verdicts: tuple[RecordedVerdict, ...]
+    #: Every verdict: a pass's own is a :class:`~reaper.reap.lease_log.VerdictLog` (its lease
+    #: verdicts spooled, read back as they are iterated), any sequence otherwise.
+    verdicts: Sequence[RecordedVerdict]
     policies: tuple[PolicyOutcome, ...] = ()
     dead_letters: tuple[DeadLetterOutcome, ...] = ()
     unreadable: tuple[Unreadable, ...] = ()

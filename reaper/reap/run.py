@@ -23,8 +23,9 @@ from reaper.core.judge import judge
 from reaper.jobqueue.port import JobQueue
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome, park_dead_letters
-from reaper.reap.leases import act_on_leases
-from reaper.reap.measure import Reading, measure
+from reaper.reap.lease_log import LeaseLog, VerdictLog
+from reaper.reap.leases import act_on_leases, reap_leases
+from reaper.reap.measure import MAX_LEASES_PER_PASS, Reading, measure
 from reaper.reap.observe import observe_broker
 from reaper.reap.policies import reconcile_policies
 from reaper.reap.progress import Progress, RecordedVerdict, Unreadable
@@ -73,6 +74,7 @@ async def run_pass(
         raise ValueError("a lease-only pass reads no broker")
     began = monotonic()
     progress = Progress()
+    lease_log = LeaseLog()
     if broker is not None:
         broker.begin_pass()
     if store is None:
@@ -108,8 +110,20 @@ async def run_pass(
 
     dispatch = reading.job_queue.dispatch if reading.job_queue else None
     mode = dispatch.mode if dispatch else Dispatch.POLLING
-    leases = [v for v in judgement.verdicts if v.lease is not None]
+    leases = [v for v in judgement.verdicts if v.lease is not None]  # from the caller only
     await act_on_leases(ledger, leases, now, mode, progress)
+    if reading.job_queue is not None and store is not None:
+        await reap_leases(
+            store,
+            settings.thresholds(),
+            now,
+            limit=MAX_LEASES_PER_PASS,
+            project_id=project_id,
+            dispatch=mode,
+            write=writable,
+            log=lease_log,
+            progress=progress,
+        )
 
     policies: list[PolicyOutcome] = []
     dead_letters: list[DeadLetterOutcome] = []
@@ -156,7 +170,7 @@ async def run_pass(
         started_at=now,
         finished_at=now + timedelta(seconds=monotonic() - began),
         broker=reading.broker.facts if reading.broker else None,
-        verdicts=tuple(progress.verdicts),
+        verdicts=VerdictLog(lease_log, progress.verdicts),
         policies=tuple(policies),
         dead_letters=tuple(dead_letters),
         unreadable=tuple(progress.unreadable),

@@ -286,13 +286,13 @@ async def test_one_pass_at_a_time() -> None:
         return overview_handler(request)
 
     h = Harness(slow)
-    original = h.store.expired_leases
+    original = h.store.count_expired_leases
 
-    async def blocked(*args: Any, **kwargs: Any) -> list[Any]:
+    async def blocked(*args: Any, **kwargs: Any) -> Any:
         await gate.wait()
         return await original(*args, **kwargs)
 
-    h.store.expired_leases = blocked  # type: ignore[method-assign]
+    h.store.count_expired_leases = blocked  # type: ignore[method-assign]
     reaper = h.reaper()
     first = asyncio.create_task(reaper.run_if_due())
     await asyncio.sleep(0.05)

@@ -119,3 +119,65 @@ def test_a_dry_run_says_it_wrote_nothing() -> None:
     text = render_text(result(dry_run=True))
     assert "dry-run audit (nothing written)" in text.splitlines()[0]
     assert "Would do (0):" in text
+
+
+def _lease_result(expired: int, poison: int) -> PassResult:
+    """A pass that moved ``expired`` leases over three projects and parked ``poison``."""
+    from reaper.core.domain import Thresholds
+    from reaper.core.judge_leases import LeaseColumns, judge_lease_page
+    from reaper.reap.lease_log import LeaseLog, VerdictLog
+
+    projects = [UUID(int=p + 1) for p in range(3)]
+    rows = [
+        (
+            UUID(int=1000 + n),
+            projects[n % 3] if n % 3 != 2 or n < 6 else projects[0],
+            "build",
+            f"worker-{n % 4}",
+            T0 - timedelta(seconds=n + 1),
+            7 if n >= expired else 1,
+            7,
+        )
+        for n in range(expired + poison)
+    ]
+    page = LeaseColumns.of_rows(rows)
+    rulings = judge_lease_page(page, Thresholds(), T0)
+    log = LeaseLog()
+    log.add(page, rulings, set(page.job_ids))
+    return result(verdicts=VerdictLog(log))
+
+
+def test_many_lease_moves_are_summarised_and_the_summary_says_what_it_left_out() -> None:
+    r = _lease_result(expired=40, poison=3)
+    text = render_text(r)
+    lines = text.splitlines()
+    assert "Done (43):" in lines
+    summary = next(i for i, line in enumerate(lines) if "lease_expired 40 job(s)" in line)
+    assert " ".join(lines[summary].split()) == "requeue lease_expired 40 job(s) in 3 project(s)"
+    # the per-project counts add up to every move, the project with the most first
+    parts = lines[summary + 1].split("by project: ")[1].split(", ")
+    named = {UUID(p): int(n) for p, n in (part.rsplit(" ", 1) for part in parts)}
+    assert sum(named.values()) == 40 and named[UUID(int=1)] == max(named.values())
+    first = lines[summary + 2 : summary + 7]
+    assert [line.split()[1] for line in first] == [str(UUID(int=1000 + n)) for n in range(5)]
+    assert "35 more not listed here: `reaper reap --json` lists every verdict" in lines[summary + 7]
+    # a condition with few moves is listed in full, one line each
+    parks = [line for line in lines if line.split()[:2] == ["park", "poison"]]
+    assert len(parks) == 3
+    assert len(lines) < 25
+
+
+def test_the_json_report_lists_every_lease_verdict_and_streams_the_same_text() -> None:
+    import io
+
+    from reaper.edges.report import render_json, write_json
+
+    r = _lease_result(expired=40, poison=3)
+    out = io.StringIO()
+    write_json(r, out)
+    assert out.getvalue() == render_json(r) + "\n"
+    report = json.loads(out.getvalue())
+    jsonschema.validate(report, SCHEMA)
+    assert len(report["verdicts"]) == 43
+    assert [v["object"] for v in report["verdicts"]] == [str(UUID(int=1000 + n)) for n in range(43)]
+    assert all(v["recorded"] for v in report["verdicts"])

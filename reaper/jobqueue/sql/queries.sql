@@ -64,6 +64,20 @@ WHERE state = 'leased'
 ORDER BY lease_expires_at, id
 LIMIT $3::int;
 
+-- name: expired_lease_page --
+-- One page of expired leases ($3 at most), in the order of expired_leases, starting after the
+-- key ($5 expiry, $6 id) that ended the page before (the first page: -infinity and the nil
+-- uuid). The key is the leased-expiry index's own, so each page starts where the last ended
+-- instead of walking past the rows already moved.
+SELECT id, project_id, kind, lease_owner, lease_expires_at, attempts, max_attempts
+FROM job
+WHERE state = 'leased'
+  AND lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
+  AND (lease_expires_at, id) > ($5::timestamptz, $6::uuid)
+  AND ($4::uuid IS NULL OR project_id = $4::uuid)
+ORDER BY lease_expires_at, id
+LIMIT $3::int;
+
 -- name: count_expired_leases --
 -- How many leases are expired beyond the grace (to report the remainder past the bound).
 SELECT count(*)

@@ -1,0 +1,97 @@
+"""The lease reap a page at a time, on real PostgreSQL: a pass over a few thousand expired
+leases in several pages moves each lease once with exactly one event, keeps every stream
+gapless beside events a host wrote first, and its streamed JSON report lists every verdict."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from datetime import timedelta
+
+import asyncpg
+import pytest
+
+import reaper.reap.leases as lease_step
+from reaper.config import load_config
+from reaper.edges.report import render_json, render_text, write_json
+from reaper.jobqueue.postgres import PostgresStore
+from reaper.reap.run import run_pass
+
+pytestmark = [pytest.mark.postgres]
+
+LEASES = 3000
+POISON_EVERY = 10
+PROJECTS = 7
+
+SEED = """
+INSERT INTO job (id, project_id, kind, phase, state, run_after, attempts, max_attempts,
+                 lease_owner, lease_expires_at, created_at, updated_at)
+SELECT gen_random_uuid(),
+       ('00000000-0000-4000-8000-' || lpad(to_hex(g % $2), 12, '0'))::uuid,
+       'build', 'build', 'leased', $3::timestamptz - interval '2 hours',
+       CASE WHEN g % $4 = 0 THEN 7 ELSE 1 + g % 6 END, 7,
+       'worker-' || (g % 13), $3::timestamptz - (g % 3600 + 1) * interval '1 second',
+       $3::timestamptz - interval '1 day', $3::timestamptz - interval '1 day'
+FROM generate_series(1, $1::int) AS g
+"""
+
+HOST_EVENT = """
+INSERT INTO event (project_id, seq, kind, payload, digest, trusted, created_at)
+VALUES ($1, $2, 'HostWrote', '{}'::jsonb, repeat('0', 64), true, now())
+"""
+
+
+def project(n: int) -> uuid.UUID:
+    return uuid.UUID(f"00000000-0000-4000-8000-{n:012x}")
+
+
+async def test_a_paged_pass_moves_each_lease_once_with_one_event_and_lists_every_verdict(
+    pg_dsn: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lease_step, "LEASE_PAGE_SIZE", 700)  # five pages, the last partial
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        now = await conn.fetchval("SELECT clock_timestamp()")
+        await conn.execute(SEED, LEASES, PROJECTS, now - timedelta(seconds=5), POISON_EVERY)
+        for n in range(3):  # a host writer got to project 0's stream first
+            await conn.execute(HOST_EVENT, project(0), n + 1)
+        settings = load_config(None, {"REAPER_DATABASE__DSN": pg_dsn}).settings
+        result = await run_pass(settings, store=store, broker=None, leases_only=True)
+
+        out = io.StringIO()
+        write_json(result, out)
+        assert out.getvalue() == render_json(result) + "\n"  # the same text, streamed
+        report = json.loads(out.getvalue())
+        verdicts = report["verdicts"]
+        assert len(verdicts) == LEASES == len({v["object"] for v in verdicts})
+        assert all(v["recorded"] for v in verdicts)
+        poison = [v for v in verdicts if v["condition"] == "poison"]
+        assert len(poison) == LEASES // POISON_EVERY
+        assert all(v["action"] == "park" for v in poison)
+        assert {v["action"] for v in verdicts if v["condition"] == "lease_expired"} == {"requeue"}
+        assert result.ok, result.problems()
+
+        still_leased = await conn.fetchval("SELECT count(*) FROM job WHERE state = 'leased'")
+        assert still_leased == 0
+        events = await conn.fetch(
+            "SELECT project_id, seq, payload ->> 'object' AS object FROM event "
+            "WHERE kind = 'QueueReaped' ORDER BY project_id, seq"
+        )
+        assert len(events) == LEASES  # one event per move
+        assert sorted(e["object"] for e in events) == sorted(v["object"] for v in verdicts)
+        streams = await conn.fetch(
+            "SELECT project_id, array_agg(seq ORDER BY seq) AS seqs FROM event GROUP BY 1"
+        )
+        assert len(streams) == PROJECTS
+        for s in streams:  # gapless, the host's three first on project 0
+            assert s["seqs"] == list(range(1, len(s["seqs"]) + 1))
+        host = await conn.fetchval("SELECT count(*) FROM event WHERE kind = 'HostWrote'")
+        assert host == 3
+
+        text = render_text(result)
+        assert f"requeue  lease_expired {LEASES - len(poison)} job(s) in {PROJECTS}" in text
+        assert "lists every verdict" in text
+        assert len(text.splitlines()) < 40  # summarised, not one line per move
+    finally:
+        await conn.close()
