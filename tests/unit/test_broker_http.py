@@ -575,3 +575,45 @@ def test_normalize_definition_makes_integral_floats_ints() -> None:
     ) == {"delivery-limit": 20, "ratio": 0.5, "flag": True, "nested": {"x": [1, 2.5]}}
     assert normalized({"a": 20.0}) == normalized({"a": 20})
     assert type(normalized({"a": 20.0})["a"]) is int
+
+
+async def test_a_read_whose_kept_alive_connection_was_closed_is_sent_once_more(
+    mock: respx.MockRouter, client: ManagementClient
+) -> None:
+    """The node closed a pooled connection just as the request went out (seen on RabbitMQ 4.3
+    under load): a read asks again, once."""
+    route = mock.get("/api/queues/%2F").mock(
+        side_effect=[
+            httpx.RemoteProtocolError("Server disconnected without sending a response."),
+            httpx.Response(200, json=page([queue_item("vibey.a")], 1, 1)),
+        ]
+    )
+    queues = await client.list_queues()
+    assert [q.name for q in queues] == ["vibey.a"]
+    assert route.call_count == 2
+    assert client.api.requests_made == 2 and client.api.writes_made == 0
+
+
+async def test_a_read_broken_twice_is_unavailable_after_two_tries(
+    mock: respx.MockRouter, client: ManagementClient
+) -> None:
+    route = mock.get("/api/queues/%2F").mock(
+        side_effect=httpx.ReadError("connection reset by peer")
+    )
+    with pytest.raises(BrokerUnavailable, match="truncated or broken body"):
+        await client.list_queues()
+    assert route.call_count == 2
+
+
+async def test_a_write_whose_connection_broke_is_never_sent_twice(
+    mock: respx.MockRouter, client: ManagementClient
+) -> None:
+    """A requeueing get is a POST: sent twice, it could count two deliveries on a quorum
+    queue, so it is not retried."""
+    route = mock.post("/api/queues/%2F/vibey.dead/get").mock(
+        side_effect=httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    )
+    with pytest.raises(BrokerUnavailable, match="truncated or broken body"):
+        await client.get_messages("vibey.dead", 5)
+    assert route.call_count == 1
+    assert client.api.writes_made == 1
