@@ -11,16 +11,25 @@ is on the median of the rounds' ratios. Targets: this reaper at least 0.5 of the
 UPDATE (the issue's goal; SPEC's floor is 0.3), and at least 30 times the per-lease loop.
 The spread of reaper / bare across rounds (min, median, max) and the machine's load
 average are printed beside it.
+
+With ``--host-writer``, every measurement runs beside the host's own ledger writer
+(tests/integration/host_writer.py, a process appending to every project's stream in a tight
+loop, ``seq = max(seq) + 1`` in its own transactions): the ledger shared as SPEC §3 allows,
+and the reaper's sequence collisions retried. The writer's appends during the reaper's runs
+are printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import os
+import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -109,6 +118,15 @@ VALUES ($1, $2, 'QueueReaped', $3::jsonb, $4, true, $5)
 """
 
 
+# Events whose number is not their place in their stream (a gap or a duplicate): 0.
+GAPS = """
+SELECT count(*)
+FROM (SELECT seq, row_number() OVER (PARTITION BY project_id ORDER BY seq) AS place
+      FROM event) AS e
+WHERE seq <> place
+"""
+
+
 async def seed(dsn: str, expired: int, others: int, projects: int) -> None:
     store = await PostgresStore.connect(dsn)
     try:
@@ -154,8 +172,10 @@ async def run_reaper(dsn: str, expired: int) -> tuple[float, int]:
         )
         elapsed = time.perf_counter() - started
         moved = sum(n for (_, _, _, recorded), n in log.tally.items() if recorded)
-        events = await conn.fetchval("SELECT count(*) FROM event")
+        events = await conn.fetchval("SELECT count(*) FROM event WHERE kind = 'QueueReaped'")
         assert moved == expired == events == len(log), (moved, expired, events)
+        gaps = await conn.fetchval(GAPS)
+        assert gaps == 0, f"{gaps} event(s) out of place: a stream is not gapless"
         assert not progress.unreadable and not progress.not_moved and not progress.notes
         log.close()
         return elapsed, moved
@@ -212,11 +232,22 @@ async def run_loop(dsn: str, expired: int) -> tuple[float, int]:
                 await conn.execute(
                     LOOP_UPDATE, row["id"], NOW, row["lease_owner"], row["lease_expires_at"]
                 )
-                seq = (await conn.fetchrow(LOOP_SEQ, row["project_id"]))[1]
                 canonical = canonical_json(_payload(row["id"], row["lease_expires_at"]))
-                await conn.execute(
-                    LOOP_EVENT, row["project_id"], seq, canonical, digest_of(canonical), NOW
-                )
+                while True:  # a number the host took first is taken again, as the reaper does
+                    seq = (await conn.fetchrow(LOOP_SEQ, row["project_id"]))[1]
+                    try:
+                        async with conn.transaction():
+                            await conn.execute(
+                                LOOP_EVENT,
+                                row["project_id"],
+                                seq,
+                                canonical,
+                                digest_of(canonical),
+                                NOW,
+                            )
+                        break
+                    except asyncpg.UniqueViolationError:
+                        continue
                 moved += 1
         elapsed = time.perf_counter() - started
         assert moved == expired
@@ -240,12 +271,53 @@ def _payload(job_id: UUID, expired_at: datetime) -> dict[str, object]:
     }
 
 
+HOST_WRITER = Path(__file__).resolve().parents[1] / "tests" / "integration" / "host_writer.py"
+
+
+def project_ids(projects: int) -> list[str]:
+    """The seeded projects' ids (as SEED writes them): the streams the host writes too."""
+    return [f"00000000-0000-4000-8000-{g:012x}" for g in range(projects)]
+
+
+@contextlib.asynccontextmanager
+async def host_writer(dsn: str, projects: int | None) -> AsyncIterator[list[int]]:
+    """The host's own writer on every project's stream while the block runs (none when
+    ``projects`` is None); yields a list that receives its appends once it has stopped."""
+    appended: list[int] = []
+    if projects is None:
+        yield appended
+        return
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(HOST_WRITER),
+        dsn,
+        *project_ids(projects),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    await asyncio.sleep(0.3)  # connected and appending before the measurement starts
+    try:
+        yield appended
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, _ = await process.communicate()
+        if process.returncode != 0:
+            raise RuntimeError(f"the host writer exited with {process.returncode}")
+        appended.append(json.loads(out.decode().strip().splitlines()[-1])["appended"])
+
+
 async def on_a_copy(
-    template: str, expired: int, method: Callable[[str, int], Awaitable[tuple[float, int]]]
-) -> float:
-    async with scratch_database("qr_bench_copy", template=template) as copy:
+    template: str,
+    expired: int,
+    method: Callable[[str, int], Awaitable[tuple[float, int]]],
+    writer_projects: int | None = None,
+) -> tuple[float, int | None]:
+    """``method``'s rate on a fresh copy, and the host writer's appends meanwhile."""
+    async with (
+        scratch_database("qr_bench_copy", template=template) as copy,
+        host_writer(dsn_for(copy), writer_projects) as appended,
+    ):
         elapsed, moved = await method(dsn_for(copy), expired)
-    return moved / elapsed
+    return moved / elapsed, (appended[0] if appended else None)
 
 
 async def main() -> int:
@@ -254,24 +326,35 @@ async def main() -> int:
     parser.add_argument("--others", type=int, default=100_000)
     parser.add_argument("--projects", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--host-writer",
+        action="store_true",
+        help="run every measurement beside the host's own writer on the same streams",
+    )
     args = parser.parse_args()
+    writer_projects = args.projects if args.host_writer else None
 
     print(
         f"lease reap: {args.expired:,} expired leases among {args.others:,} other rows, "
         f"{args.projects} projects, {args.rounds} round(s), medians reported"
+        + (", beside the host's own writer on every stream" if args.host_writer else "")
     )
     async with scratch_database("qr_bench_seed") as template:
         started = time.perf_counter()
         await seed(dsn_for(template), args.expired, args.others, args.projects)
         print(f"seeded in {time.perf_counter() - started:.1f}s")
         rates: dict[str, list[float]] = {"reaper": [], "bare": [], "loop": []}
+        host_appends: list[int] = []
         methods = {"reaper": run_reaper, "bare": run_bare, "loop": run_loop}
         for round_no in range(1, args.rounds + 1):
             line = []
             for name, method in methods.items():
-                rate = await on_a_copy(template, args.expired, method)
+                rate, appended = await on_a_copy(template, args.expired, method, writer_projects)
                 rates[name].append(rate)
                 line.append(f"{name} {rate:,.0f}/s")
+                if name == "reaper" and appended is not None:
+                    host_appends.append(appended)
+                    line.append(f"host appended {appended:,} meanwhile")
             of_bare_now = rates["reaper"][-1] / rates["bare"][-1]
             of_loop_now = rates["reaper"][-1] / rates["loop"][-1]
             print(
@@ -298,6 +381,12 @@ async def main() -> int:
         f"min {spread[0]:.2f}, median {spread[1]:.2f}, max {spread[2]:.2f}"
     )
     print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    if host_appends:
+        print(
+            "beside the host's own writer: it appended "
+            + ", ".join(f"{n:,}" for n in host_appends)
+            + " event(s) on the same streams during the reaper's runs"
+        )
     print(
         f"reaper / bare = {of_bare:.2f}  (target >= {TARGET_OF_BARE}): "
         f"{'PASS' if ok_bare else 'FAIL'}"
@@ -320,6 +409,8 @@ async def main() -> int:
             "judge_per_s": round(judge_rate),
             "load": [round(x, 2) for x in load],
             "rounds": args.rounds,
+            "host_writer": args.host_writer,
+            "host_appends": host_appends,
             "of_loop": round(of_loop, 1),
             "ok": ok_bare and ok_loop,
         },
