@@ -35,7 +35,7 @@ def canonical_payload(verdict: Verdict) -> str:
     other shape than a verdict's usual ones takes the general path; a property test holds
     the two to the same bytes."""
     measured, threshold = verdict.measured, verdict.threshold
-    if not (_plain_number(measured) and _plain_number(threshold)):
+    if verdict.bucket is not None or not (_plain_number(measured) and _plain_number(threshold)):
         return canonical_json(verdict.payload())
     queue = "null" if verdict.queue is None else _quote(verdict.queue)
     return (

@@ -285,6 +285,9 @@ class DeadLetter:
     is_json_object: bool
     delivery_count: int | None
     redelivered: bool
+    #: What identifies it from its properties and headers alone, without its body
+    #: (``reaper.core.dead_letters.envelope``); None when they do not carry enough to.
+    envelope: str | None = None
 
 
 @dataclass(frozen=True)
@@ -336,11 +339,20 @@ class Verdict:
     #: For lease verdicts: the row as read, so the write can re-check it (still leased,
     #: still expired, same owner).
     lease: HeldLease | None = None
+    #: For a measure recorded by order of magnitude (a dead-letter queue's unread remainder:
+    #: ``reaper.core.dead_letters.remainder_bucket``), the bucket's threshold (1, 10, 100, ...):
+    #: part of the sighting's scope, so crossing into a higher bucket is a new sighting.
+    bucket: int | None = None
 
     @property
     def sighting_key(self) -> SightingKey:
-        scope = sighting_scope(self.source, self.stream, self.queue, self.object)
+        scope = sighting_scope(self.source, self.stream, self.queue, self.object, self.bucket)
         return SightingKey(self.source, self.condition, scope)
+
+    @property
+    def subject(self) -> str:
+        """What a broker verdict is about: its queue, else its object."""
+        return self.queue or self.object
 
     @property
     def stream(self) -> UUID:
@@ -361,16 +373,20 @@ class Verdict:
             "unit": self.unit.value,
             "action": self.action.value,
             "detail": self.detail,
-        }
+        } | ({} if self.bucket is None else {"bucket": self.bucket})
 
 
-def sighting_scope(source: Source, stream: UUID, queue: str | None, object_: str) -> str:
+def sighting_scope(
+    source: Source, stream: UUID, queue: str | None, object_: str, bucket: int | None = None
+) -> str:
     """What one sighting is about within its stream and condition: on the broker, the queue
-    (its ``queue``, else its ``object``); on the job queue, the project whose stream holds it.
-    The SQL function ``reaper_sighting_scope`` (migration 0003) computes the same from a stored
-    event, and a test holds the two to the same answers."""
+    (its ``queue``, else its ``object``), followed by ``#<bucket>`` for a bucketed measure
+    (``vibey.jobs.dead#10``); on the job queue, the project whose stream holds it.
+    The SQL function ``reaper_sighting_scope_v2`` (migration 0008) computes the same from a
+    stored event, and a test holds the two to the same answers."""
     if source is Source.BROKER:
-        return queue or object_
+        subject = queue or object_
+        return subject if bucket is None else f"{subject}#{bucket}"
     return str(stream)
 
 

@@ -62,20 +62,27 @@ def observed_sightings(verdicts: Iterable[Verdict]) -> dict[SightingRef, Verdict
 
 
 def is_read(
-    ref: SightingRef,
+    verdict: Verdict,
     sources_read: frozenset[Source],
     project_id: UUID | None,
     unread_queues: frozenset[str] = frozenset(),
 ) -> bool:
-    """Whether this pass read the source that would show ``ref``'s condition: its source was
-    read and, for the job queue in a pass scoped to one project, it is that project's; for the
-    broker, the queue it is about was measured (not in ``unread_queues``: a queue whose node is
-    down is listed but not read)."""
-    if ref.key.source not in sources_read:
+    """Whether this pass read the source that would show the condition of the sighting
+    ``verdict`` recorded: its source was read and, for the job queue in a pass scoped to one
+    project, it is that project's; for the broker, the queue it is about was measured (not in
+    ``unread_queues``: a queue whose node is down is listed but not read)."""
+    if verdict.source not in sources_read:
         return False
-    if ref.key.source is Source.BROKER:
-        return ref.key.scope not in unread_queues
-    return not (project_id is not None and ref.stream != project_id)
+    if verdict.source is Source.BROKER:
+        return verdict.subject not in unread_queues
+    return not (project_id is not None and verdict.stream != project_id)
+
+
+def _bucketed(verdict: Verdict) -> tuple[UUID, Source, Condition, str] | None:
+    """The measure a bucketed sighting belongs to (its buckets are scopes of one measure)."""
+    if verdict.bucket is None:
+        return None
+    return (verdict.stream, verdict.source, verdict.condition, verdict.subject)
 
 
 def cleared(verdict: Verdict) -> Verdict:
@@ -99,15 +106,36 @@ def records_to_write(
     :func:`observed_sightings`) and the latest record of each ref in question (refs with no
     record are absent). A new episode's surface record for every observed ref not open; a
     ``cleared`` record for every open ref not observed whose source (and, on the broker,
-    queue) was read. Observed refs come first in their given order, then clears in ref order."""
-    records = [v for ref, v in observed.items() if not is_open(latest.get(ref))]
+    queue) was read. Observed refs come first in their given order, then clears in ref order.
+
+    A bucketed measure (a verdict with a ``bucket``) is recorded again only when it reaches a
+    bucket higher than every one open for it: then its new bucket opens and the lower ones
+    close. While it stays within, or falls below, the highest bucket open, nothing is
+    written and that bucket stays open; it closes when the measure is no longer observed.
+    """
+    highest: dict[tuple[UUID, Source, Condition, str], int] = {}
+    for verdict in latest.values():
+        measure = _bucketed(verdict)
+        if measure is not None and is_open(verdict) and verdict.bucket is not None:
+            highest[measure] = max(highest.get(measure, verdict.bucket), verdict.bucket)
+    held: set[tuple[UUID, Source, Condition, str]] = set()
+    records: list[Verdict] = []
+    for ref, verdict in observed.items():
+        measure = _bucketed(verdict)
+        if measure in highest and (verdict.bucket or 0) <= highest[measure]:
+            held.add(measure)  # within the highest bucket open: nothing new
+            continue
+        if not is_open(latest.get(ref)):
+            records.append(verdict)
     for ref in sorted(latest):
-        if (
-            ref not in observed
-            and is_open(latest[ref])
-            and is_read(ref, sources_read, project_id, unread_queues)
-        ):
-            records.append(cleared(latest[ref]))
+        verdict = latest[ref]
+        if ref in observed or not is_open(verdict):
+            continue
+        measure = _bucketed(verdict)
+        if measure in held and verdict.bucket == highest[measure]:
+            continue  # the highest bucket open stays open while the measure is observed
+        if is_read(verdict, sources_read, project_id, unread_queues):
+            records.append(cleared(verdict))
     return records
 
 
@@ -128,7 +156,12 @@ def verdict_from_record(stream: UUID, payload: Mapping[str, object], trusted: bo
         project_id=None if source is Source.BROKER or stream == FLEET_PROJECT_ID else stream,
         detail=str(payload.get("detail") or ""),
         trusted=trusted,
+        bucket=_bucket(payload.get("bucket")),
     )
+
+
+def _bucket(value: object) -> int | None:
+    return value if type(value) is int else None
 
 
 def _number(value: object) -> float | int | None:

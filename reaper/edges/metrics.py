@@ -291,6 +291,12 @@ class ReaperMetrics:
             "Dead letters parked as bus.dead_letter jobs behind a bus_dead_lettered gate.",
             registry=r,
         )
+        self.dead_letter_bodies_read = Counter(
+            "reaper_dead_letter_bodies_read",
+            "Dead-letter bodies read: only by a pass that saw a letter not parked yet (a quiet "
+            "pass reads none).",
+            registry=r,
+        )
         self.passes = Counter(
             "reaper_passes",
             "Passes run, by result: ok, not_ok (ran, something not ok) or error (raised).",
@@ -328,6 +334,9 @@ class ReaperMetrics:
                     self.jobs_parked.inc()
             if real:
                 self.dead_letters_parked.inc(sum(max(0, d.parked_new) for d in result.dead_letters))
+                self.dead_letter_bodies_read.inc(
+                    sum(max(0, d.bodies_read) for d in result.dead_letters)
+                )
             self.passes.labels("ok" if result.ok else "not_ok").inc()
             self.pass_duration.observe(max(0.0, result.duration_seconds))
             self.collector.update(result)

@@ -107,6 +107,7 @@ def to_json(result: PassResult, *, verdicts: bool = True) -> dict[str, object]:
                 "unread": d.unread,
                 "read_blocked": d.read_blocked,
                 "stale_pointers": d.stale_pointers,
+                "bodies_read": d.bodies_read,
             }
             for d in result.dead_letters
         ],
@@ -234,7 +235,8 @@ def render_text(result: PassResult) -> str:
             state = f"read blocked: {d.read_blocked}" if d.read_blocked else "read safely"
             lines.append(
                 f"  {d.queue}: depth {d.depth}, parked {d.parked_new} new, "
-                f"{d.already_parked} already parked, {d.unread} unread; {state}"
+                f"{d.already_parked} already parked, {d.unread} unread, "
+                f"{d.bodies_read} bodies read; {state}"
             )
     if result.policies:
         lines.append("")

@@ -49,7 +49,15 @@ from reaper.jobqueue.rules import (
 )
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["answer_gate", "count_parked", "park", "park_pointers", "parked_identities"]
+__all__ = [
+    "answer_gate",
+    "count_parked",
+    "keep_envelopes",
+    "park",
+    "park_pointers",
+    "parked_envelopes",
+    "parked_identities",
+]
 
 _CHOICES_JSON: Final = json.dumps(list(dead_letters.GATE_CHOICES))
 _RETRY_JSON: Final = json.dumps(list(DELIVERY_EXHAUSTED_CHOICES))
@@ -67,6 +75,29 @@ async def parked_identities(db: Database, identities: Sequence[str]) -> set[str]
     async with db.session("reading parked dead letters") as conn:
         rows = await conn.fetch(QUERIES["parked_dead_letters"], keys, sorted(set(identities)))
     return {row["identity"].removeprefix(DEAD_LETTER_KEY_PREFIX) for row in rows}
+
+
+async def parked_envelopes(db: Database, envelopes: Sequence[str]) -> dict[str, int]:
+    """How many handled letters carry each of these envelopes (absent: none)."""
+    if not envelopes:
+        return {}
+    async with db.session("reading parked envelopes") as conn:
+        rows = await conn.fetch(QUERIES["parked_envelopes"], sorted(set(envelopes)))
+    return {row["envelope"]: int(row["parked"]) for row in rows}
+
+
+async def keep_envelopes(db: Database, seen: Sequence[tuple[str, str]]) -> int:
+    """Note, for handled letters just read whole (``(identity, envelope)``), the envelope they
+    were read with where their row holds another or none; how many rows changed."""
+    latest = dict(seen)
+    if not latest:
+        return 0
+    identities = sorted(latest)
+    async with db.session("noting envelopes") as conn:
+        status = await conn.execute(
+            QUERIES["keep_envelopes"], identities, [latest[i] for i in identities]
+        )
+    return int(str(status).rsplit(" ", 1)[-1] or 0)
 
 
 async def count_parked(db: Database, queue: str) -> int:
@@ -142,6 +173,7 @@ async def _park_one(
             DEAD_LETTER_JOB_KIND,
             GATE_BUS_DEAD_LETTERED,
             _CHOICES_JSON,
+            kept.envelope,
         )
         job_id = row["job_id"]
         if job_id is None:
@@ -221,6 +253,7 @@ async def _park_pointer(
             dead_letters.pointer_prompt(letter, pointer),
             _RETRY_JSON,
             rules.lease_grace_seconds,
+            kept.envelope,
         )
         if not row["recorded"]:
             return None

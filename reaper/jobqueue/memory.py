@@ -14,6 +14,7 @@ outbox (its tables: :mod:`reaper.jobqueue.memory_records`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
@@ -247,7 +248,7 @@ class MemoryJobQueue(Records):
             if ref in seen
             or (
                 sightings.is_open(record)
-                and sightings.is_read(ref, sources_read, project_id, unread_queues)
+                and sightings.is_read(record, sources_read, project_id, unread_queues)
             )
         }
         records = sightings.records_to_write(seen, wanted, sources_read, project_id, unread_queues)
@@ -265,6 +266,28 @@ class MemoryJobQueue(Records):
         self._open()
         raised = {g.identity for g in self.gates.values()}
         return {i for i in identities if dead_letter_key(i) in raised or i in self.dispositions}
+
+    async def parked_envelopes(self, envelopes: Sequence[str]) -> dict[str, int]:
+        self._open()
+        wanted = set(envelopes)
+        found: dict[str, int] = {}
+        for parked in self.letters.values():
+            envelope = parked.letter.envelope
+            if envelope is not None and envelope in wanted:
+                found[envelope] = found.get(envelope, 0) + 1
+        return found
+
+    async def keep_envelopes(self, seen: Sequence[tuple[str, str]]) -> int:
+        self._open()
+        changed = 0
+        for identity, envelope in dict(seen).items():
+            parked = self.letters.get(identity)
+            if parked is not None and parked.letter.envelope != envelope:
+                self.letters[identity] = replace(
+                    parked, letter=replace(parked.letter, envelope=envelope)
+                )
+                changed += 1
+        return changed
 
     async def park_dispatch_pointers(
         self,

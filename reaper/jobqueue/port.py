@@ -264,6 +264,15 @@ class JobQueue(Protocol):
         """Which of these dead-letter identities are already parked."""
         ...
 
+    async def parked_envelopes(self, envelopes: Sequence[str]) -> dict[str, int]:
+        """How many handled dead letters carry each of these envelopes (absent: none)."""
+        ...
+
+    async def keep_envelopes(self, seen: Sequence[tuple[str, str]]) -> int:
+        """Note the envelope each handled letter (by identity) was just read whole with, where
+        its record holds another or none; how many changed."""
+        ...
+
     async def park_dead_letters(
         self, letters: Sequence[DeadLetter], *, now: datetime, rules: ParkRules
     ) -> DeadLetterParks:

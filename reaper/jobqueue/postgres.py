@@ -216,6 +216,12 @@ class PostgresStore:
     async def parked_identities(self, identities: Sequence[str]) -> set[str]:
         return await dead_letters.parked_identities(self.database, identities)
 
+    async def parked_envelopes(self, envelopes: Sequence[str]) -> dict[str, int]:
+        return await dead_letters.parked_envelopes(self.database, envelopes)
+
+    async def keep_envelopes(self, seen: Sequence[tuple[str, str]]) -> int:
+        return await dead_letters.keep_envelopes(self.database, seen)
+
     async def park_dead_letters(
         self, letters: Sequence[DeadLetter], *, now: datetime, rules: ParkRules
     ) -> DeadLetterParks:

@@ -47,9 +47,9 @@ async def record_sightings(
         for row in await conn.fetch(
             QUERIES["open_sightings"], sorted(s.value for s in sources_read), project_id
         ):
-            ref = sightings.ref_of(_record_verdict(row))
-            if sightings.is_read(ref, sources_read, project_id, unread_queues):
-                candidates.add(ref)
+            record = _record_verdict(row)
+            if sightings.is_read(record, sources_read, project_id, unread_queues):
+                candidates.add(sightings.ref_of(record))
         if not candidates:
             return []
         refs = sorted(candidates)

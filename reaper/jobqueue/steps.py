@@ -244,6 +244,14 @@ _DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
         ),
     ),
     "0006_reaper_turn": (("create_reaper_turn", TableExists("reaper_turn")),),
+    "0007_dead_letter_envelopes": (
+        ("add_dead_letter_envelope", ColumnExists("dead_letter", "envelope")),
+        ("index_dead_letter_envelope", IndexValid("dead_letter_envelope_idx", "dead_letter")),
+    ),
+    "0008_sighting_buckets": (
+        ("create_sighting_scope_v2", FunctionInPlace("reaper_sighting_scope_v2(uuid,jsonb)")),
+        ("index_event_sighting_latest_v2", IndexValid("event_sighting_latest_v2_idx", "event")),
+    ),
     "0009_open_sightings": (
         ("create_open_sighting", TableExists("reaper_open_sighting")),
         ("fill_open_sightings", TableCreatedNow("reaper_open_sighting")),

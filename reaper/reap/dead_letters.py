@@ -1,6 +1,10 @@
 """The pass's dead-letter step (SPEC §1 (e)): park what owned dead-letter queues hold; surface
 foreign ones and every remainder. A queue is read only after the read is proven safe
-(:func:`reaper.core.dead_letters.read_plan`), and never in a dry run."""
+(:func:`reaper.core.dead_letters.read_plan`), and never in a dry run.
+
+Quiet is cheap (SPEC §10): a queue is read first without bodies (``truncate`` 0), and its
+bodies are read only when a letter seen is not parked yet
+(:func:`reaper.core.dead_letters.quiet_read`). Both reads requeue every message."""
 
 from __future__ import annotations
 
@@ -33,6 +37,9 @@ class DeadLetterOutcome:
     #: Dead-lettered dispatch pointers recorded as stale this pass (outbox dispatch): their
     #: job had moved on, so nothing was moved.
     stale_pointers: int = 0
+    #: Letters whose bodies this pass read: 0 when every letter its read without bodies saw
+    #: was parked already (a quiet pass), and whenever the queue was not read.
+    bodies_read: int = 0
 
     @property
     def ok(self) -> bool:
@@ -85,13 +92,19 @@ async def park_dead_letters(
             why = outcome.read_blocked or (
                 f"past the read limit of {settings.queue.reap.dead_letter_peek_limit} per pass"
             )
+            # Recorded again only when it reaches a higher power of ten (the sighting's scope
+            # is `<queue>#<bucket>`): a steady trickle is not an event per pass.
+            bucket = dead_letters.remainder_bucket(outcome.unread)
             surfaced.append(
                 replace(
                     verdict,
                     action=Action.SURFACE,
                     measured=outcome.unread,
                     threshold=0,
-                    detail=f"{outcome.unread} dead letter(s) not parked: {why}",
+                    detail=(
+                        f"{outcome.unread} dead letter(s) not parked (at least {bucket}): {why}"
+                    ),
+                    bucket=bucket,
                 )
             )
     return outcomes, surfaced
@@ -121,16 +134,65 @@ async def _park_queue(step: _Step, name: str, progress: Progress) -> DeadLetterO
             f"{plan.count} message(s) and park the new ones"
         )
         return DeadLetterOutcome(name, depth, 0, hint, max(0, depth - hint), None)
+    if plan.count < 1:
+        # Nothing listed to read: a get of none is never sent.
+        return DeadLetterOutcome(name, depth, 0, 0, depth, None)
+    # First without bodies: a pass that finds only letters already parked reads no body.
+    heads = await progress.guarded(step.broker.get_messages(name, plan.count, truncate=0))
+    if heads is None:
+        return None
+    seen = dead_letters.header_read(heads)
+    known = await _known_parked(step.store, seen, progress)
+    if known is None:
+        return None
+    if known.quiet or not step.writable:
+        # Nothing new, or no ledger to park into: what is not known parked is unread.
+        return DeadLetterOutcome(name, depth, 0, known.parked, max(0, depth - known.covered), None)
     raw = await progress.guarded(step.broker.get_messages(name, plan.count))
     if raw is None:
         return None
-    letters = [dead_letters.decode(message, queue=name) for message in raw]
-    parked = await progress.guarded(step.store.parked_identities([x.identity for x in letters]))
+    letters = dead_letters.decode_read(raw, queue=name)
+    outcome = await _park_letters(step, step.store, name, depth, letters, progress)
+    return None if outcome is None else replace(outcome, bodies_read=len(letters))
+
+
+async def _known_parked(
+    store: JobQueue, seen: dead_letters.HeaderRead, progress: Progress
+) -> dead_letters.QuietRead | None:
+    """What the store knows of the letters a read without bodies saw."""
+    identities: set[str] | None = set()
+    if seen.identities:
+        identities = await progress.guarded(store.parked_identities(sorted(set(seen.identities))))
+    envelopes: dict[str, int] | None = {}
+    if seen.envelopes:
+        envelopes = await progress.guarded(store.parked_envelopes(sorted(set(seen.envelopes))))
+    if identities is None or envelopes is None:
+        return None
+    return dead_letters.quiet_read(seen, identities, envelopes)
+
+
+async def _park_letters(
+    step: _Step,
+    store: JobQueue,
+    name: str,
+    depth: int,
+    letters: list[DeadLetter],
+    progress: Progress,
+) -> DeadLetterOutcome | None:
+    """Park the new letters of a read with bodies."""
+    reap = step.settings.queue.reap
+    parked = await progress.guarded(store.parked_identities([x.identity for x in letters]))
     if parked is None:
         return None
+    # Letters parked before envelopes were kept, or read since with another one: noted, so
+    # that the next pass knows them without their bodies.
+    noted = [
+        (x.identity, x.envelope) for x in letters if x.identity in parked and x.envelope is not None
+    ]
+    if noted and await progress.guarded(store.keep_envelopes(noted)) is None:
+        return None
     new, already = dead_letters.select_new(letters, parked, reap.dead_letter_peek_limit)
-    if not (new and step.writable):
-        # Nothing to park, or no ledger to park into: what was not parked is unread.
+    if not new:
         unread = dead_letters.unread_count(depth, letters, parked, ())
         return DeadLetterOutcome(name, depth, 0, already, unread, None)
     rules = ParkRules(
@@ -141,11 +203,9 @@ async def _park_queue(step: _Step, name: str, progress: Progress) -> DeadLetterO
         lease_grace_seconds=reap.lease_grace_seconds,
     )
     pointers, plain = _split_pointers(new, step.dispatch)
-    parks = await progress.guarded(step.store.park_dead_letters(plain, now=step.now, rules=rules))
+    parks = await progress.guarded(store.park_dead_letters(plain, now=step.now, rules=rules))
     pointer_parks = (
-        await progress.guarded(
-            step.store.park_dispatch_pointers(pointers, now=step.now, rules=rules)
-        )
+        await progress.guarded(store.park_dispatch_pointers(pointers, now=step.now, rules=rules))
         if pointers
         else DeadLetterParks()
     )

@@ -851,9 +851,12 @@ def _check_ledger(events: list[dict[str, Any]], problems: list[str]) -> None:
 
 
 def _sighting_scope(stream: uuid.UUID, payload: dict[str, Any]) -> str:
-    # mirrors reaper_sighting_scope (migration 0003)
+    # mirrors reaper_sighting_scope_v2 (migration 0008): a bucketed record's scope ends in
+    # `#<bucket>` (a dead-letter queue's unread remainder, by power of ten)
     if payload.get("source") == "broker":
-        return str(payload.get("queue") or payload.get("object"))
+        subject = str(payload.get("queue") or payload.get("object"))
+        bucket = payload.get("bucket")
+        return subject if bucket is None else f"{subject}#{bucket}"
     return str(stream)
 
 

@@ -154,7 +154,14 @@ async def test_a_park_writes_a_job_its_letter_a_gate_and_one_untrusted_fleet_eve
         "is_json_object": True,
         "disposition": "parked",
         "parked_at": NOW,
+        "envelope": one.envelope,
     }
+    # no time in its headers: no envelope; one noted later, when it is read whole again
+    assert one.envelope is None
+    assert await store.parked_envelopes(["env-sha256:later"]) == {}
+    assert await store.keep_envelopes([("msg:m-7", "env-sha256:later")]) == 1
+    assert await store.keep_envelopes([("msg:m-7", "env-sha256:later")]) == 0
+    assert await store.parked_envelopes(["env-sha256:later"]) == {"env-sha256:later": 1}
 
     [event] = await store.events(FLEET_PROJECT_ID)
     assert event.trusted is False and event.kind == "QueueReaped"

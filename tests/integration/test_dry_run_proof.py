@@ -221,6 +221,7 @@ async def test_a_dry_run_writes_nothing_and_a_real_pass_would_act_on_everything(
             "unread": len(scenario.dead_letters),
             "read_blocked": None,
             "stale_pointers": 0,
+            "bodies_read": 0,
         }
     ]
     assert any("a real pass would read" in n for n in report["notes"]), report["notes"]

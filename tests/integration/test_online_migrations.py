@@ -603,3 +603,33 @@ async def test_a_project_table_that_needs_more_columns_gets_a_clear_message(
     run = await migrate(pg_empty_dsn)
     assert run.applied == tuple(ALL)
     assert "create_fleet_project" not in [s.statement for s in run.statements]
+
+
+async def test_0007_and_0008_are_applied_after_0009_and_0010(pg_dsn: str) -> None:
+    """A database the previous version migrated (0009 and 0010 applied, 0007 and 0008 not: no
+    dead_letter.envelope, no reaper_sighting_scope_v2) gets exactly 0007 and 0008, online, and
+    is then up to date; the open sightings it held keep their scope."""
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute(
+            "DROP INDEX event_sighting_latest_v2_idx; DROP INDEX dead_letter_envelope_idx;"
+            "ALTER TABLE dead_letter DROP COLUMN envelope;"
+            "DROP FUNCTION reaper_sighting_scope_v2(uuid, jsonb);"
+            "DELETE FROM reaper_migration WHERE name IN "
+            "('0007_dead_letter_envelopes', '0008_sighting_buckets')"
+        )
+        applied = [r["name"] for r in await conn.fetch("SELECT name FROM reaper_migration")]
+        assert "0009_open_sightings" in applied and "0010_observations" in applied
+    finally:
+        await conn.close()
+
+    run = await migrate(pg_dsn, lock_timeout_seconds=5)
+    assert run.applied == ("0007_dead_letter_envelopes", "0008_sighting_buckets")
+    assert [s.statement for s in run.statements] == [
+        "add_dead_letter_envelope",
+        "index_dead_letter_envelope",
+        "create_sighting_scope_v2",
+        "index_event_sighting_latest_v2",
+    ]
+    assert all(s.concurrent for s in run.statements if s.statement.startswith("index_"))
+    assert (await migrate(pg_dsn)).up_to_date

@@ -197,6 +197,7 @@ async def test_a_real_pass_does_everything_once_and_the_next_records_nothing_new
             "unread": 0,
             "read_blocked": None,
             "stale_pointers": 0,
+            "bodies_read": len(scenario.dead_letters),
         }
     ]
     dead = verdicts(report, condition="dead_letter", action="park")

@@ -168,7 +168,7 @@ async def test_the_latest_sighting_is_an_index_probe(pg_dsn: str) -> None:
     finally:
         await conn.close()
     text = json.dumps(plan)
-    assert "event_sighting_latest_idx" in text
+    assert "event_sighting_latest_v2_idx" in text  # migration 0008: the bucketed scope
     assert '"Seq Scan"' not in text.replace('"Function Scan"', "")
 
 

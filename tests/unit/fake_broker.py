@@ -21,6 +21,13 @@ _APPLIES = {"queues": {"classic", "quorum"}, "quorum_queues": {"quorum"}}
 _APPLIES["classic_queues"] = {"classic"}
 
 
+def _truncated(message: RawMessage, truncate: int) -> RawMessage:
+    payload = message.get("payload")
+    if not isinstance(payload, str) or len(payload) <= truncate:
+        return message
+    return {**message, "payload": payload[: max(0, truncate)]}
+
+
 @dataclass
 class FakeBroker:
     version: str = "4.0.5"
@@ -35,6 +42,8 @@ class FakeBroker:
     requests: int = 0
     writes: int = 0
     nodes: tuple[BrokerNode, ...] | None = None
+    #: Messages whose whole body a get returned (one that did not truncate).
+    bodies_read: int = 0
 
     @property
     def requests_made(self) -> int:
@@ -95,7 +104,14 @@ class FakeBroker:
         self.requests += 1
         self.writes += 1
         self.reads.append(queue)
-        return list(self.messages.get(queue, []))[:count]
+        if count < 1:
+            raise ValueError(f"count must be at least 1, not {count}")
+        found = list(self.messages.get(queue, []))[:count]
+        if truncate is None:
+            self.bodies_read += len(found)
+            return found
+        # as RabbitMQ answers: the payload cut to `truncate` characters, its size stated whole
+        return [_truncated(m, truncate) for m in found]
 
     async def publish(
         self,

@@ -322,8 +322,8 @@ def test_an_unread_queue_clears_nothing_and_the_others_clear_as_before() -> None
     latest = {ref_of(on_down): on_down, ref_of(elsewhere): elsewhere}
     records = records_to_write({}, latest, both, unread_queues=frozenset({"work.on-qr2"}))
     assert [(r.queue, r.action) for r in records] == [("work.on-qr1", Action.CLEARED)]
-    assert not is_read(ref_of(on_down), both, None, frozenset({"work.on-qr2"}))
-    assert is_read(ref_of(on_down), both, None)
+    assert not is_read(on_down, both, None, frozenset({"work.on-qr2"}))
+    assert is_read(on_down, both, None)
 
 
 def pass_settings() -> Any:

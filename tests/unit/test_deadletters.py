@@ -110,7 +110,9 @@ def test_decode_reads_every_field() -> None:
         is_json_object=True,
         delivery_count=None,
         redelivered=False,
+        envelope=got.envelope,
     )
+    assert got.envelope is not None and got.envelope.startswith("env-sha256:")
 
 
 def test_origin_and_reason_fall_back_to_the_first_x_death_entry() -> None:

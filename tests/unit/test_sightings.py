@@ -119,9 +119,9 @@ def test_a_pass_scoped_to_one_project_clears_only_that_projects_sightings() -> N
     latest = {ref_of(v): v for v in (mine, theirs, broker)}
     records = records_to_write({}, latest, BOTH, project_id=P1)
     assert sorted(r.object for r in records) == sorted([mine.object, broker.object])
-    assert not is_read(ref_of(theirs), BOTH, P1)
-    assert is_read(ref_of(theirs), BOTH, None)
-    assert is_read(ref_of(broker), BOTH, P1)
+    assert not is_read(theirs, BOTH, P1)
+    assert is_read(theirs, BOTH, None)
+    assert is_read(broker, BOTH, P1)
 
 
 def test_observed_records_come_first_in_order_then_clears() -> None:

@@ -2,8 +2,10 @@
 reading a dead-letter queue without losing a letter, and parking one for a person.
 
 No I/O, no clock, no logging. The pass asks :func:`read_plan` what it may read,
-:func:`decode` turns each message read into a ``DeadLetter``, :func:`select_new` says which are
-new, and :func:`park_fields`, :func:`gate_prompt` and :func:`park_verdict` say what a park
+:func:`header_read` and :func:`quiet_read` whether a read without bodies saw only letters
+already parked, :func:`decode_read` turns each message read into a ``DeadLetter``,
+:func:`select_new` says which are new, :func:`remainder_bucket` how far the unread remainder
+has grown, and :func:`park_fields`, :func:`gate_prompt` and :func:`park_verdict` say what a park
 keeps, asks and records; when a person answers, :func:`replay_decision` says whether the body
 may go back.
 """
@@ -11,9 +13,14 @@ may go back.
 from reaper.core.dead_letters.decode import (
     DIGEST_BODY_LIMIT,
     MESSAGE_ID_LIMIT,
+    TWIN_SEPARATOR,
+    VOLATILE_HEADERS,
     HeldBody,
     decode,
+    decode_read,
     decoded_body,
+    envelope,
+    header_identity,
 )
 from reaper.core.dead_letters.parking import (
     EVENT_TRUSTED,
@@ -36,8 +43,13 @@ from reaper.core.dead_letters.pointer import (
 from reaper.core.dead_letters.reading import (
     BUDGET_MARGIN,
     READ_PAST_PARKED_CAP,
+    HeaderRead,
+    QuietRead,
     ReadPlan,
+    header_read,
+    quiet_read,
     read_plan,
+    remainder_bucket,
     select_new,
     unread_count,
     within_budget,
@@ -53,23 +65,33 @@ __all__ = [
     "GATE_CHOICES",
     "MESSAGE_ID_LIMIT",
     "READ_PAST_PARKED_CAP",
+    "TWIN_SEPARATOR",
     "UNTRUSTED_LIMIT",
+    "VOLATILE_HEADERS",
     "DispatchPointer",
+    "HeaderRead",
     "HeldBody",
     "ParkedLetter",
+    "QuietRead",
     "ReadPlan",
     "decode",
+    "decode_read",
     "decoded_body",
     "dispatch_body",
     "dispatch_pointer",
+    "envelope",
     "event_payload",
     "gate_prompt",
+    "header_identity",
+    "header_read",
     "park_fields",
     "park_verdict",
     "pointer_prompt",
     "pointer_verdict",
+    "quiet_read",
     "quote_untrusted",
     "read_plan",
+    "remainder_bucket",
     "replay_decision",
     "select_new",
     "unread_count",

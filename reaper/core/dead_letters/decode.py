@@ -15,14 +15,26 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from reaper.core.domain import DeadLetter
 from reaper.core.values import mapping, scalar, size
 
-__all__ = ["DIGEST_BODY_LIMIT", "MESSAGE_ID_LIMIT", "HeldBody", "decode", "decoded_body", "utf8"]
+__all__ = [
+    "DIGEST_BODY_LIMIT",
+    "MESSAGE_ID_LIMIT",
+    "TWIN_SEPARATOR",
+    "VOLATILE_HEADERS",
+    "HeldBody",
+    "decode",
+    "decode_read",
+    "decoded_body",
+    "envelope",
+    "header_identity",
+    "utf8",
+]
 
 #: A ``message_id`` longer than this is hashed into the identity rather than kept verbatim,
 #: so an identity stays a short key whatever a publisher wrote.
@@ -35,6 +47,19 @@ DIGEST_BODY_LIMIT = 50_000
 
 #: Version tag of the digest identity's layout; changing the layout must change the tag.
 _DIGEST_LAYOUT = "dead-letter/1"
+
+#: Version tag of the envelope's layout; changing the layout must change the tag.
+_ENVELOPE_LAYOUT = "envelope/1"
+
+#: Headers a requeueing read itself changes, so never part of an envelope. Measured on
+#: RabbitMQ 3.10, 4.0 and 4.3: quorum queues write ``x-delivery-count`` on every read (3.10
+#: and 4.0 count from 0 and 1), and 4.3 also ``x-acquired-count``. ``redelivered`` and
+#: ``message_count`` (fields of the answer, not properties) change too and are left out.
+VOLATILE_HEADERS = frozenset({"x-delivery-count", "x-acquired-count"})
+
+#: Between a digest identity and its twin number: the second of two letters read with one
+#: digest identity is ``sha256:<hex>#2``.
+TWIN_SEPARATOR = "#"
 
 
 class HeldBody(Protocol):
@@ -76,6 +101,7 @@ def decode(raw: Mapping[str, object], *, queue: str) -> DeadLetter:
     message_id = _nonempty_text(properties.get("message_id"))
 
     return DeadLetter(
+        envelope=envelope(message),
         queue=queue,
         identity=_identity(message_id, death, data, body_bytes),
         message_id=message_id,
@@ -89,6 +115,89 @@ def decode(raw: Mapping[str, object], *, queue: str) -> DeadLetter:
         delivery_count=size(headers.get("x-delivery-count")),
         redelivered=message.get("redelivered") is True,
     )
+
+
+def decode_read(raw: Iterable[Mapping[str, object]], *, queue: str) -> list[DeadLetter]:
+    """Every message of one read as a ``DeadLetter``, twins told apart.
+
+    Letters with no message id whose digest identities are equal (same origin, first death,
+    size and body: a publisher sent the same body twice and both died in the same second) are
+    numbered in the order read: the first keeps its identity, the n-th becomes
+    ``<identity>#<n>``. They are distinct messages, so each is parked once; the numbers count
+    them and name none in particular (a read may return them in any order). Letters sharing a
+    message id are one letter: a publisher names its message by it (SPEC §1).
+    """
+    letters = [decode(message, queue=queue) for message in raw]
+    seen: dict[str, int] = {}
+    numbered: list[DeadLetter] = []
+    for letter in letters:
+        if not letter.identity.startswith("sha256:"):
+            numbered.append(letter)
+            continue
+        n = seen[letter.identity] = seen.get(letter.identity, 0) + 1
+        if n > 1:
+            letter = replace(letter, identity=f"{letter.identity}{TWIN_SEPARATOR}{n}")
+        numbered.append(letter)
+    return numbered
+
+
+def header_identity(raw: Mapping[str, object]) -> str | None:
+    """The identity of a message read without its body, where its headers alone give it: a
+    message id (``msg:`` or ``msg-sha256:``, exactly what :func:`decode` gives). None for a
+    letter with no message id, whose identity needs its body (see :func:`envelope`)."""
+    properties = mapping(mapping(raw).get("properties"))
+    message_id = _nonempty_text(properties.get("message_id"))
+    if message_id is None:
+        return None
+    return _identity(message_id, _FirstDeath(None, None, None, None), b"", 0)
+
+
+def envelope(raw: Mapping[str, object]) -> str | None:
+    """What tells a letter apart from what a read returns without its body (``truncate`` 0:
+    measured on RabbitMQ 3.10, 4.0 and 4.3, the payload comes back empty and everything else
+    whole), or None when that is not enough to go on.
+
+    ``env-sha256:<hex>``: a digest of the body's full size (``payload_bytes``), the exchange
+    and routing key it was delivered to this queue with, every property (content type,
+    correlation id, timestamp, message id, priority, ...) and every header (``x-death`` with
+    each entry's queue, reason, time, exchange, routing keys and count;
+    ``x-first-death-*``/``x-last-death-*``; the publisher's own) except those a read changes
+    (:data:`VOLATILE_HEADERS`), as canonical JSON.
+
+    None when the message states no size, or carries no time at all (neither an ``x-death``
+    entry's ``time`` nor a ``timestamp`` property): letters published straight to a
+    dead-letter queue without headers would share an envelope too easily, so they are always
+    read whole. Two letters may still share an envelope (the same headers, the same second,
+    the same size): an envelope is counted, never taken as one letter's name
+    (:func:`reaper.core.dead_letters.quiet_read`).
+    """
+    message = mapping(raw)
+    properties = mapping(message.get("properties"))
+    headers = mapping(properties.get("headers"))
+    stated = size(message.get("payload_bytes"))
+    if stated is None or not _carries_time(properties, headers):
+        return None
+    fields = {
+        "layout": _ENVELOPE_LAYOUT,
+        "payload_bytes": stated,
+        "exchange": message.get("exchange"),
+        "routing_key": message.get("routing_key"),
+        "properties": {k: v for k, v in properties.items() if k != "headers"},
+        "headers": {k: v for k, v in headers.items() if k not in VOLATILE_HEADERS},
+    }
+    try:
+        text = json.dumps(fields, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return None  # not what a JSON answer holds: nothing to go on
+    return "env-sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _carries_time(properties: Mapping[str, object], headers: Mapping[str, object]) -> bool:
+    if scalar(properties.get("timestamp")) is not None:
+        return True
+    deaths = headers.get("x-death")
+    entries = deaths if isinstance(deaths, list | tuple) else ()
+    return any(isinstance(e, Mapping) and scalar(e.get("time")) is not None for e in entries)
 
 
 def decoded_body(letter: HeldBody) -> bytes:
@@ -171,7 +280,8 @@ def _identity(message_id: str | None, death: _FirstDeath, data: bytes, body_byte
     - ``sha256:<hex>`` with no message id: a digest of the origin queue, the first death's
       reason, exchange and time, the body's full size and (at most) its first 50,000 bytes.
       Two identical bodies that died on the same queue, for the same reason, in the same
-      instant, are one identity and are parked once.
+      instant, give one digest: :func:`decode_read` numbers such twins (``#2``, ``#3``, ...)
+      so that each is parked.
 
     Never part of it: ``x-delivery-count``, ``redelivered``, ``x-death`` counts, the queue that
     was read and its depth -- all change when the same message is read again. The prefixes

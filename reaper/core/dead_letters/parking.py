@@ -52,6 +52,8 @@ class ParkedLetter:
     body_bytes: int
     body_truncated: bool
     is_json_object: bool
+    #: Its envelope when it was parked or last read (``reaper.core.dead_letters.envelope``).
+    envelope: str | None = None
 
 
 def replay_decision(
@@ -195,6 +197,7 @@ def park_fields(letter: DeadLetter) -> ParkedLetter:
         body_bytes=letter.body_bytes,
         body_truncated=letter.body_truncated,
         is_json_object=letter.is_json_object,
+        envelope=letter.envelope,
     )
 
 

@@ -5,11 +5,13 @@ new (:func:`select_new`), and what stays unread (:func:`unread_count`). Pure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from reaper.core.bounds import dead_letter_exchange_in_force, delivery_limit_bound
 from reaper.core.cluster import queue_unavailable
+from reaper.core.dead_letters.decode import envelope, header_identity
 from reaper.core.dead_letters.untrusted import quote_untrusted
 from reaper.core.domain import BrokerFacts, DeadLetter, QueueStats
 from reaper.core.values import mapping
@@ -17,8 +19,13 @@ from reaper.core.values import mapping
 __all__ = [
     "BUDGET_MARGIN",
     "READ_PAST_PARKED_CAP",
+    "HeaderRead",
+    "QuietRead",
     "ReadPlan",
+    "header_read",
+    "quiet_read",
     "read_plan",
+    "remainder_bucket",
     "select_new",
     "unread_count",
     "within_budget",
@@ -204,3 +211,88 @@ def _read_count(queue: QueueStats, peek_limit: int, already_parked_hint: int) ->
     listed = max(0, queue.messages) if queue.counts_known else 0
     past = min(max(0, already_parked_hint), READ_PAST_PARKED_CAP)
     return min(listed, max(0, peek_limit) + past)
+
+
+# --------------------------------------------------------------------------- quiet passes
+
+
+@dataclass(frozen=True)
+class HeaderRead:
+    """What a read without bodies tells of each message: a message id's identity, an
+    envelope (:func:`reaper.core.dead_letters.envelope`), or nothing to go on."""
+
+    #: The identity of each message read that has a message id (repeats kept).
+    identities: tuple[str, ...]
+    #: The envelope of each message read with no message id (repeats kept: twins).
+    envelopes: tuple[str, ...]
+    #: Messages with neither: only their body can tell whether they are parked.
+    unknown: int
+
+    @property
+    def count(self) -> int:
+        return len(self.identities) + len(self.envelopes) + self.unknown
+
+
+@dataclass(frozen=True)
+class QuietRead:
+    """Whether the letters a read without bodies saw are all parked already."""
+
+    #: Every letter read is parked: the pass reads no body.
+    quiet: bool
+    #: Distinct letters read that are known parked (``already_parked``).
+    parked: int
+    #: Messages read that are known parked (they are not part of the unread remainder).
+    covered: int
+
+
+def header_read(raw: Iterable[Mapping[str, object]]) -> HeaderRead:
+    """Each message of a read without bodies by what its headers say (pure)."""
+    identities: list[str] = []
+    envelopes: list[str] = []
+    unknown = 0
+    for message in raw:
+        identity = header_identity(message)
+        if identity is not None:
+            identities.append(identity)
+            continue
+        found = envelope(message)
+        if found is None:
+            unknown += 1
+        else:
+            envelopes.append(found)
+    return HeaderRead(tuple(identities), tuple(envelopes), unknown)
+
+
+def quiet_read(
+    read: HeaderRead, parked_identities: set[str], parked_envelopes: Mapping[str, int]
+) -> QuietRead:
+    """Whether every letter a read without bodies saw is parked, by what the store holds: the
+    identities parked, and how many parked letters carry each envelope.
+
+    A letter with a message id is parked when its identity is. Letters with no message id are
+    counted by envelope: ``k`` read with one envelope are all parked only when at least ``k``
+    parked letters carry it, so a new letter whose envelope equals a parked one's (twins: the
+    same headers, the same second, the same size) is never taken for it while its twin is on
+    the queue. A message with nothing to go on is never known parked. Only a quiet read
+    (everything parked) spares the bodies; otherwise the pass reads them and decides by
+    identity.
+    """
+    counts = Counter(read.envelopes)
+    ids_parked = [i for i in read.identities if i in parked_identities]
+    env_parked = {e: min(n, max(0, parked_envelopes.get(e, 0))) for e, n in counts.items()}
+    covered = len(ids_parked) + sum(env_parked.values())
+    parked = len(set(ids_parked)) + sum(env_parked.values())
+    quiet = read.unknown == 0 and covered == read.count
+    return QuietRead(quiet, parked, covered)
+
+
+def remainder_bucket(unread: int) -> int:
+    """The power of ten an unread remainder has reached: 1 for 1-9, 10 for 10-99, 100 for
+    100-999, ...; 0 for none. A remainder is recorded again only when it reaches a higher
+    bucket, so a steady trickle is not an event per pass."""
+    if unread < 1:
+        return 0
+    bucket = 1
+    while bucket * 10 <= unread:
+        bucket *= 10
+    return bucket

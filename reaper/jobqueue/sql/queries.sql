@@ -302,7 +302,7 @@ CROSS JOIN LATERAL (
       AND e.project_id = k.stream
       AND (e.payload ->> 'source') = k.source
       AND (e.payload ->> 'condition') = k.condition
-      AND reaper_sighting_scope(e.project_id, e.payload) = k.scope
+      AND reaper_sighting_scope_v2(e.project_id, e.payload) = k.scope
     ORDER BY e.seq DESC
     LIMIT 1
 ) AS e
@@ -389,7 +389,8 @@ RETURNING id;
 -- Park one dead letter, once: the job's idempotency key decides (a concurrent park of the same
 -- identity waits for the first and then inserts nothing). Returns one row: the job inserted
 -- (NULL: already parked) and what the letter's row and gate inserts returned (both must be
--- there when the job is; the caller rolls back otherwise). $2 is `dead_letter:<identity>`.
+-- there when the job is; the caller rolls back otherwise). $2 is `dead_letter:<identity>`,
+-- $18 the letter's envelope (NULL: none).
 WITH parked_job AS (
     INSERT INTO job (project_id, kind, state, run_after, attempts, idempotency_key,
                      created_at, updated_at)
@@ -401,9 +402,9 @@ WITH parked_job AS (
 letter AS (
     INSERT INTO dead_letter (identity, job_id, queue, message_id, origin_queue, reason, body,
                              body_encoding, body_bytes, body_truncated, is_json_object,
-                             parked_at)
+                             parked_at, envelope)
     SELECT $3::text, j.id, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text,
-           $10::bigint, $11::bool, $12::bool, $1::timestamptz
+           $10::bigint, $11::bool, $12::bool, $1::timestamptz, $18::text
     FROM parked_job AS j
     ON CONFLICT (identity) DO NOTHING
     RETURNING job_id
@@ -430,6 +431,22 @@ UNION
 SELECT 'dead_letter:' || identity
 FROM dead_letter
 WHERE identity = ANY ($2::text[]);
+
+-- name: parked_envelopes --
+-- How many handled dead letters carry each of these envelopes ($1), across every queue (like an
+-- identity, an envelope is global); an envelope none carries is absent.
+SELECT envelope, count(*) AS parked
+FROM dead_letter
+WHERE envelope = ANY ($1::text[]) AND envelope IS NOT NULL
+GROUP BY envelope;
+
+-- name: keep_envelopes --
+-- Note the envelope each handled letter ($1: identities) was last read whole with ($2), where
+-- its row holds another or none (a row parked before 0007). Only the reaper's own table.
+UPDATE dead_letter AS d
+SET envelope = u.envelope
+FROM unnest($1::text[], $2::text[]) AS u (identity, envelope)
+WHERE d.identity = u.identity AND d.envelope IS DISTINCT FROM u.envelope;
 
 -- name: count_parked_dead_letters --
 -- How many dead letters read from this dead-letter queue are handled (parked, or recorded as a
@@ -505,7 +522,7 @@ ORDER BY j.project_id, o.created_at, j.id;
 -- expired past the grace ($18 seconds, as the lease reap judges it), park it (awaiting_human,
 -- lease cleared) behind a delivery_exhausted gate ($15 identity `dead_letter:<identity>`, $16
 -- prompt, $17 choices); otherwise the pointer is stale and nothing moves. Either way the letter's dead_letter row records it, once, by its
--- identity ($2). Returns one row: whether the letter was recorded now, the job parked (NULL:
+-- identity ($2), with its envelope ($19: NULL, none). Returns one row: whether the letter was recorded now, the job parked (NULL:
 -- none), and the job's state and generation as found (NULL: no such job).
 WITH job_row AS (
     SELECT j.id, j.state::text AS state, j.dispatch_seq, j.lease_expires_at
@@ -535,11 +552,12 @@ parked AS (
 letter AS (
     INSERT INTO dead_letter (identity, job_id, queue, message_id, origin_queue, reason, body,
                              body_encoding, body_bytes, body_truncated, is_json_object,
-                             parked_at, disposition)
+                             parked_at, disposition, envelope)
     SELECT $2::text, (SELECT id FROM job_row), $3::text, $4::text, $5::text, $6::text,
            $7::text, $8::text, $9::bigint, $10::bool, $11::bool, $1::timestamptz,
            CASE WHEN EXISTS (SELECT 1 FROM parked) THEN 'pointer_parked' ELSE 'stale_pointer'
-           END
+           END,
+           $19::text
     FROM fresh
     ON CONFLICT (identity) DO NOTHING
     RETURNING identity

@@ -12,7 +12,8 @@
 
 -- name: create_dead_letter --
 -- What each parked dead letter was (its foreign key takes a brief lock on job). Created in
--- the shape 0005 gives an older table: a disposition, and a job_id that may repeat or be null.
+-- the shape 0005 and 0007 give an older table: a disposition, a job_id that may repeat or be
+-- null, and an envelope.
 CREATE TABLE IF NOT EXISTS dead_letter (
     identity       text PRIMARY KEY,
     job_id         uuid REFERENCES job (id),
@@ -31,7 +32,8 @@ CREATE TABLE IF NOT EXISTS dead_letter (
     parked_at      timestamptz NOT NULL,
     disposition    text NOT NULL DEFAULT 'parked'
                    CONSTRAINT dead_letter_disposition_known
-                   CHECK (disposition IN ('parked', 'pointer_parked', 'stale_pointer'))
+                   CHECK (disposition IN ('parked', 'pointer_parked', 'stale_pointer')),
+    envelope       text
 );
 
 -- name: index_dead_letter_queue --

@@ -18,18 +18,18 @@ CREATE TABLE IF NOT EXISTS reaper_open_sighting (
 
 -- name: fill_open_sightings --
 -- Built from the ledger once, in the run that creates it: every sighting whose latest record
--- is a surface record (an index scan of event_sighting_latest_idx).
+-- is a surface record (an index scan of event_sighting_latest_v2_idx).
 INSERT INTO reaper_open_sighting (stream, source, condition, scope, payload, trusted)
 SELECT project_id, payload ->> 'source', payload ->> 'condition',
-       reaper_sighting_scope(project_id, payload), payload, trusted
+       reaper_sighting_scope_v2(project_id, payload), payload, trusted
 FROM (
     SELECT DISTINCT ON (project_id, (payload ->> 'source'), (payload ->> 'condition'),
-                        reaper_sighting_scope(project_id, payload))
+                        reaper_sighting_scope_v2(project_id, payload))
            project_id, payload, trusted
     FROM event
     WHERE kind = 'QueueReaped' AND (payload ->> 'action') IN ('surface', 'cleared')
     ORDER BY project_id, (payload ->> 'source'), (payload ->> 'condition'),
-             reaper_sighting_scope(project_id, payload), seq DESC
+             reaper_sighting_scope_v2(project_id, payload), seq DESC
 ) AS latest
 WHERE (payload ->> 'action') = 'surface'
 ON CONFLICT DO NOTHING;
