@@ -11,7 +11,18 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 
+from reaper.jobqueue.postgres import PostgresStore
+
 ADMIN_DSN = os.environ.get("REAPER_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+async def migrated(dsn: str) -> None:
+    """The reaper's schema on the database at ``dsn`` (``reaper db migrate``)."""
+    store = await PostgresStore.connect(dsn)
+    try:
+        await store.migrate()
+    finally:
+        await store.close()
 
 
 def dsn_for(database: str) -> str:

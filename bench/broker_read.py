@@ -29,11 +29,13 @@ from urllib.parse import quote
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _common import report_result
+
 from reaper.broker.client import DEFAULT_PAGE_SIZE, ManagementClient
 from reaper.broker.records import QUEUE_COLUMNS
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import report_result
 
 TARGET_RATIO = 1.5
 #: Statistics of freshly declared queues arrive a few seconds later; the pass reads settled

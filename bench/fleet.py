@@ -34,11 +34,10 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import dsn_for, report_result, scratch_database
+from _common import dsn_for, migrated, report_result, scratch_database
 
 from reaper.config import load_config
 from reaper.edges.hook import QueueReaper
-from reaper.jobqueue.postgres import PostgresStore
 
 #: Dead-letter queues among the owned queues, and the letters each holds.
 DEAD_LETTER_QUEUES = 10
@@ -128,11 +127,7 @@ async def worker(args: argparse.Namespace) -> None:
 
 
 async def seed(dsn: str, args: argparse.Namespace) -> None:
-    store = await PostgresStore.connect(dsn)
-    try:
-        await store.migrate()
-    finally:
-        await store.close()
+    await migrated(dsn)
     conn = await asyncpg.connect(dsn)
     try:
         started = time.monotonic()

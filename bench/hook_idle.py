@@ -20,11 +20,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import dsn_for, report_result, scratch_database
+from _common import dsn_for, migrated, report_result, scratch_database
 
 from reaper.config import load_config
 from reaper.edges.hook import QueueReaper
-from reaper.jobqueue.postgres import PostgresStore
 
 CALLS = 100_000
 
@@ -32,11 +31,7 @@ CALLS = 100_000
 async def main() -> int:
     async with scratch_database("qr_bench_hook") as name:
         dsn = dsn_for(name)
-        store = await PostgresStore.connect(dsn)
-        try:
-            await store.migrate()
-        finally:
-            await store.close()
+        await migrated(dsn)
         return await measure(dsn)
 
 

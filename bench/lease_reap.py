@@ -40,7 +40,7 @@ import asyncpg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import dsn_for, median, report_result, scratch_database
+from _common import dsn_for, median, migrated, report_result, scratch_database
 
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import Dispatch, Thresholds
@@ -128,11 +128,7 @@ WHERE seq <> place
 
 
 async def seed(dsn: str, expired: int, others: int, projects: int) -> None:
-    store = await PostgresStore.connect(dsn)
-    try:
-        await store.migrate()
-    finally:
-        await store.close()
+    await migrated(dsn)
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(SEED, NOW, expired, projects)

@@ -36,10 +36,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import dsn_for, report_result, scratch_database
+from _common import dsn_for, migrated, report_result, scratch_database
 from broker_read import create_vhost, wait_for_statistics
-
-from reaper.jobqueue.postgres import PostgresStore
 
 TARGET_MB = 100.0
 
@@ -72,11 +70,7 @@ WHERE j.id = x.id
 
 
 async def seed(dsn: str, jobs: int, projects: int) -> None:
-    store = await PostgresStore.connect(dsn)
-    try:
-        await store.migrate()
-    finally:
-        await store.close()
+    await migrated(dsn)
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(SEED, jobs, projects)

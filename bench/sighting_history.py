@@ -28,11 +28,10 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import dsn_for, report_result, scratch_database
+from _common import dsn_for, migrated, report_result, scratch_database
 
 from reaper.config import Settings, load_config
 from reaper.core.domain import FLEET_PROJECT_ID
-from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once
 
 #: Queues on the broker, and of them foreign dead-letter queues holding a letter (a finding
@@ -94,13 +93,9 @@ async def timed_pass(settings: Settings) -> float:
     return elapsed
 
 
-async def migrated(name: str) -> str:
+async def migrated_dsn(name: str) -> str:
     dsn = dsn_for(name)
-    store = await PostgresStore.connect(dsn)
-    try:
-        await store.migrate()
-    finally:
-        await store.close()
+    await migrated(dsn)
     return dsn
 
 
@@ -126,7 +121,7 @@ async def measure(args: argparse.Namespace) -> int:
         scratch_database("qr_bench_history_empty") as empty_name,
         scratch_database("qr_bench_history_old") as old_name,
     ):
-        empty_dsn, old_dsn = await migrated(empty_name), await migrated(old_name)
+        empty_dsn, old_dsn = await migrated_dsn(empty_name), await migrated_dsn(old_name)
         await write_history(old_dsn, args.records, args.queues)
         admin = broker_world(args.url, vhost)
         try:
