@@ -132,7 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="judge everything and write nothing: no row, event, gate, policy or message moved",
     )
-    reap.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    reap.add_argument(
+        "--json",
+        action="store_true",
+        help=(
+            "print the report as one JSON object, streamed, with every verdict (the text "
+            "report summarises lease moves above 10 per condition)"
+        ),
+    )
     reap.add_argument("--project", type=_project, help="only this project's job-queue work")
     reap.add_argument(
         "--metrics-textfile",
