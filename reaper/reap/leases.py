@@ -10,18 +10,17 @@ so the whole pass holds a page or two of leases at a time, whatever their number
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 from uuid import UUID
 
-from reaper.core.domain import Dispatch, Thresholds, Verdict
+from reaper.core.domain import Dispatch, Thresholds
 from reaper.core.judge_leases import LeaseColumns, LeaseRulings, judge_lease_page
 from reaper.jobqueue.port import JobQueue, LeaseMoves, MovesInterrupted
 from reaper.reap.lease_log import LeaseLog
-from reaper.reap.progress import Progress, RecordedVerdict, RowNotMoved, Unreadable
+from reaper.reap.progress import Progress, RowNotMoved, Unreadable
 
-__all__ = ["LEASE_PAGE_SIZE", "act_on_leases", "reap_leases"]
+__all__ = ["LEASE_PAGE_SIZE", "reap_leases"]
 
 #: Leases read, judged and moved at once. A few thousand: enough that a page is a handful of
 #: set-based statements, few enough that a pass holds little whatever its number of leases.
@@ -103,31 +102,6 @@ async def _settle(
     _report(moves, progress)
     log.add(page, rulings, {*moves.requeued, *moves.parked})
     return True
-
-
-async def act_on_leases(
-    store: JobQueue | None,
-    verdicts: Sequence[Verdict],
-    now: datetime,
-    dispatch: Dispatch,
-    progress: Progress,
-) -> None:
-    """Move every lease verdict's job; ``store`` None (a dry run, or no ledger) only reports.
-    A database that goes away part-way is named, and what had committed is still reported as
-    recorded. With outbox dispatch each requeue starts a new dispatch episode."""
-    if store is None or not verdicts:
-        progress.record(list(verdicts), False)
-        return
-    try:
-        moves = await store.apply_lease_verdicts(verdicts, now, dispatch=dispatch)
-    except MovesInterrupted as exc:
-        progress.unreadable.append(Unreadable(exc.source, exc.reason))
-        moves = exc.moves
-    _report(moves, progress)
-    moved = {*moves.requeued, *moves.parked}
-    progress.verdicts.extend(
-        RecordedVerdict(v, v.lease is not None and v.lease.job_id in moved) for v in verdicts
-    )
 
 
 def _report(moves: LeaseMoves, progress: Progress) -> None:

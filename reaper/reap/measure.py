@@ -43,10 +43,13 @@ class JobQueueReading:
     expired: int
     #: None when not read (a lease-only pass).
     claimable: tuple[ClaimableHead, ...] | None
-    #: Expired leases beyond this pass's bound.
-    remainder: int
     #: Unsent dispatches (outbox dispatch only); None when not read (a lease-only pass).
     unsent: tuple[UnsentDispatch, ...] | None = ()
+
+    @property
+    def remainder(self) -> int:
+        """Expired leases beyond this pass's bound."""
+        return max(0, self.expired - MAX_LEASES_PER_PASS)
 
 
 @dataclass(frozen=True)
@@ -96,14 +99,13 @@ async def _read_job_queue(
     now = facts.now
     dispatch = dispatch_in_force(reap.dispatch, facts.outbox_schema)
     expired = await store.count_expired_leases(now, reap.lease_grace_seconds, project_id)
-    remainder = max(0, expired - MAX_LEASES_PER_PASS)
     if leases_only:
-        return JobQueueReading(now, dispatch, expired, None, remainder, None)
+        return JobQueueReading(now, dispatch, expired, None, None)
     claimable, unsent = await asyncio.gather(
         store.claimable_heads(now, frozenset(reap.known_phases), project_id),
         store.unsent_dispatches(project_id) if dispatch.mode is Dispatch.OUTBOX else _none(),
     )
-    return JobQueueReading(now, dispatch, expired, tuple(claimable), remainder, tuple(unsent))
+    return JobQueueReading(now, dispatch, expired, tuple(claimable), tuple(unsent))
 
 
 async def _read_broker(client: Broker, declared_consumer_timeout_ms: int) -> BrokerReading:

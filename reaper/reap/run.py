@@ -24,7 +24,7 @@ from reaper.jobqueue.port import JobQueue
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome, park_dead_letters
 from reaper.reap.lease_log import LeaseLog, VerdictLog
-from reaper.reap.leases import act_on_leases, reap_leases
+from reaper.reap.leases import reap_leases
 from reaper.reap.measure import MAX_LEASES_PER_PASS, Reading, measure
 from reaper.reap.observe import observe_broker
 from reaper.reap.policies import reconcile_policies
@@ -110,8 +110,6 @@ async def run_pass(
 
     dispatch = reading.job_queue.dispatch if reading.job_queue else None
     mode = dispatch.mode if dispatch else Dispatch.POLLING
-    leases = [v for v in judgement.verdicts if v.lease is not None]  # from the caller only
-    await act_on_leases(ledger, leases, now, mode, progress)
     if reading.job_queue is not None and store is not None:
         await reap_leases(
             store,
