@@ -44,8 +44,8 @@ from reaper.jobqueue.rules import (
     DEAD_LETTER_REPLAY,
     DEAD_LETTER_SETTLED,
     DELIVERY_EXHAUSTED_CHOICES,
-    REPLAY_NEEDS_BROKER,
     dead_letter_key,
+    replay_parts,
 )
 from reaper.jobqueue.sql import QUERIES
 
@@ -305,17 +305,12 @@ async def answer_gate(
             found = await conn.fetchrow(QUERIES["dead_letter_of_job"], gate.job_id)
             parked = None if found is None else _parked(found)
         if choice == DEAD_LETTER_REPLAY:
-            if replay is None:
-                raise GateError(REPLAY_NEEDS_BROKER.format(gate=gate.id))
-            if parked is None:
-                raise GateError(
-                    f"gate {gate.id}: its job keeps no dead letter, so there is nothing to replay"
-                )
-            await replay(gate, parked)
+            send, letter = replay_parts(gate, replay, parked)
+            await send(gate, letter)
             await conn.fetchval(
                 QUERIES["settle_parked_job"],
                 now,
-                parked.job_id,
+                letter.job_id,
                 DEAD_LETTER_SETTLED[DEAD_LETTER_REPLAY],
             )
         else:

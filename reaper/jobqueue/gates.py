@@ -25,6 +25,7 @@ from reaper.jobqueue.rules import (
     DEAD_LETTER_REPLAY,
     DEAD_LETTER_SETTLED,
     REPLAY_NEEDS_BROKER,
+    check_answerable,
     not_the_latest,
 )
 from reaper.jobqueue.sql import QUERIES
@@ -77,14 +78,7 @@ async def open_gate_for_answer(conn: Connection, gate_id: UUID, choice: str) -> 
     if row is None:
         raise GateError(f"gate {gate_id} does not exist")
     gate = gate_of(row)
-    if gate.answered_at is not None:
-        raise GateError(
-            f"gate {gate.id} was already answered at {gate.answered_at.isoformat()} "
-            f"with {gate.answer!r}"
-        )
-    if choice not in gate.choices:
-        offered = ", ".join(repr(c) for c in gate.choices) or "nothing"
-        raise GateError(f"{choice!r} is not an answer gate {gate.id} offers: choose {offered}")
+    check_answerable(gate, choice)
     if gate.job_id is not None:
         latest = await conn.fetchrow(QUERIES["latest_gate_of_job"], gate.job_id)
         if latest is not None and latest["id"] != gate.id:

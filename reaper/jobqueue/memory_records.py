@@ -27,7 +27,9 @@ from reaper.jobqueue.rules import (
     DEAD_LETTER_REPLAY,
     DEAD_LETTER_SETTLED,
     REPLAY_NEEDS_BROKER,
+    check_answerable,
     not_the_latest,
+    replay_parts,
 )
 
 __all__ = ["JobRow", "OutboxRow", "Records"]
@@ -193,13 +195,8 @@ class Records:
         if parked is not None and job is not None:
             parked = replace(parked, job_state=job.state)
         if choice == DEAD_LETTER_REPLAY:
-            if replay is None:
-                raise GateError(REPLAY_NEEDS_BROKER.format(gate=gate.id))
-            if parked is None:
-                raise GateError(
-                    f"gate {gate.id}: its job keeps no dead letter, so there is nothing to replay"
-                )
-            await replay(gate, parked)
+            send, letter = replay_parts(gate, replay, parked)
+            await send(gate, letter)
         self._settle(job, DEAD_LETTER_SETTLED[choice], now)
         return self._answer(gate, choice, now, answered_by), parked
 
@@ -208,14 +205,7 @@ class Records:
         gate = self.gates.get(gate_id)
         if gate is None:
             raise GateError(f"gate {gate_id} does not exist")
-        if gate.answered_at is not None:
-            raise GateError(
-                f"gate {gate.id} was already answered at {gate.answered_at.isoformat()} "
-                f"with {gate.answer!r}"
-            )
-        if choice not in gate.choices:
-            offered = ", ".join(repr(c) for c in gate.choices) or "nothing"
-            raise GateError(f"{choice!r} is not an answer gate {gate.id} offers: choose {offered}")
+        check_answerable(gate, choice)
         if gate.job_id is not None:
             latest = max(
                 (g for g in self.gates.values() if g.job_id == gate.job_id),

@@ -6,11 +6,12 @@ what a gate's answers do to its job, a dead letter's key. Shared by
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Final
+from typing import Final, TypeVar
 from uuid import UUID
 
 from reaper.core.dead_letters import GATE_CHOICES
 from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, Action, Gate, HeldLease, Verdict
+from reaper.errors import GateError
 
 __all__ = [
     "DEAD_LETTER_DISMISS",
@@ -19,12 +20,17 @@ __all__ = [
     "DEAD_LETTER_SETTLED",
     "DELIVERY_EXHAUSTED_CHOICES",
     "REPLAY_NEEDS_BROKER",
+    "check_answerable",
     "check_lease_move",
     "dead_letter_key",
     "not_the_latest",
     "park_identity",
     "park_prompt",
+    "replay_parts",
 ]
+
+_R = TypeVar("_R")
+_P = TypeVar("_P")
 
 #: The answers a ``delivery_exhausted`` gate offers.
 DELIVERY_EXHAUSTED_CHOICES: Final = ("retry",)
@@ -59,6 +65,31 @@ def not_the_latest(gate: Gate, newer: UUID, kind: str, raised: datetime) -> str:
         f"{raised.isoformat()}) is, and the job waits behind that one; answer it instead. "
         "Nothing was written"
     )
+
+
+def check_answerable(gate: Gate, choice: str) -> None:
+    """Refuse (``GateError``) an answer ``gate`` cannot take: it was answered already, or
+    ``choice`` is not one it offers."""
+    if gate.answered_at is not None:
+        raise GateError(
+            f"gate {gate.id} was already answered at {gate.answered_at.isoformat()} "
+            f"with {gate.answer!r}"
+        )
+    if choice not in gate.choices:
+        offered = ", ".join(repr(c) for c in gate.choices) or "nothing"
+        raise GateError(f"{choice!r} is not an answer gate {gate.id} offers: choose {offered}")
+
+
+def replay_parts(gate: Gate, replay: _R | None, parked: _P | None) -> tuple[_R, _P]:
+    """What a replay answer to ``gate`` needs, or a refusal (``GateError``) naming what it
+    lacks: the broker to publish to (``replay``), and the dead letter its job keeps."""
+    if replay is None:
+        raise GateError(REPLAY_NEEDS_BROKER.format(gate=gate.id))
+    if parked is None:
+        raise GateError(
+            f"gate {gate.id}: its job keeps no dead letter, so there is nothing to replay"
+        )
+    return replay, parked
 
 
 def check_lease_move(verdict: Verdict) -> HeldLease:
