@@ -158,16 +158,7 @@ async def _park_one(
             QUERIES["park_dead_letter"],
             now,
             key,
-            kept.identity,
-            kept.queue,
-            kept.message_id,
-            kept.origin_queue,
-            kept.reason,
-            kept.body,
-            kept.body_encoding,
-            kept.body_bytes,
-            kept.body_truncated,
-            kept.is_json_object,
+            *_letter_columns(kept),
             prompt,
             FLEET_PROJECT_ID,
             DEAD_LETTER_JOB_KIND,
@@ -236,16 +227,7 @@ async def _park_pointer(
         row = await conn.fetchrow(
             QUERIES["park_dispatch_pointer"],
             now,
-            kept.identity,
-            kept.queue,
-            kept.message_id,
-            kept.origin_queue,
-            kept.reason,
-            kept.body,
-            kept.body_encoding,
-            kept.body_bytes,
-            kept.body_truncated,
-            kept.is_json_object,
+            *_letter_columns(kept),
             pointer.job_id,
             pointer.project_id,
             pointer.dispatch_seq,
@@ -316,6 +298,24 @@ async def answer_gate(
         else:
             await settle_dead_letter(conn, gate, choice, now, Dispatch.POLLING)
         return await record_answer(conn, gate_id, choice, now, answered_by), parked
+
+
+def _letter_columns(kept: dead_letters.ParkedLetter) -> tuple[object, ...]:
+    """The dead_letter row's columns of a letter as parked, in the order both park queries take
+    them (identity, queue, message id, origin queue, reason, body, its encoding, size,
+    truncation, whether JSON)."""
+    return (
+        kept.identity,
+        kept.queue,
+        kept.message_id,
+        kept.origin_queue,
+        kept.reason,
+        kept.body,
+        kept.body_encoding,
+        kept.body_bytes,
+        kept.body_truncated,
+        kept.is_json_object,
+    )
 
 
 def _parked(row: Record) -> ParkedDeadLetter:
