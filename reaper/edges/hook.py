@@ -43,7 +43,6 @@ from typing import Final
 from uuid import UUID
 
 from reaper.config import Settings, load_config
-from reaper.core.domain import Action
 from reaper.errors import scrub
 from reaper.jobqueue.database import ConnectionFactory, WorkerPool
 from reaper.jobqueue.port import Turn
@@ -274,9 +273,9 @@ class QueueReaper:
         for entry in result.unreadable:
             what = entry.source if entry.queue is None else f"queue {entry.queue!r}"
             log.warning("queue reap could not read %s: %s", what, entry.error)
-        for r in result.verdicts:
+        for r in result.surfaced():
             v = r.verdict
-            if v.action is Action.SURFACE and r.recorded:
+            if r.recorded:
                 log.warning(
                     "queue.stuck %s %s on %s: measured %s %s (threshold %s)",
                     v.source.value,

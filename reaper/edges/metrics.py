@@ -209,9 +209,8 @@ def _fill(families: Mapping[str, GaugeMetricFamily], result: PassResult) -> None
     for source in read:
         for condition in Condition:
             open_now[(source.value, condition.value)] += 0
-    for rv in result.verdicts:
-        if rv.verdict.action is Action.SURFACE:
-            open_now[(str(rv.verdict.source), str(rv.verdict.condition))] += 1
+    for rv in result.surfaced():
+        open_now[(str(rv.verdict.source), str(rv.verdict.condition))] += 1
     for (source_name, condition_name), count in sorted(open_now.items()):
         families["conditions_open"].add_metric([source_name, condition_name], count)
 

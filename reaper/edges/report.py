@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Final, TextIO
 from uuid import UUID
@@ -197,7 +196,7 @@ def render_text(result: PassResult) -> str:
         lines.append(f"Dispatch:    {result.dispatch.mode.value} ({result.dispatch.why})")
 
     problems = [p.line() for p in result.problems()]
-    findings = list(_surfaced(result.verdicts))
+    findings = list(result.surfaced())
     lines.append("")
     lines.append(f"Problems ({len(problems) + len(findings)}):")
     if not problems and not findings:
@@ -256,10 +255,6 @@ def render_text(result: PassResult) -> str:
         lines.append("Notes:")
         lines += [f"  - {n}" for n in result.notes]
     return "\n".join(lines)
-
-
-def _surfaced(verdicts: Iterable[RecordedVerdict]) -> Iterable[RecordedVerdict]:
-    return (r for r in verdicts if r.verdict.action is Action.SURFACE)
 
 
 def _acted_line(v: Verdict) -> str:

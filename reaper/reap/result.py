@@ -3,17 +3,18 @@ logs, and the one list of what made it not ok."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 from uuid import UUID
 
 from reaper.broker.port import ManagementEndpoint
-from reaper.core.domain import BrokerFacts, ClaimableHead, QueueStats
+from reaper.core.domain import Action, BrokerFacts, ClaimableHead, QueueStats
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome
 from reaper.reap.dispatch import DispatchInForce
+from reaper.reap.lease_log import VerdictLog
 from reaper.reap.progress import RecordedVerdict, RowNotMoved, Unreadable
 
 __all__ = ["PassResult", "Problem"]
@@ -71,6 +72,13 @@ class PassResult:
     @property
     def ok(self) -> bool:
         return not self.problems()
+
+    def surfaced(self) -> Iterator[RecordedVerdict]:
+        """The verdicts that surface a finding. A lease verdict never does (the lease reap
+        requeues or parks), so a pass's spooled lease verdicts are not read back for them: the
+        metrics collector asks on every scrape."""
+        verdicts = self.verdicts.others if isinstance(self.verdicts, VerdictLog) else self.verdicts
+        return (r for r in verdicts if r.verdict.action is Action.SURFACE)
 
     @property
     def duration_seconds(self) -> float:
