@@ -13,8 +13,9 @@ is total over whatever the management API lists. One queue is judged in
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 from uuid import UUID
 
 from reaper.core.domain import (
@@ -32,6 +33,8 @@ from reaper.core.domain import (
 )
 from reaper.core.judge_leases import LeaseColumns, judge_lease_page
 from reaper.core.judge_queues import ceil_seconds, judge_held, judge_queue, num
+
+_Row = TypeVar("_Row", ClaimableHead, UnsentDispatch)
 
 __all__ = ["judge"]
 
@@ -95,21 +98,23 @@ def _judge_leases(
     return judge_lease_page(page, thresholds, now).verdicts(page)
 
 
+def _oldest_per_project(rows: Iterable[_Row], since: Callable[[_Row], datetime]) -> Iterable[_Row]:
+    """The oldest row of each project (by ``since``, then job id: the same one every time)."""
+    oldest: dict[UUID, _Row] = {}
+    for row in rows:
+        kept = oldest.get(row.project_id)
+        if kept is None or (since(row), str(row.job_id)) < (since(kept), str(kept.job_id)):
+            oldest[row.project_id] = row
+    return oldest.values()
+
+
 def _judge_claimable(
     heads: Iterable[ClaimableHead], thresholds: Thresholds, now: datetime
 ) -> Iterable[Verdict]:
     # One head per project is the store's promise; keep the oldest should it break it, so a
     # project is one sighting.
-    oldest: dict[UUID, ClaimableHead] = {}
-    for head in heads:
-        kept = oldest.get(head.project_id)
-        if kept is None or (head.claimable_since, str(head.job_id)) < (
-            kept.claimable_since,
-            str(kept.job_id),
-        ):
-            oldest[head.project_id] = head
     limit = thresholds.stale_ready_seconds
-    for head in oldest.values():
+    for head in _oldest_per_project(heads, lambda h: h.claimable_since):
         age = ceil_seconds(now - head.claimable_since)
         if age > 0 and age > limit:
             yield Verdict(
@@ -132,13 +137,8 @@ def _judge_unsent(
     unsent: Iterable[UnsentDispatch], thresholds: Thresholds, now: datetime
 ) -> Iterable[Verdict]:
     # One per project, the oldest, as for claimable heads: a project is one sighting.
-    oldest: dict[UUID, UnsentDispatch] = {}
-    for row in unsent:
-        kept = oldest.get(row.project_id)
-        if kept is None or (row.written_at, str(row.job_id)) < (kept.written_at, str(kept.job_id)):
-            oldest[row.project_id] = row
     limit = thresholds.stale_ready_seconds
-    for row in oldest.values():
+    for row in _oldest_per_project(unsent, lambda r: r.written_at):
         age = ceil_seconds(now - row.written_at)
         if age > limit:
             yield Verdict(

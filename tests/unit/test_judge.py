@@ -32,6 +32,7 @@ from reaper.core.domain import (
     Source,
     Thresholds,
     Unit,
+    UnsentDispatch,
     Verdict,
 )
 from reaper.core.judge import judge
@@ -232,6 +233,33 @@ def test_one_stale_verdict_per_project_the_oldest_head() -> None:
         (PROJECT, str(JOB)),
         (OTHER_PROJECT, str(JOB)),
     ]
+
+
+def unsent(
+    *, written_ago: timedelta, project_id: UUID = PROJECT, job_id: UUID = JOB
+) -> UnsentDispatch:
+    return UnsentDispatch(
+        project_id=project_id,
+        job_id=job_id,
+        kind="build",
+        dispatch_seq=2,
+        written_at=NOW - written_ago,
+    )
+
+
+def test_one_lost_dispatch_per_project_the_oldest_unsent_row_past_the_threshold() -> None:
+    rows = (
+        unsent(written_ago=timedelta(hours=1), job_id=JOB_2),
+        unsent(written_ago=timedelta(hours=2), job_id=JOB),
+        unsent(written_ago=timedelta(seconds=900), project_id=OTHER_PROJECT),
+    )
+    measurements = Measurements(leases=(), claimable=(), unsent=rows, queues=())
+    (verdict,) = judge(measurements, T, NOW).verdicts
+    assert verdict.condition is Condition.LOST_DISPATCH
+    assert verdict.action is Action.SURFACE
+    assert (verdict.project_id, verdict.object) == (PROJECT, str(JOB))
+    assert (verdict.measured, verdict.threshold, verdict.unit) == (7200.0, 900, Unit.SECONDS)
+    assert verdict.detail.startswith("dispatch 2 of a ready build job was written to the outbox")
 
 
 @pytest.mark.parametrize(
