@@ -5,7 +5,8 @@ A move is guarded: a lease is moved only while it is still exactly as it was rea
 leased, in the same project, by the same owner, with the same expiry and attempts), each move
 commits with its ledger event, and one row that cannot be moved is named instead of blocking
 the rest. Moves run in set-based batches (one statement and one transaction each) on a few
-lanes at once, split by project so that no two lanes share a ledger stream.
+lanes at once, split by whole projects (so that no two lanes share a ledger stream) into lanes
+as even as the projects allow.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import asyncio
 import contextlib
 import itertools
 import json
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from hashlib import sha256
@@ -50,13 +52,15 @@ __all__ = [
     "count_expired_leases",
     "expired_lease_page",
     "expired_leases",
+    "lanes_by_project",
     "move_lease_page",
 ]
 
 #: Leases moved per batch (one statement, one transaction). Large enough that a pass of
-#: 10,000 leases is a handful of round trips; small enough that a batch spoiled by one bad
-#: row is cheap to split down to that row.
-LEASE_BATCH_SIZE: Final = 2500
+#: 10,000 leases is a handful of round trips, and that a lane's share of a page (half of
+#: reaper.reap.leases.LEASE_PAGE_SIZE, give or take a project) is one batch; small enough that
+#: a batch spoiled by one bad row is cheap to split down to that row.
+LEASE_BATCH_SIZE: Final = 3000
 
 #: Lanes one pass's lease moves run in at once, split by project (so no two lanes share a
 #: ledger stream), each on its own pooled connection (at most the pool's size). Two keep
@@ -177,11 +181,9 @@ async def apply_lease_verdicts(
     :class:`MovesInterrupted` (carrying what had committed) when the database goes away
     part-way.
     """
-    for verdict in verdicts:
-        check_lease_move(verdict)
-    lanes = _Lanes(db, dispatch)
-    for verdict in verdicts:
-        lease = check_lease_move(verdict)
+    leases = [check_lease_move(verdict) for verdict in verdicts]
+    lanes = _Lanes(db, dispatch, Counter(lease.project_id for lease in leases))
+    for verdict, lease in zip(verdicts, leases, strict=True):
         canonical = canonical_payload(verdict)
         lanes.add(
             lease.job_id,
@@ -199,44 +201,40 @@ async def move_lease_page(
     db: Database, page: LeaseColumns, rulings: LeaseRulings, now: datetime, dispatch: Dispatch
 ) -> LeaseMoves:
     """:func:`apply_lease_verdicts` for one page as the judge ruled on it, in columns: no
-    verdict object is built. Each move's event is the very payload its verdict would give."""
-    lanes = _Lanes(db, dispatch)
-    job_ids, projects, owners = page.job_ids, page.project_ids, page.owners
-    expiries, attempts, max_attempts = page.expiries, page.attempts, page.max_attempts
-    grace = rulings.grace
-    payload = lease_payload
-    for k, i in enumerate(rulings.rows):
-        poison = rulings.poison[k]
-        job_id = job_ids[i]
-        if poison:
-            canonical = payload(
-                str(job_id), "poison", "park", rulings.measured[k], max_attempts[i],
-                "attempts", rulings.details[k],
-            )  # fmt: skip
-        else:
-            canonical = payload(
-                str(job_id), "lease_expired", "requeue", rulings.measured[k], grace,
-                "seconds", rulings.details[k],
-            )  # fmt: skip
-        lanes.add(
-            job_id,
-            projects[i],
-            owners[i],
-            expiries[i],
-            attempts[i],
-            canonical,
-            page.lease(i) if poison else None,
-        )
+    verdict object is built. Each move's event is the very payload its verdict would give.
+    A lane's columns and events are built as the lane starts, so one lane's are built while
+    the database runs another's first statement."""
+    if len(set(page.job_ids)) < len(page):
+        # Never so for a page read by its key; as verdicts, a job named twice moves once.
+        return await apply_lease_verdicts(db, list(rulings.verdicts(page)), now, dispatch)
+    projects = page.project_ids
+    lanes = _Lanes(db, dispatch, Counter(projects[i] for i in rulings.rows))
+    lanes.add_page(page, rulings)
     return await lanes.move(db, now)
+
+
+def lanes_by_project(moves_per_project: Mapping[UUID, int], lanes: int) -> dict[UUID, int]:
+    """Each project's lane (``0 .. lanes - 1``), every project's moves in one lane: the largest
+    project first, each to the lane with the fewest moves so far, so that no lane has more
+    moves than another by more than the largest project's."""
+    loads = [0] * lanes
+    lane_of: dict[UUID, int] = {}
+    for project, moves in sorted(moves_per_project.items(), key=lambda kv: (-kv[1], kv[0])):
+        lane = loads.index(min(loads))
+        loads[lane] += moves
+        lane_of[project] = lane
+    return lane_of
 
 
 class _Lanes:
     """The moves of one call, split by project into lanes (no two lanes share a ledger
-    stream), each job once."""
+    stream) of as near equal size as whole projects allow (the lanes run at once, so the call
+    takes as long as its longest lane), each job once."""
 
-    def __init__(self, db: Database, dispatch: Dispatch) -> None:
+    def __init__(self, db: Database, dispatch: Dispatch, moves_per_project: Counter[UUID]) -> None:
         count = max(1, min(LEASE_LANES, db.pool_size))
         self.lanes = [_LeaseMoves(dispatch=dispatch) for _ in range(count)]
+        self._lane_of = lanes_by_project(moves_per_project, count)
         self.job_ids: list[UUID] = []
         self.duplicates: list[UUID] = []
         self._seen: set[UUID] = set()
@@ -256,7 +254,7 @@ class _Lanes:
             return
         self._seen.add(job_id)
         self.job_ids.append(job_id)
-        moves = self.lanes[project_id.int % len(self.lanes)]
+        moves = self.lanes[self._lane_of[project_id]]
         moves.job_ids.append(job_id)
         moves.projects.append(project_id)
         moves.owners.append(owner)
@@ -268,6 +266,17 @@ class _Lanes:
             moves.parks.append(job_id)
             moves.gate_identities.append(park_identity(park))
             moves.gate_prompts.append(park_prompt(park))
+
+    def add_page(self, page: LeaseColumns, rulings: LeaseRulings) -> None:
+        """Every ruling of a page whose jobs are all distinct (as a page read by its key is),
+        each lane's columns left to build as the lane starts (:meth:`_LeaseMoves.build`)."""
+        projects = page.project_ids
+        chosen: list[list[int]] = [[] for _ in self.lanes]
+        for k, i in enumerate(rulings.rows):
+            chosen[self._lane_of[projects[i]]].append(k)
+        for lane, rows in zip(self.lanes, chosen, strict=True):
+            lane.page = _PageRows(page, rulings, rows)
+        self.job_ids.extend(page.job_ids[i] for i in rulings.rows)
 
     async def move(self, db: Database, now: datetime) -> LeaseMoves:
         progress = _Progress()
@@ -292,6 +301,7 @@ class _Lanes:
 
 
 async def _move_lane(db: Database, moves: _LeaseMoves, now: datetime, progress: _Progress) -> None:
+    moves.build()
     # batches of equal size, none above LEASE_BATCH_SIZE (never a batch of a few left over)
     count = -(-len(moves) // LEASE_BATCH_SIZE)
     bounds = [len(moves) * n // count for n in range(count + 1)]
@@ -370,11 +380,21 @@ async def _move_leases(
     return {job_id: "park" if job_id in parked else "requeue" for job_id in moved}
 
 
+@dataclass(frozen=True, slots=True)
+class _PageRows:
+    """The rulings of a judged page that one lane moves (``chosen``: their positions in
+    ``rulings``)."""
+
+    page: LeaseColumns
+    rulings: LeaseRulings
+    chosen: list[int]
+
+
 @dataclass
 class _LeaseMoves:
-    """A batch of lease moves as the columns ``move_leases`` takes (one entry per job),
-    each move's event among them: its canonical payload and digest, computed here, in
-    Python."""
+    """A lane's lease moves as the columns ``move_leases`` takes (one entry per job), each
+    move's event among them: its canonical payload and digest, computed here, in Python. A
+    lane of a judged page builds its columns when it starts (:meth:`build`)."""
 
     job_ids: list[UUID] = field(default_factory=list)
     projects: list[UUID] = field(default_factory=list)
@@ -390,8 +410,45 @@ class _LeaseMoves:
     gate_identities: list[str] = field(default_factory=list)
     gate_prompts: list[str] = field(default_factory=list)
 
+    #: A lane of a judged page whose columns are still to build (:meth:`build`).
+    page: _PageRows | None = None
+
     def __len__(self) -> int:
-        return len(self.job_ids)
+        return len(self.job_ids) if self.page is None else len(self.page.chosen)
+
+    def build(self) -> None:
+        """Fill the columns from the lane's page rows, if it has any still to build."""
+        if self.page is None:
+            return
+        page, rulings, chosen = self.page.page, self.page.rulings, self.page.chosen
+        self.page = None
+        rows, poison = rulings.rows, rulings.poison
+        measured, details, grace = rulings.measured, rulings.details, rulings.grace
+        at = [rows[k] for k in chosen]
+        job_ids = page.job_ids
+        self.job_ids = [job_ids[i] for i in at]
+        self.projects = [page.project_ids[i] for i in at]
+        self.owners = [page.owners[i] for i in at]
+        self.expiries = [page.expiries[i] for i in at]
+        self.attempts = [page.attempts[i] for i in at]
+        limits, payload = page.max_attempts, lease_payload
+        payloads = self.payloads = []
+        for k, i in zip(chosen, at, strict=True):
+            if poison[k]:
+                payloads.append(payload(
+                    str(job_ids[i]), "poison", "park", measured[k], limits[i], "attempts",
+                    details[k],
+                ))  # fmt: skip
+                lease = page.lease(i)
+                self.parks.append(lease.job_id)
+                self.gate_identities.append(park_identity(lease))
+                self.gate_prompts.append(park_prompt(lease))
+            else:
+                payloads.append(payload(
+                    str(job_ids[i]), "lease_expired", "requeue", measured[k], grace, "seconds",
+                    details[k],
+                ))  # fmt: skip
+        self.digests = [sha256(p.encode()).hexdigest() for p in payloads]
 
     def event(self, i: int) -> ledger.Event:
         """The event of move ``i``, on its job's project stream."""

@@ -2,14 +2,16 @@
 with its event (SPEC §1 (a), (c); §8).
 
 A page is read from where the last one ended (its expiry and job id), judged by the pure lease
-judge in columns, and moved as one set-based step; while the database moves one page the next
-is read and judged. Every ruling goes to the pass's :class:`~reaper.reap.lease_log.LeaseLog`,
-so the whole pass holds a page or two of leases at a time, whatever their number.
+judge in columns, and moved as one set-based step, and only then is the next page read. The
+moves keep both of a small machine's cores busy on their own (two lanes, see
+:mod:`reaper.jobqueue.leases`); measured, reading or judging the next page beside them slowed
+the moves by more than it saved (``bench/lease_reap.py``). Every ruling goes to the pass's
+:class:`~reaper.reap.lease_log.LeaseLog`, so the whole pass holds one page of leases at a time,
+whatever their number.
 """
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 from typing import Final
 from uuid import UUID
@@ -49,51 +51,34 @@ async def reap_leases(
     grace = thresholds.lease_grace_seconds
     after: tuple[datetime, UUID] | None = None
     taken = 0
-    moving: asyncio.Task[LeaseMoves] | None = None
-    moving_page: tuple[LeaseColumns, LeaseRulings] | None = None
-    try:
-        while taken < limit:
-            size = min(page_size, limit - taken)
-            page = await progress.guarded(
-                store.expired_lease_page(now, grace, size, after, project_id)
-            )
-            if page is None:
-                break  # named in unreadable
-            taken += len(page)
-            after = page.last_key()
-            rulings = judge_lease_page(page, thresholds, now)
-            if moving is not None and moving_page is not None:
-                if not await _settle(moving, *moving_page, log, progress):
-                    moving = None
-                    return
-                moving = None
-            if write and rulings.rows:
-                moving = asyncio.ensure_future(
-                    store.move_lease_page(page, rulings, now, dispatch=dispatch)
-                )
-                moving_page = (page, rulings)
-            else:
-                log.add(page, rulings, ())
-            if len(page) < size:
-                break
-        if moving is not None and moving_page is not None:
-            await _settle(moving, *moving_page, log, progress)
-            moving = None
-    finally:
-        if moving is not None:
-            moving.cancel()
+    while taken < limit:
+        size = min(page_size, limit - taken)
+        page = await progress.guarded(store.expired_lease_page(now, grace, size, after, project_id))
+        if page is None:
+            return  # named in unreadable
+        taken += len(page)
+        after = page.last_key()
+        rulings = judge_lease_page(page, thresholds, now)
+        if not write or not rulings.rows:
+            log.add(page, rulings, ())
+        elif not await _move(store, page, rulings, now, dispatch, log, progress):
+            return
+        if len(page) < size:
+            return
 
 
-async def _settle(
-    moving: asyncio.Future[LeaseMoves],
+async def _move(
+    store: JobQueue,
     page: LeaseColumns,
     rulings: LeaseRulings,
+    now: datetime,
+    dispatch: Dispatch,
     log: LeaseLog,
     progress: Progress,
 ) -> bool:
-    """Wait for a page's moves and log them; False when the database went away."""
+    """Move a page as the judge ruled and log it; False when the database went away."""
     try:
-        moves = await moving
+        moves = await store.move_lease_page(page, rulings, now, dispatch=dispatch)
     except MovesInterrupted as exc:
         progress.unreadable.append(Unreadable(exc.source, exc.reason))
         _report(exc.moves, progress)

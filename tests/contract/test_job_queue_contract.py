@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from reaper.core.canonical import canonical_json
+from reaper.core.canonical import canonical_json, canonical_payload
 from reaper.core.dead_letters import decode
 from reaper.core.domain import (
     FLEET_PROJECT_ID,
@@ -23,9 +23,11 @@ from reaper.core.domain import (
     Condition,
     DeadLetter,
     Source,
+    Thresholds,
     Unit,
     Verdict,
 )
+from reaper.core.judge_leases import LeaseColumns, judge_lease_page
 from reaper.errors import GateError
 from reaper.jobqueue.port import ParkedDeadLetter, ParkRules
 from tests.contract.conftest import Subject
@@ -177,6 +179,44 @@ async def test_a_lease_that_changed_since_it_was_read_is_left_alone(subject: Sub
     again = await subject.store.apply_lease_verdicts([lease_verdict(lease)], NOW)
     assert (again.requeued, again.skipped) == ((), (job.id,))
     assert len(await subject.store.events(project)) == 1
+
+
+async def test_a_judged_page_moves_as_its_verdicts_would_each_job_once(subject: Subject) -> None:
+    """The pass's path: a page read in columns and judged in columns moves every lease with
+    the very event its verdict gives, spread over projects of uneven size (lanes), parks
+    included; a page that names a job twice (a page read by its key never does) moves it
+    once."""
+    projects = [uuid.uuid4() for _ in range(4)]
+    sizes = [9, 5, 2, 1]  # uneven, so the lanes are balanced by whole projects
+    jobs = [
+        leased(project, expired_seconds_ago=10 + n, attempts=7 if n == 0 else 1)
+        for project, size in zip(projects, sizes, strict=True)
+        for n in range(size)
+    ]
+    await subject.add(*jobs)
+    page = await subject.store.expired_lease_page(NOW, 0, 100)
+    rulings = judge_lease_page(page, Thresholds(), NOW)
+    twice = LeaseColumns.of_leases([page.lease(i) for i in (*range(len(page)), 0)])
+
+    moves = await subject.store.move_lease_page(
+        twice, judge_lease_page(twice, Thresholds(), NOW), NOW
+    )
+
+    assert sorted(moves.requeued) == sorted(j.id for j in jobs if j.attempts == 1)
+    assert sorted(moves.parked) == sorted(j.id for j in jobs if j.attempts == 7)
+    assert moves.skipped == (page.job_ids[0],) and not moves.failed
+    written = {
+        e.payload["object"]: e for project in projects for e in await subject.store.events(project)
+    }
+    assert len(written) == len(jobs)
+    for verdict in rulings.verdicts(page):
+        event = written[verdict.object]
+        assert canonical_json(event.payload) == canonical_payload(verdict)
+        assert event.digest == hashlib.sha256(canonical_payload(verdict).encode()).hexdigest()
+    for project, size in zip(projects, sizes, strict=True):
+        assert [e.seq for e in await subject.store.events(project)] == list(range(1, size + 1))
+    gates = await subject.store.list_gates()
+    assert sorted(g.job_id for g in gates) == sorted(moves.parked)
 
 
 async def test_a_verdict_that_is_not_a_lease_move_is_refused_before_anything_moves(
