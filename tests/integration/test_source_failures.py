@@ -61,7 +61,7 @@ from invariants import (
 )
 from test_store_support import query
 
-from reaper.jobqueue.leases import LEASE_BATCH_SIZE
+from reaper.reap.leases import LEASE_PAGE_SIZE
 from tests.conftest import BrokerUnderTest
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
@@ -484,7 +484,7 @@ async def test_postgresql_gone_after_two_batches_of_moves(
     moves have committed: PostgreSQL is gone for the rest of the pass. The batches that
     committed are moved with their events, and the report must say so."""
     w = await make_world(broker, pg_dsn, tmp_path, leases=LEASES)
-    committed = Committed(w.dsn, 2 * LEASE_BATCH_SIZE)
+    committed = Committed(w.dsn, LEASE_PAGE_SIZE)  # the first page: a batch in each lane
     watcher = asyncio.create_task(committed.watch())
     try:
         async with proxy(w.dsn, cut_when=committed) as p:
