@@ -201,9 +201,7 @@ async def move_lease_page(
     db: Database, page: LeaseColumns, rulings: LeaseRulings, now: datetime, dispatch: Dispatch
 ) -> LeaseMoves:
     """:func:`apply_lease_verdicts` for one page as the judge ruled on it, in columns: no
-    verdict object is built. Each move's event is the very payload its verdict would give.
-    A lane's columns and events are built as the lane starts, so one lane's are built while
-    the database runs another's first statement."""
+    verdict object is built. Each move's event is the very payload its verdict would give."""
     if len(set(page.job_ids)) < len(page):
         # Never so for a page read by its key; as verdicts, a job named twice moves once.
         return await apply_lease_verdicts(db, list(rulings.verdicts(page)), now, dispatch)
@@ -263,19 +261,16 @@ class _Lanes:
         moves.payloads.append(canonical)
         moves.digests.append(sha256(canonical.encode()).hexdigest())
         if park is not None:
-            moves.parks.append(job_id)
-            moves.gate_identities.append(park_identity(park))
-            moves.gate_prompts.append(park_prompt(park))
+            moves.park(park)
 
     def add_page(self, page: LeaseColumns, rulings: LeaseRulings) -> None:
-        """Every ruling of a page whose jobs are all distinct (as a page read by its key is),
-        each lane's columns left to build as the lane starts (:meth:`_LeaseMoves.build`)."""
+        """Every ruling of a page whose jobs are all distinct (as a page read by its key is)."""
         projects = page.project_ids
         chosen: list[list[int]] = [[] for _ in self.lanes]
         for k, i in enumerate(rulings.rows):
             chosen[self._lane_of[projects[i]]].append(k)
-        for lane, rows in zip(self.lanes, chosen, strict=True):
-            lane.page = _PageRows(page, rulings, rows)
+        for lane, rulings_of_lane in zip(self.lanes, chosen, strict=True):
+            lane.add_rulings(page, rulings, rulings_of_lane)
         self.job_ids.extend(page.job_ids[i] for i in rulings.rows)
 
     async def move(self, db: Database, now: datetime) -> LeaseMoves:
@@ -301,7 +296,6 @@ class _Lanes:
 
 
 async def _move_lane(db: Database, moves: _LeaseMoves, now: datetime, progress: _Progress) -> None:
-    moves.build()
     # batches of equal size, none above LEASE_BATCH_SIZE (never a batch of a few left over)
     count = -(-len(moves) // LEASE_BATCH_SIZE)
     bounds = [len(moves) * n // count for n in range(count + 1)]
@@ -380,21 +374,10 @@ async def _move_leases(
     return {job_id: "park" if job_id in parked else "requeue" for job_id in moved}
 
 
-@dataclass(frozen=True, slots=True)
-class _PageRows:
-    """The rulings of a judged page that one lane moves (``chosen``: their positions in
-    ``rulings``)."""
-
-    page: LeaseColumns
-    rulings: LeaseRulings
-    chosen: list[int]
-
-
 @dataclass
 class _LeaseMoves:
     """A lane's lease moves as the columns ``move_leases`` takes (one entry per job), each
-    move's event among them: its canonical payload and digest, computed here, in Python. A
-    lane of a judged page builds its columns when it starts (:meth:`build`)."""
+    move's event among them: its canonical payload and digest, computed here, in Python."""
 
     job_ids: list[UUID] = field(default_factory=list)
     projects: list[UUID] = field(default_factory=list)
@@ -410,45 +393,40 @@ class _LeaseMoves:
     gate_identities: list[str] = field(default_factory=list)
     gate_prompts: list[str] = field(default_factory=list)
 
-    #: A lane of a judged page whose columns are still to build (:meth:`build`).
-    page: _PageRows | None = None
-
     def __len__(self) -> int:
-        return len(self.job_ids) if self.page is None else len(self.page.chosen)
+        return len(self.job_ids)
 
-    def build(self) -> None:
-        """Fill the columns from the lane's page rows, if it has any still to build."""
-        if self.page is None:
-            return
-        page, rulings, chosen = self.page.page, self.page.rulings, self.page.chosen
-        self.page = None
+    def park(self, lease: HeldLease) -> None:
+        """Mark the move of ``lease``'s job, already added, a park behind its gate."""
+        self.parks.append(lease.job_id)
+        self.gate_identities.append(park_identity(lease))
+        self.gate_prompts.append(park_prompt(lease))
+
+    def add_rulings(self, page: LeaseColumns, rulings: LeaseRulings, chosen: list[int]) -> None:
+        """Add the moves of the rulings at positions ``chosen`` of a judged page."""
         rows, poison = rulings.rows, rulings.poison
         measured, details, grace = rulings.measured, rulings.details, rulings.grace
         at = [rows[k] for k in chosen]
-        job_ids = page.job_ids
-        self.job_ids = [job_ids[i] for i in at]
-        self.projects = [page.project_ids[i] for i in at]
-        self.owners = [page.owners[i] for i in at]
-        self.expiries = [page.expiries[i] for i in at]
-        self.attempts = [page.attempts[i] for i in at]
-        limits, payload = page.max_attempts, lease_payload
-        payloads = self.payloads = []
+        job_ids, limits, payload = page.job_ids, page.max_attempts, lease_payload
+        self.job_ids.extend(job_ids[i] for i in at)
+        self.projects.extend(page.project_ids[i] for i in at)
+        self.owners.extend(page.owners[i] for i in at)
+        self.expiries.extend(page.expiries[i] for i in at)
+        self.attempts.extend(page.attempts[i] for i in at)
+        payloads, first = self.payloads, len(self.payloads)
         for k, i in zip(chosen, at, strict=True):
             if poison[k]:
                 payloads.append(payload(
                     str(job_ids[i]), "poison", "park", measured[k], limits[i], "attempts",
                     details[k],
                 ))  # fmt: skip
-                lease = page.lease(i)
-                self.parks.append(lease.job_id)
-                self.gate_identities.append(park_identity(lease))
-                self.gate_prompts.append(park_prompt(lease))
+                self.park(page.lease(i))
             else:
                 payloads.append(payload(
                     str(job_ids[i]), "lease_expired", "requeue", measured[k], grace, "seconds",
                     details[k],
                 ))  # fmt: skip
-        self.digests = [sha256(p.encode()).hexdigest() for p in payloads]
+        self.digests.extend(sha256(p.encode()).hexdigest() for p in payloads[first:])
 
     def event(self, i: int) -> ledger.Event:
         """The event of move ``i``, on its job's project stream."""
