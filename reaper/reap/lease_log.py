@@ -52,11 +52,8 @@ class LeaseLog:
         recorded = tuple(job_ids[i] in moved for i in rulings.rows)
         tally = self.tally
         for k, i in enumerate(rulings.rows):
-            poison = rulings.poison[k]
-            condition = Condition.POISON if poison else Condition.LEASE_EXPIRED
-            tally[
-                (condition, Action.PARK if poison else Action.REQUEUE, projects[i], recorded[k])
-            ] += 1
+            condition = rulings.condition(k)
+            tally[(condition, rulings.action(k), projects[i], recorded[k])] += 1
             first = self.first.setdefault(condition, [])
             if len(first) < FIRST_LISTED:
                 first.append(RecordedVerdict(rulings.verdict(page, k), recorded[k]))
