@@ -1,14 +1,64 @@
-"""``[bus]`` and ``[database]``: where the reaper reads from, and how it connects."""
+"""``[bus]`` and ``[database]``: where the reaper reads from, and how it connects.
+
+A password may come from a file (``password_file``: a Kubernetes or Docker secret), read when
+the configuration is validated: a file that cannot be read is a problem naming its path, never
+its content. TLS to the management API is ``ca_file``, ``client_cert_file``,
+``client_key_file`` and ``verify``; to PostgreSQL the DSN's ``sslmode``/``sslrootcert``/
+``sslcert``/``sslkey``, or the same keys under ``[database]``.
+"""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs
+from typing import Any, Final, Literal
+from urllib.parse import parse_qs, urlencode
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from reaper.config.fields import SECTION, bounded, refused, split_url
 
-__all__ = ["BusSettings", "DatabaseSettings"]
+__all__ = ["DSN_TLS_KEYS", "BusSettings", "DatabaseSettings", "read_secret_file"]
+
+#: The libpq TLS parameters the reaper takes from ``[database]`` as well as from the DSN.
+DSN_TLS_KEYS: Final = ("sslmode", "sslrootcert", "sslcert", "sslkey")
+
+SslMode = Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]
+
+
+def _problem(text: str) -> PydanticCustomError:
+    """A problem spanning keys, reported as written (it names the keys itself)."""
+    return PydanticCustomError("reaper_cross_field", "{text}", {"text": text})
+
+
+def read_secret_file(path: str, key: str = "the secret file") -> str:
+    """The secret a file holds (one trailing newline dropped, as ``echo`` writes it). A file
+    that cannot be read is refused naming ``key``, the path and the reason, never the
+    content."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise _problem(f"{key} {path} cannot be read: {why}") from None
+    text = text.removesuffix("\n").removesuffix("\r")
+    if not text:
+        raise _problem(f"{key} {path} is empty: a password file holds the password")
+    return text
+
+
+def _password_from_file(data: Any, section: str) -> Any:
+    """``password_file`` read into ``password``; both set at once is ambiguous, so refused."""
+    if not isinstance(data, dict) or data.get("password_file") is None:
+        return data
+    path = data["password_file"]
+    if not isinstance(path, str) or not path:
+        return data  # the field's own validation names it
+    if data.get("password") is not None:
+        raise _problem(
+            f"{section}.password and {section}.password_file are both set: keep one, so that "
+            "which password is used is never a guess"
+        )
+    return {**data, "password": SecretStr(read_secret_file(path, f"{section}.password_file"))}
 
 
 class BusSettings(BaseModel):
@@ -34,6 +84,12 @@ class BusSettings(BaseModel):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
         description="prefix of the policy names the reaper owns",
     )
+    password_file: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a file holding the management API password (a mounted secret); "
+        "instead of password",
+    )
     timeout_seconds: float = bounded(
         10.0,
         gt=0,
@@ -43,6 +99,39 @@ class BusSettings(BaseModel):
         below="a request needs time to be answered",
         above="a request waiting over ten minutes is a hung pass",
     )
+    ca_file: str | None = Field(
+        default=None,
+        min_length=1,
+        description="PEM file of the CA(s) that signed the management API's certificate "
+        "(default: the system's trust store)",
+    )
+    client_cert_file: str | None = Field(
+        default=None, min_length=1, description="PEM client certificate for mutual TLS"
+    )
+    client_key_file: str | None = Field(
+        default=None,
+        min_length=1,
+        description="PEM key of client_cert_file (when the certificate file does not hold it)",
+    )
+    verify: bool = Field(
+        default=True,
+        description="verify the management API's certificate and name; false is for a "
+        "first look only, and every report says it loudly",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _password_file(cls, data: Any) -> Any:
+        return _password_from_file(data, "bus")
+
+    @model_validator(mode="after")
+    def _client_key(self) -> BusSettings:
+        if self.client_key_file is not None and self.client_cert_file is None:
+            raise _problem(
+                "bus.client_key_file is set without bus.client_cert_file: a key alone "
+                "authenticates nothing; set the certificate too"
+            )
+        return self
 
     @field_validator("management_url")
     @classmethod
@@ -69,6 +158,16 @@ class BusSettings(BaseModel):
         if len({url.rstrip("/") for url in urls}) != len(urls):
             raise refused("lists a URL twice: each node once, in order of preference")
         return urls
+
+    def tls_warning(self) -> str | None:
+        """The loud warning every report and ``config show`` carry while ``verify`` is off."""
+        if self.verify:
+            return None
+        return (
+            "WARNING: bus.verify = false: the management API's TLS certificate is NOT "
+            "verified, so anyone on the path can read the broker password and forge the "
+            "broker's answers; set bus.ca_file to the CA that signed it and remove bus.verify"
+        )
 
     def urls_in_force(self) -> tuple[str, ...]:
         """The management URLs the reaper uses, in order of preference."""
@@ -104,6 +203,24 @@ class DatabaseSettings(BaseModel):
     password: SecretStr | None = Field(
         default=None, description="the database password (else PGPASSWORD or ~/.pgpass)"
     )
+    password_file: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a file holding the database password (a mounted secret); instead of "
+        "password",
+    )
+    sslmode: SslMode | None = Field(
+        default=None,
+        description="libpq's sslmode (verify-full checks the CA and the host name); "
+        "instead of the DSN's",
+    )
+    sslrootcert: str | None = Field(
+        default=None, min_length=1, description="PEM file of the CA that signed the server's"
+    )
+    sslcert: str | None = Field(
+        default=None, min_length=1, description="PEM client certificate"
+    )
+    sslkey: str | None = Field(default=None, min_length=1, description="PEM key of sslcert")
     pool_size: int = bounded(
         4,
         ge=1,
@@ -165,3 +282,44 @@ class DatabaseSettings(BaseModel):
         if parts.scheme not in ("postgresql", "postgres"):
             raise refused("must be a postgresql:// URL")
         return dsn
+
+    @model_validator(mode="before")
+    @classmethod
+    def _password_file(cls, data: Any) -> Any:
+        return _password_from_file(data, "database")
+
+    @model_validator(mode="after")
+    def _tls_once(self) -> DatabaseSettings:
+        parts = split_url(self.dsn)
+        query = parse_qs(parts.query) if parts is not None else {}
+        for key in DSN_TLS_KEYS:
+            mine = getattr(self, key)
+            theirs = query.get(key)
+            if mine is not None and theirs is not None and theirs[-1] != mine:
+                raise _problem(
+                    f"database.{key} = {mine!r} and the DSN's {key}={theirs[-1]} disagree: "
+                    "set it in one place"
+                )
+        return self
+
+    def dsn_in_force(self) -> str:
+        """The DSN with the ``[database]`` TLS keys added as its query parameters (asyncpg
+        reads them from there, as libpq does)."""
+        extra = {key: getattr(self, key) for key in DSN_TLS_KEYS if getattr(self, key)}
+        if not extra:
+            return self.dsn
+        parts = split_url(self.dsn)
+        if parts is None:
+            return self.dsn
+        have = parse_qs(parts.query)
+        extra = {k: v for k, v in extra.items() if k not in have}
+        if not extra:
+            return self.dsn
+        query = "&".join(q for q in (parts.query, urlencode(extra)) if q)
+        return parts._replace(query=query).geturl()
+
+    def tls(self) -> dict[str, str]:
+        """The TLS parameters in force (from the DSN or ``[database]``), for messages."""
+        parts = split_url(self.dsn_in_force())
+        query = parse_qs(parts.query) if parts is not None else {}
+        return {key: query[key][-1] for key in DSN_TLS_KEYS if key in query}

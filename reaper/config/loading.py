@@ -30,6 +30,7 @@ from reaper.config.provenance import (
     LoadedConfig,
     Origins,
 )
+from reaper.config.secrets import SECRET_PATHS, SecretsDir, read_secrets_dir
 from reaper.config.sources import EnvironSource, KeyPath, loading, read_drop_ins, walk
 from reaper.errors import ConfigError, register_secret, scrub
 
@@ -99,10 +100,13 @@ def load_config(
         env_data = {}
     secrets |= _secrets_in(env_data)
     origins = Origins(env_data, environ, drop_ins.merged, drop_ins.origins)
+    secrets_dir = read_secrets_dir(environ, _secrets_taken(env_data, drop_ins.merged))
+    problems.extend(secrets_dir.problems)
+    secrets |= _secrets_in(secrets_dir.values)
 
     settings: Settings | None = None
     try:
-        with loading(environ, drop_ins.merged):
+        with loading(environ, drop_ins.merged, secrets_dir.values):
             settings = Settings()
     except ValidationError as exc:
         problems.extend(describe(error, origins) for error in exc.errors(include_url=False))
@@ -117,7 +121,12 @@ def load_config(
     if settings.database.password is not None:
         register_secret(settings.database.password.get_secret_value())
     values = tuple(
-        ConfigValue(".".join(path), _value_at(settings, path), origins.of(path)) for path in LEAVES
+        ConfigValue(
+            ".".join(path),
+            _value_at(settings, path),
+            _secret_origin(settings, path, secrets_dir) or origins.of(path),
+        )
+        for path in LEAVES
     )
     return LoadedConfig(
         settings=settings, config_dir=config_dir, files=drop_ins.files, values=values
@@ -134,6 +143,31 @@ def show(loaded: LoadedConfig, *, masked: bool = True) -> list[ConfigValue]:
             value = "***" if masked else value.get_secret_value()
         shown.append(ConfigValue(item.key, value, item.origin))
     return shown
+
+
+def _secrets_taken(env: Mapping[str, Any], files: Mapping[str, Any]) -> dict[KeyPath, bool]:
+    """The secret keys the environment or a ``password_file`` already sets: the secrets
+    directory is not read for them (a password set twice would be refused as ambiguous)."""
+    taken: dict[KeyPath, bool] = {}
+    for section in ("bus", "database"):
+        env_section = env.get(section)
+        file_section = files.get(section)
+        given = [s for s in (env_section, file_section) if isinstance(s, Mapping)]
+        taken[(section, "password")] = any(
+            s.get("password") is not None or s.get("password_file") is not None for s in given
+        )
+    return taken
+
+
+def _secret_origin(settings: Settings, path: KeyPath, secrets_dir: SecretsDir) -> str | None:
+    """Where a password read from a file came from: ``file:<path>`` named by
+    ``password_file``, or ``secret:<path>`` in the secrets directory."""
+    if path not in SECRET_PATHS:
+        return None
+    section = getattr(settings, path[0])
+    if section.password_file is not None:
+        return f"file:{section.password_file} (named by {path[0]}.password_file)"
+    return secrets_dir.origins.get(path)
 
 
 def _value_at(settings: Settings, path: KeyPath) -> object:

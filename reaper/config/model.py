@@ -302,10 +302,12 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         loading = inputs(os.environ)
-        # Earlier wins: arguments, then the environment, then the merged drop-ins.
+        # Earlier wins: arguments, then the environment, then the secrets directory, then the
+        # merged drop-ins.
         return (
             init_settings,
             EnvironSource(settings_cls, loading.environ),
+            DropInSource(settings_cls, loading.secrets),
             DropInSource(settings_cls, loading.files),
         )
 

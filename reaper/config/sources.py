@@ -48,6 +48,8 @@ KeyPath = tuple[str, ...]
 class _Inputs:
     environ: Mapping[str, str]
     files: dict[str, Any]
+    #: The secrets directory's values, as nested tables (between the environment and files).
+    secrets: dict[str, Any] = field(default_factory=dict)
 
 
 #: What the load in progress reads: ``settings_customise_sources`` is a classmethod, so the
@@ -62,9 +64,12 @@ def inputs(default_environ: Mapping[str, str]) -> _Inputs:
 
 
 @contextlib.contextmanager
-def loading(environ: Mapping[str, str], files: dict[str, Any]) -> Iterator[None]:
-    """Make ``environ`` and the merged drop-ins ``files`` what ``Settings()`` reads inside."""
-    token = _current.set(_Inputs(environ, files))
+def loading(
+    environ: Mapping[str, str], files: dict[str, Any], secrets: dict[str, Any] | None = None
+) -> Iterator[None]:
+    """Make ``environ``, the merged drop-ins ``files`` and the secrets directory's values
+    what ``Settings()`` reads inside."""
+    token = _current.set(_Inputs(environ, files, secrets or {}))
     try:
         yield
     finally:

@@ -231,10 +231,14 @@ def _config_show(loaded: LoadedConfig, as_json: bool) -> int:
                 "values": [{"key": v.key, "value": v.value, "origin": v.origin} for v in values],
                 "dispatch": {"in_force": in_force, "why": why},
                 "management_urls": _management_urls(loaded),
+                "warnings": [w for w in [loaded.settings.bus.tls_warning()] if w],
             }
         )
         return EXIT_OK
     where = str(loaded.config_dir) if loaded.config_dir else "none (environment only)"
+    insecure = loaded.settings.bus.tls_warning()
+    if insecure is not None:
+        print(insecure)
     print(f"config dir: {where}")
     for f in loaded.files:
         print(f"  file: {f}")

@@ -16,6 +16,7 @@ import pytest
 from pydantic import SecretStr
 
 import reaper.config.loading as loading
+import reaper.config.secrets as secrets
 from reaper import errors
 from reaper.config import (
     FOREIGN_QUEUE_NAMES,
@@ -41,9 +42,19 @@ LEAF_KEYS = [
     "bus.password",
     "bus.vhost",
     "bus.prefix",
+    "bus.password_file",
     "bus.timeout_seconds",
+    "bus.ca_file",
+    "bus.client_cert_file",
+    "bus.client_key_file",
+    "bus.verify",
     "database.dsn",
     "database.password",
+    "database.password_file",
+    "database.sslmode",
+    "database.sslrootcert",
+    "database.sslcert",
+    "database.sslkey",
     "database.pool_size",
     "database.statement_timeout_seconds",
     "database.lock_timeout_seconds",
@@ -52,7 +63,18 @@ LEAF_KEYS = [
 ]
 SECRET_KEYS = {"bus.password", "database.password"}
 #: Keys with no value by default (TOML has no null): the shipped defaults show them commented.
-UNSET_KEYS = {"bus.management_urls"}
+UNSET_KEYS = {
+    "bus.management_urls",
+    "bus.password_file",
+    "bus.ca_file",
+    "bus.client_cert_file",
+    "bus.client_key_file",
+    "database.password_file",
+    "database.sslmode",
+    "database.sslrootcert",
+    "database.sslcert",
+    "database.sslkey",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -62,6 +84,7 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     cwd.mkdir()
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(loading, "DEFAULT_CONFIG_DIRS", (Path("conf.d"), tmp_path / "etc"))
+    monkeypatch.setattr(secrets, "DEFAULT_SECRETS_DIR", tmp_path / "run-secrets")
     monkeypatch.setattr(errors, "_known_secrets", set())
     yield tmp_path
 
