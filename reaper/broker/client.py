@@ -18,7 +18,7 @@ from typing import Final
 
 from reaper.broker.capabilities import capabilities_for, product_and_version
 from reaper.broker.evidence import broker_wide_consumer_timeout, live_consumer_timeout, read_nodes
-from reaper.broker.http import ManagementApi, Transport, segment
+from reaper.broker.http import BrokerTls, ManagementApi, Transport, segment
 from reaper.broker.port import BrokerPolicy, ManagementEndpoint, RawMessage
 from reaper.broker.records import (
     CHANNEL_COLUMNS,
@@ -74,6 +74,7 @@ class ManagementClient:
         timeout_seconds: float = 10,
         transport: Transport | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
+        tls: BrokerTls | None = None,
     ) -> None:
         if not 1 <= page_size <= MAX_PAGE_SIZE:
             raise ValueError(f"page_size must be between 1 and {MAX_PAGE_SIZE}, not {page_size}")
@@ -83,6 +84,7 @@ class ManagementClient:
             password,
             timeout_seconds=timeout_seconds,
             transport=transport,
+            tls=tls,
         )
         self.vhost = vhost
         self.page_size = page_size

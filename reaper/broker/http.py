@@ -7,6 +7,12 @@ no password in it. A 401/403 on a write becomes :class:`~reaper.errors.BrokerRef
 (the broker understood and said no, e.g. a policy key this version does not know) becomes
 :class:`BrokerRejected`.
 
+TLS is configured here, in one place (:func:`tls_context`): the CA, a client certificate and
+whether to verify, from ``[bus]``. Each failure is worded for the operator with its fix: a
+certificate not trusted or not naming the host, TLS spoken to a plain-http port, a name that
+does not resolve, the AMQP port given for the management API, a URL ending in ``/api``, a
+vhost that does not exist, a user without the ``monitoring`` tag.
+
 A cluster is reached through several management URLs, in order of preference. A node that
 refuses the connection, or times out on a read, is skipped for the rest of the pass and the
 request goes to the next URL; the broker is unreadable only when no URL answers. A write that
@@ -16,17 +22,75 @@ times out is not sent again elsewhere: whether it took effect is unknown.
 from __future__ import annotations
 
 import html
+import re
+import socket
+import ssl
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
+from reaper.core.tls import tls_words
 from reaper.errors import BrokerRefused, BrokerUnavailable, scrub
 
-__all__ = ["BrokerRejected", "ManagementApi", "Transport", "segment"]
+__all__ = [
+    "BrokerRejected",
+    "BrokerTls",
+    "ManagementApi",
+    "Transport",
+    "segment",
+    "tls_context",
+]
 
 _WRITE_METHODS: Final = frozenset({"PUT", "POST", "DELETE", "PATCH"})
+#: Ports RabbitMQ speaks AMQP on by default (plain, TLS): never the management API's.
+_AMQP_PORTS: Final = frozenset({5672, 5671})
+#: A vhost-wide listing: a 404 there means the vhost does not exist.
+_VHOST_PATH: Final = re.compile(r"^/api/(queues|policies|exchanges|bindings|permissions)/([^/]+)$")
+#: The broker's reason when the credentials are right but the user's tags do not allow the
+#: API (RabbitMQ 3.10 to 4.3: "Not management user", "Not monitor user").
+_TAG_REASONS: Final = ("not management user", "not monitor user", "not administrator user")
+#: How the resolver says a name does not exist (glibc, musl, macOS).
+_UNRESOLVED: Final = ("name or service not known", "nodename nor servname", "no address")
+
+
+@dataclass(frozen=True)
+class BrokerTls:
+    """``[bus]``'s TLS: the CA file, a client certificate and key, and whether to verify."""
+
+    ca_file: str | None = None
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+    verify: bool = True
+
+
+def tls_context(tls: BrokerTls) -> ssl.SSLContext:
+    """The one SSL context of every https request. Raises ``BrokerUnavailable`` naming the
+    setting and file that cannot be loaded."""
+    try:
+        context = ssl.create_default_context(cafile=tls.ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise BrokerUnavailable(
+            f"bus.ca_file {tls.ca_file} cannot be loaded as PEM CA certificates: {_why(exc)}"
+        ) from None
+    if not tls.verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if tls.client_cert_file is not None:
+        try:
+            context.load_cert_chain(tls.client_cert_file, tls.client_key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise BrokerUnavailable(
+                f"bus.client_cert_file {tls.client_cert_file} (key "
+                f"{tls.client_key_file or 'in the same file'}) cannot be loaded: {_why(exc)}"
+            ) from None
+    return context
+
+
+def _why(exc: BaseException) -> str:
+    return (exc.strerror if isinstance(exc, OSError) and exc.strerror else None) or str(exc)
 
 #: What carries the requests: the network, or a test's stand-in (respx, a proxy).
 Transport = httpx.AsyncBaseTransport
@@ -60,6 +124,7 @@ class ManagementApi:
         *,
         timeout_seconds: float = 10,
         transport: Transport | None = None,
+        tls: BrokerTls | None = None,
     ) -> None:
         urls = [management_urls] if isinstance(management_urls, str) else list(management_urls)
         if not urls:
@@ -86,12 +151,21 @@ class ManagementApi:
         self.answered: set[str] = set()
         self._last_url: str | None = None
         self._password = password
+        self.tls = tls or BrokerTls()
+        #: Why TLS cannot be set up (a CA file missing): every request then fails with it.
+        self.tls_problem: str | None = None
+        context: ssl.SSLContext | bool = True
+        try:
+            context = tls_context(self.tls)
+        except BrokerUnavailable as exc:
+            self.tls_problem = exc.reason
         self._http = httpx.AsyncClient(
             auth=httpx.BasicAuth(username, password),
             timeout=httpx.Timeout(timeout_seconds),
             transport=transport,
             headers={"accept": "application/json"},
             follow_redirects=False,
+            verify=context,
         )
 
     @property
@@ -126,16 +200,16 @@ class ManagementApi:
         what = f"{method} {path}"
         response: httpx.Response | None = None
         url = self.management_url
+        if self.tls_problem is not None and any(
+            u.startswith("https:") for u in self.management_urls
+        ):
+            raise self.unavailable(f"cannot set up TLS: {self.tls_problem}")
         for url in [u for u in self.management_urls if u not in self.skipped]:
             try:
                 response = await self._send(method, url, path, params=params, json=json)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 # Never sent: another node may take it.
-                self.skipped[url] = (
-                    f"could not be reached on {what}: connection refused or unreachable "
-                    f"({exc or type(exc).__name__}): is the broker running and the management "
-                    "plugin enabled?"
-                )
+                self.skipped[url] = f"could not be reached on {what}: {_connect_words(exc, url)}"
                 continue
             except httpx.TimeoutException as exc:
                 timed_out = (
@@ -149,6 +223,9 @@ class ManagementApi:
                 self.skipped[url] = timed_out
                 continue
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.DecodingError) as exc:
+                not_http = _not_http_words(exc, url)
+                if not_http is not None:
+                    raise self.unavailable(f"{not_http} (on {what})", url=url) from None
                 raise self.unavailable(
                     f"returned a truncated or broken body on {what} ({exc}): retry; if it "
                     "persists, check the broker's log and any proxy in between",
@@ -267,6 +344,14 @@ class ManagementApi:
                 ),
                 status,
             )
+        if status == 401 and any(reason in said.lower() for reason in _TAG_REASONS):
+            return self.unavailable(
+                f"accepted the password of {user} but its tags do not allow {what} "
+                f"({status}{said}): add the 'monitoring' tag (and 'policymaker' to write "
+                f"policies): rabbitmqctl set_user_tags {self.username} monitoring policymaker",
+                status,
+                url=url,
+            )
         if status == 401:
             return self.unavailable(
                 f"refused the credentials for {user} ({status}{said}) on {what}: "
@@ -278,6 +363,22 @@ class ManagementApi:
             return self.unavailable(
                 f"denied {user} access ({status}{said}) on {what}: the user needs the "
                 "'monitoring' (or 'management') tag and permissions on the vhost",
+                status,
+                url=url,
+            )
+        if status in (404, 406) and urlsplit(url).path.rstrip("/").endswith("/api"):
+            return self.unavailable(
+                f"answered {status} on {what}: the URL ends in /api, and the reaper adds "
+                f"/api/... itself; set the management URL to {url.rstrip('/')[:-4]}",
+                status,
+                url=url,
+            )
+        vhost = _VHOST_PATH.match(what.partition(" ")[2])
+        if status == 404 and missing is None and vhost is not None:
+            name = unquote(vhost.group(2))
+            return self.unavailable(
+                f"has no vhost {name!r} (404 on {what}): set bus.vhost to one that exists "
+                f"(rabbitmqctl list_vhosts), or create it (rabbitmqctl add_vhost {name})",
                 status,
                 url=url,
             )
@@ -293,6 +394,47 @@ class ManagementApi:
     def _line(self, problem: str, url: str | None = None) -> str:
         where = url or self._last_url or self.management_url
         return scrub(f"RabbitMQ management API at {where} {problem}", [self._password])
+
+
+def _connect_words(exc: BaseException, url: str) -> str:
+    """Why a connection was not made, with the fix."""
+    parts = urlsplit(url)
+    host = parts.hostname or url
+    tls = tls_words(exc, host=host, ca_key="bus.ca_file", verify_key="bus.verify")
+    if tls is not None:
+        return tls
+    link: BaseException | None = exc
+    while link is not None:
+        if isinstance(link, socket.gaierror) or any(
+            word in str(link).lower() for word in _UNRESOLVED
+        ):
+            return (
+                f"the name {host!r} does not resolve ({link}): check the host in the "
+                "management URL and this machine's DNS"
+            )
+        link = link.__cause__ or link.__context__
+    return (
+        f"connection refused or unreachable ({exc or type(exc).__name__}): is the broker "
+        "running and the management plugin enabled on that port?"
+    )
+
+
+def _not_http_words(exc: BaseException, url: str) -> str | None:
+    """When a connection broke before any HTTP answer: what is likely listening instead."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    text = str(exc)
+    if port in _AMQP_PORTS:
+        return (
+            f"closed the connection without an HTTP answer: port {port} is RabbitMQ's AMQP "
+            "port, not the management API's; use the management plugin's port (15672 for "
+            "http, 15671 for https)"
+        )
+    if parts.scheme == "http" and "illegal" in text.lower():
+        return (
+            f"did not answer in HTTP ({text}): port {port} may serve TLS; use https:// for it"
+        )
+    return None
 
 
 def _broker_reason(response: httpx.Response) -> str:

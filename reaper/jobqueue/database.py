@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
+from reaper.core.tls import tls_words
 from reaper.errors import ReaperError, StoreUnavailable, scrub
 
 __all__ = [
@@ -251,7 +252,25 @@ class Database:
 
     def reason(self, doing: str, exc: BaseException) -> str:
         """Why ``doing`` failed, for a person, scrubbed of the password."""
-        if isinstance(exc, ConnectionRefusedError):
+        tls = tls_words(
+            exc,
+            host=self.where.split(":", 1)[0],
+            ca_key="sslrootcert (in the DSN or database.sslrootcert)",
+            verify_key="sslmode=verify-full",
+        )
+        if tls is not None:
+            hint = tls
+        elif isinstance(exc, asyncpg.ClientConfigurationError) and "root certificate" in str(exc):
+            hint = (
+                f"{first_line(exc)}: sslmode verify-ca and verify-full need the CA that signed "
+                "the server's certificate; set sslrootcert (in the DSN or database.sslrootcert)"
+            )
+        elif "rejected SSL upgrade" in str(exc) or "does not support SSL" in str(exc):
+            hint = (
+                f"{first_line(exc)}: the server does not offer TLS; turn ssl on in its "
+                "postgresql.conf (a reload applies it), or lower sslmode"
+            )
+        elif isinstance(exc, ConnectionRefusedError):
             hint = "connection refused: is PostgreSQL running and listening there?"
         elif isinstance(exc, TimeoutError):
             hint = f"no answer within {CONNECT_TIMEOUT_SECONDS:g} s: is the host reachable?"

@@ -83,6 +83,9 @@ async def run_pass(
         )
     if broker is None and not leases_only:
         progress.unreadable.append(Unreadable(Source.BROKER.value, broker_error or "not connected"))
+    insecure = settings.bus.tls_warning()
+    if insecure is not None and not leases_only:
+        progress.notes.append(insecure)
     if leases_only:
         progress.notes.append(
             "the hook is switched off (queue.reap.enabled = false): the lease reap alone ran "

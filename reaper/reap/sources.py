@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reaper.broker.client import ManagementClient
+from reaper.broker.http import BrokerTls
 from reaper.broker.port import Broker
 from reaper.config import Settings
 from reaper.errors import SourceUnreadable
@@ -53,7 +54,7 @@ async def open_store(
     try:
         return (
             await PostgresStore.connect(
-                db.dsn,
+                db.dsn_in_force(),
                 password=db.password.get_secret_value() if db.password else None,
                 pool_size=size,
                 statement_timeout_seconds=db.statement_timeout_seconds,
@@ -75,6 +76,7 @@ def open_broker(settings: Settings) -> Broker:
         bus.password.get_secret_value(),
         vhost=bus.vhost,
         timeout_seconds=bus.timeout_seconds,
+        tls=BrokerTls(bus.ca_file, bus.client_cert_file, bus.client_key_file, bus.verify),
     )
 
 
