@@ -430,6 +430,15 @@ def _not_http_words(exc: BaseException, url: str) -> str | None:
             "port, not the management API's; use the management plugin's port (15672 for "
             "http, 15671 for https)"
         )
+    link: BaseException | None = exc
+    while link is not None:
+        if isinstance(link, ConnectionResetError):
+            return (
+                f"closed the connection without an HTTP answer: port {port} may be an AMQP "
+                "port rather than the management API's; use the management plugin's port "
+                "(15672 for http, 15671 for https by default)"
+            )
+        link = link.__cause__ or link.__context__
     if parts.scheme == "http" and "illegal" in text.lower():
         return (
             f"did not answer in HTTP ({text}): port {port} may serve TLS; use https:// for it"

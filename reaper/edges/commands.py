@@ -71,7 +71,7 @@ async def migrate(loaded: LoadedConfig, *, dry_run: bool = False, outbox: bool =
     db = loaded.settings.database
     try:
         store = await PostgresStore.connect(
-            db.dsn,
+            db.dsn_in_force(),
             password=db.password.get_secret_value() if db.password else None,
             pool_size=1,
             statement_timeout_seconds=db.statement_timeout_seconds,
