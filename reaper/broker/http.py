@@ -41,6 +41,7 @@ __all__ = [
     "ManagementApi",
     "Transport",
     "segment",
+    "tags_fix",
     "tls_context",
 ]
 
@@ -64,6 +65,14 @@ class BrokerTls:
     client_cert_file: str | None = None
     client_key_file: str | None = None
     verify: bool = True
+
+
+def tags_fix(username: str) -> str:
+    """What to do about a user whose tags do not allow the reaper's requests."""
+    return (
+        "add the 'monitoring' tag (and 'policymaker' to write policies): "
+        f"rabbitmqctl set_user_tags {username} monitoring policymaker"
+    )
 
 
 def tls_context(tls: BrokerTls) -> ssl.SSLContext:
@@ -347,8 +356,7 @@ class ManagementApi:
         if status == 401 and any(reason in said.lower() for reason in _TAG_REASONS):
             return self.unavailable(
                 f"accepted the password of {user} but its tags do not allow {what} "
-                f"({status}{said}): add the 'monitoring' tag (and 'policymaker' to write "
-                f"policies): rabbitmqctl set_user_tags {self.username} monitoring policymaker",
+                f"({status}{said}): {tags_fix(self.username)}",
                 status,
                 url=url,
             )

@@ -18,7 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from reaper.config import LoadedConfig, load_config, show
-from reaper.edges import commands
+from reaper.edges import commands, doctor, production
 from reaper.edges.commands import EXIT_NOT_OK, EXIT_OK, EXIT_USAGE
 from reaper.errors import ConfigError, GateError, ReaperError, scrub
 from reaper.version import __version__
@@ -180,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
         "job_outbox) where it is missing",
     )
 
+    # Running in production: least privileges and the doctor.
+    production.add_db_commands(db_commands)
+    doctor.add_command(commands)
+
     policies = commands.add_parser("policies", help="the declared broker policies")
     policy_commands = policies.add_subparsers(dest="policies_command", required=True)
     plan = policy_commands.add_parser(
@@ -285,6 +289,10 @@ async def _run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
             metrics_textfile=args.metrics_textfile,
             pushgateway=args.pushgateway,
         )
+    if args.command == "db" and args.db_command == "grants":
+        return await production.grants(loaded, args.role, apply=args.apply)
+    if args.command == "doctor":
+        return await doctor.run(loaded, as_json=args.json)
     if args.command == "db":
         return await commands.migrate(loaded, dry_run=args.dry_run, outbox=args.outbox)
     if args.command == "policies":

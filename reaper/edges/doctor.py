@@ -1,0 +1,365 @@
+"""``reaper doctor``: every precondition of a pass checked, one line each with the fix
+(SPEC §10). Exit 0 when all pass, 1 otherwise; ``--json`` for machines.
+
+The checks: the configuration; PostgreSQL reachable, TLS as configured, the schema present and
+current, each privilege the reaper needs held (``has_table_privilege``), the clock skew between
+the database and this host; every management URL reachable (and its TLS), the vhost, the user's
+tags and vhost permissions, the right to write policies, every node loading the broker's conf.d
+snippet; the dispatch mode. The failure words are the seams' own, so a pass and the doctor say
+the same thing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Final, Literal
+from urllib.parse import urlsplit
+
+from reaper.broker.client import ManagementClient
+from reaper.broker.http import BrokerTls, segment, tags_fix
+from reaper.config import LoadedConfig
+from reaper.edges.commands import dispatch_of
+from reaper.edges.production import open_database
+from reaper.errors import BrokerUnavailable, ReaperError
+from reaper.jobqueue.database import Database
+from reaper.jobqueue.grants import grants_for, privileges_held
+from reaper.jobqueue.health import applied_migrations, session_facts, shipped_migrations
+
+__all__ = ["Check", "add_command", "checks", "run"]
+
+#: The broker's conf.d snippet every node must load (the broker-wide consumer timeout).
+SNIPPET: Final = "20-vibey-reap.conf"
+#: More than this between the database's clock and this host's is a finding.
+MAX_SKEW_SECONDS: Final = 5.0
+_LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1", ""})
+
+Status = Literal["ok", "warn", "fail"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: what was checked, how it fared, what was seen, and the fix."""
+
+    name: str
+    status: Status
+    detail: str
+    fix: str | None = None
+
+    def line(self) -> str:
+        fix = f" -> fix: {self.fix}" if self.fix else ""
+        return f"{self.status.upper():<4}  {self.name}: {self.detail}{fix}"
+
+
+def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    doctor = commands.add_parser(
+        "doctor",
+        help="check every precondition of a pass, one line each with the fix",
+        description="Check the configuration, PostgreSQL (reachable, TLS, schema, privileges, "
+        "clock) and every management URL (reachable, TLS, vhost, tags, permissions, policy "
+        "rights, the conf.d snippet on every node), and the dispatch mode. Exit 0 when all "
+        "pass, 1 otherwise.",
+    )
+    doctor.add_argument("--json", action="store_true")
+
+
+async def run(loaded: LoadedConfig, *, as_json: bool) -> int:
+    found = await checks(loaded)
+    ok = all(c.status != "fail" for c in found)
+    if as_json:
+        print(json.dumps({"ok": ok, "checks": [asdict(c) for c in found]}, indent=2))
+    else:
+        for check in found:
+            print(check.line())
+        failed = sum(1 for c in found if c.status == "fail")
+        print(f"doctor: {len(found)} checks, {failed} failed" + ("" if failed else ": ready"))
+    return 0 if ok else 1
+
+
+async def checks(loaded: LoadedConfig) -> list[Check]:
+    settings = loaded.settings
+    where = str(loaded.config_dir) if loaded.config_dir else "the environment only"
+    found = [Check("configuration", "ok", f"valid ({len(loaded.files)} file(s) from {where})")]
+    warning = settings.bus.tls_warning()
+    if warning is not None:
+        found.append(
+            Check("configuration", "warn", warning, "set bus.ca_file and remove bus.verify")
+        )
+    found.extend(await _database(loaded))
+    for url in settings.bus.urls_in_force():
+        found.extend(await _broker(loaded, url))
+    in_force, why = await dispatch_of(loaded)
+    found.append(
+        Check("dispatch", "ok", f"{in_force} ({why})")
+        if in_force is not None
+        else Check("dispatch", "fail", why, "make PostgreSQL reachable (see above)")
+    )
+    return found
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+async def _database(loaded: LoadedConfig) -> list[Check]:
+    db = loaded.settings.database
+    try:
+        database = await open_database(loaded)
+    except ReaperError as exc:
+        return [Check("postgresql", "fail", exc.reason, "see the reason; then run reaper doctor")]
+    try:
+        return await _database_checks(database, db.tls())
+    finally:
+        await database.close()
+
+
+async def _database_checks(database: Database, tls: dict[str, str]) -> list[Check]:
+    found: list[Check] = []
+    try:
+        facts = await session_facts(database)
+    except ReaperError as exc:
+        return [Check("postgresql", "fail", exc.reason)]
+    found.append(
+        Check(
+            "postgresql",
+            "ok",
+            f"reachable at {database.where} as {facts.role} (PostgreSQL {facts.version})",
+        )
+    )
+    found.append(_database_tls(database.where, facts.ssl, facts.tls_version, tls))
+    found.extend(await _schema(database, facts.recorded))
+    found.append(await _privileges(database, facts.role))
+    skew = facts.now.timestamp() - time.time()
+    if abs(skew) <= MAX_SKEW_SECONDS:
+        found.append(
+            Check("clock", "ok", f"the database's clock and this host's differ by {skew:+.1f} s")
+        )
+    else:
+        found.append(
+            Check(
+                "clock",
+                "fail",
+                f"the database's clock is {skew:+.1f} s from this host's (more than "
+                f"{MAX_SKEW_SECONDS:g} s): the database's decides every judgement, this host's "
+                "stamps the metrics and logs",
+                "keep both in time with NTP (chrony or systemd-timesyncd)",
+            )
+        )
+    return found
+
+
+def _database_tls(where: str, ssl: bool, version: str | None, tls: dict[str, str]) -> Check:
+    mode = tls.get("sslmode")
+    host = where.split(":", 1)[0]
+    if ssl:
+        verified = {
+            "verify-full": "the CA and the host name verified",
+            "verify-ca": "the CA verified, not the host name",
+        }.get(mode or "", "encrypted, the certificate NOT verified")
+        status: Status = "ok" if mode == "verify-full" else "warn"
+        fix = None if status == "ok" else "set sslmode=verify-full and sslrootcert to the CA"
+        return Check(
+            "postgresql tls", status, f"{version}, sslmode={mode or 'prefer'}: {verified}", fix
+        )
+    if host in _LOOPBACK:
+        return Check("postgresql tls", "ok", f"not encrypted, on loopback ({host})")
+    return Check(
+        "postgresql tls",
+        "warn",
+        f"not encrypted to {host} (sslmode={mode or 'prefer'})",
+        "set sslmode=verify-full and sslrootcert (in the DSN or [database])",
+    )
+
+
+async def _schema(database: Database, recorded: bool) -> list[Check]:
+    fix = "run `reaper db migrate` as the tables' owner (online: it never holds a long lock)"
+    if not recorded:
+        return [
+            Check("schema", "fail", "no reaper_migration table: the schema is not installed", fix)
+        ]
+    try:
+        applied = await applied_migrations(database)
+    except ReaperError as exc:
+        return [Check("schema", "fail", exc.reason, "grant the role its privileges (see below)")]
+    missing = [name for name in shipped_migrations() if name not in applied]
+    if missing:
+        return [
+            Check(
+                "schema",
+                "fail",
+                f"{len(missing)} migration(s) not applied: {', '.join(missing)}",
+                fix,
+            )
+        ]
+    return [Check("schema", "ok", f"current ({len(applied)} migrations applied)")]
+
+
+async def _privileges(database: Database, role: str) -> Check:
+    try:
+        needed = [p for g in await grants_for(database, role) for p in g.privileges]
+        held = await privileges_held(database, role, needed)
+    except ReaperError as exc:
+        return Check("privileges", "fail", exc.reason)
+    lacking = [f"{p.privilege} on {p.object}" for p, ok in held if not ok]
+    if lacking:
+        return Check(
+            "privileges",
+            "fail",
+            f"{role} lacks {len(lacking)} of {len(held)}: {', '.join(lacking)}",
+            f"reaper db grants {role} --apply (as the tables' owner)",
+        )
+    return Check("privileges", "ok", f"{role} holds all {len(held)} the reaper needs")
+
+
+# --------------------------------------------------------------------------- the broker
+
+
+async def _broker(loaded: LoadedConfig, url: str) -> list[Check]:
+    bus = loaded.settings.bus
+    client = ManagementClient(
+        url,
+        bus.username,
+        bus.password.get_secret_value(),
+        vhost=bus.vhost,
+        timeout_seconds=bus.timeout_seconds,
+        tls=BrokerTls(bus.ca_file, bus.client_cert_file, bus.client_key_file, bus.verify),
+    )
+    name = f"broker {url}"
+    try:
+        return await _broker_checks(client, name, url, bus.username, bus.vhost, bus.verify)
+    finally:
+        await client.aclose()
+
+
+async def _get(client: ManagementClient, path: str) -> Any:
+    return await client.api.request("GET", path)
+
+
+async def _broker_checks(
+    client: ManagementClient, name: str, url: str, user: str, vhost: str, verify: bool
+) -> list[Check]:
+    try:
+        overview = await _get(client, "/api/overview")
+    except ReaperError as exc:
+        return [Check(name, "fail", exc.reason)]
+    product = overview.get("product_name") or "RabbitMQ"
+    found = [Check(name, "ok", f"reachable, {product} {overview.get('rabbitmq_version')}")]
+    host = urlsplit(url).hostname or ""
+    if url.startswith("https:"):
+        how = "certificate and name verified" if verify else "certificate NOT verified"
+        found.append(Check(f"{name} tls", "ok" if verify else "warn", how))
+    elif host not in _LOOPBACK:
+        found.append(
+            Check(
+                f"{name} tls",
+                "warn",
+                f"plain http to {host}: the password crosses the network",
+                "serve the management API over https (RabbitMQ: management.ssl.*) and use https://",
+            )
+        )
+    try:
+        await _get(client, f"/api/vhosts/{segment(vhost)}")
+        found.append(Check(f"{name} vhost", "ok", f"{vhost!r} exists"))
+    except ReaperError as exc:
+        found.append(Check(f"{name} vhost", "fail", exc.reason))
+    found.extend(await _user(client, name, user, vhost))
+    found.append(await _snippet(client, name))
+    return found
+
+
+async def _user(client: ManagementClient, name: str, user: str, vhost: str) -> list[Check]:
+    try:
+        whoami = await _get(client, "/api/whoami")
+    except ReaperError as exc:
+        return [Check(f"{name} user", "fail", exc.reason)]
+    tags = whoami.get("tags") or []
+    tags = tags.split(",") if isinstance(tags, str) else list(tags)
+    reads = {"monitoring", "administrator"} & set(tags)
+    writes = {"policymaker", "administrator"} & set(tags)
+    shown = ", ".join(tags) or "none"
+    found = [
+        Check(f"{name} tags", "ok", f"{user!r} has {shown}: reads queues, nodes and channels")
+        if reads
+        else Check(
+            f"{name} tags",
+            "fail",
+            f"{user!r} has {shown}, not 'monitoring': the pass cannot read nodes, channels or "
+            "every queue",
+            tags_fix(user),
+        ),
+        Check(
+            f"{name} policies", "ok", f"{user!r} may write policies ({', '.join(sorted(writes))})"
+        )
+        if writes
+        else Check(
+            f"{name} policies",
+            "fail",
+            f"{user!r} has no 'policymaker' tag: every policy write will be refused",
+            tags_fix(user),
+        ),
+    ]
+    found.append(await _permissions(client, name, user, vhost, admin="administrator" in tags))
+    return found
+
+
+async def _permissions(
+    client: ManagementClient, name: str, user: str, vhost: str, *, admin: bool
+) -> Check:
+    fix = (
+        f"rabbitmqctl set_permissions -p {vhost} {user} '^$' '^amq\\.default$' '.*' "
+        "(read: every queue; write: the default exchange, for replays)"
+    )
+    try:
+        permissions = await _get(client, f"/api/permissions/{segment(vhost)}/{segment(user)}")
+    except BrokerUnavailable as exc:
+        if exc.status == 404:
+            return Check(
+                f"{name} permissions", "fail", f"{user!r} has no permissions on {vhost!r}", fix
+            )
+        if admin or exc.status not in (401, 403):
+            return Check(f"{name} permissions", "fail", exc.reason, fix)
+        visible = await _get(client, "/api/vhosts")
+        if vhost in {v.get("name") for v in visible}:
+            return Check(
+                f"{name} permissions",
+                "ok",
+                f"{user!r} has permissions on {vhost!r} (their patterns are shown only to an "
+                "administrator)",
+            )
+        return Check(
+            f"{name} permissions", "fail", f"{user!r} has no permissions on {vhost!r}", fix
+        )
+    read, write = permissions.get("read", ""), permissions.get("write", "")
+    detail = (
+        f"on {vhost!r}: read {read!r}, write {write!r}, configure {permissions.get('configure')!r}"
+    )
+    if not read:
+        return Check(f"{name} permissions", "fail", f"{detail}: dead letters cannot be read", fix)
+    if not write:
+        return Check(f"{name} permissions", "warn", f"{detail}: a replay cannot publish", fix)
+    return Check(f"{name} permissions", "ok", detail)
+
+
+async def _snippet(client: ManagementClient, name: str) -> Check:
+    fix = (
+        f"install conf.d/rabbitmq/{SNIPPET} as /etc/rabbitmq/conf.d/{SNIPPET} on each node and "
+        "restart it (read at boot only)"
+    )
+    try:
+        nodes = await _get(client, "/api/nodes?memory=false&binary=false")
+    except ReaperError as exc:
+        return Check(f"{name} conf.d", "fail", exc.reason, fix)
+    lacking = [
+        str(n.get("name"))
+        for n in nodes
+        if not any(str(f).endswith(f"/{SNIPPET}") for f in n.get("config_files") or [])
+    ]
+    if lacking:
+        return Check(
+            f"{name} conf.d",
+            "fail",
+            f"{len(lacking)} of {len(nodes)} node(s) did not load {SNIPPET}: {', '.join(lacking)}",
+            fix,
+        )
+    return Check(f"{name} conf.d", "ok", f"every node ({len(nodes)}) loaded {SNIPPET}")
