@@ -1,0 +1,141 @@
+"""Least privileges (SPEC §10): ``reaper db grants ROLE`` prints exactly the GRANTs the reaper
+needs; a whole pass runs as a role holding only those (``--apply``), on every broker version,
+and that role can neither UPDATE nor DELETE a ledger row: PostgreSQL refuses it for want of
+the privilege, before the ledger's own trigger is reached."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from test_pass import (
+    Seeded,
+    assert_ok_but_for_what_the_version_does_not_enforce,
+    event_count,
+    run_cli,
+    seed_scenario,
+    verdicts,
+)
+from test_store_support import query
+
+from tests.conftest import PG_ADMIN_DSN, BrokerUnderTest
+
+pytestmark = [pytest.mark.broker, pytest.mark.postgres]
+
+#: What `reaper db grants` prints on the reaper's schema (polling dispatch), in order.
+EXPECTED_GRANTS = [
+    'GRANT USAGE ON SCHEMA "public" TO "{role}";',
+    'GRANT SELECT, INSERT, UPDATE ON TABLE "public"."job" TO "{role}";',
+    'GRANT SELECT ON TABLE "public"."job_dependency" TO "{role}";',
+    'GRANT SELECT, INSERT, UPDATE ON TABLE "public"."human_gate" TO "{role}";',
+    'GRANT SELECT, INSERT ON TABLE "public"."event" TO "{role}";',
+    'GRANT SELECT, INSERT, UPDATE ON TABLE "public"."dead_letter" TO "{role}";',
+    'GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "public"."reaper_open_sighting" TO "{role}";',
+    'GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "public"."reaper_observation" TO "{role}";',
+    'GRANT SELECT, INSERT, UPDATE ON TABLE "public"."reaper_turn" TO "{role}";',
+    'GRANT SELECT ON TABLE "public"."reaper_migration" TO "{role}";',
+]
+
+
+def as_role(dsn: str, role: str) -> str:
+    return dsn.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
+
+
+@pytest.fixture
+async def role(pg_dsn: str) -> AsyncIterator[str]:
+    """A login role of this test's own, holding nothing; dropped afterwards."""
+    name = f"qr_reaper_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(PG_ADMIN_DSN)
+    try:
+        await admin.execute(f'CREATE ROLE "{name}" LOGIN')
+        yield name
+    finally:
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            await conn.execute(f'DROP OWNED BY "{name}"')
+        finally:
+            await conn.close()
+        await admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+        await admin.close()
+
+
+async def test_the_grants_printed_are_exactly_what_is_needed(
+    pg_dsn: str,
+    role: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    env = {"REAPER_DATABASE__DSN": pg_dsn}
+    assert await run_cli(monkeypatch, tmp_path, env, "db", "grants", role) == 0
+    lines = capsys.readouterr().out.splitlines()
+    statements = [line.split("  -- ")[0] for line in lines if line.startswith("GRANT")]
+    assert statements == [g.format(role=role) for g in EXPECTED_GRANTS]
+    # Printing grants nothing.
+    held = await query(pg_dsn, "SELECT has_table_privilege($1, 'event', 'INSERT') AS insert", role)
+    assert held[0]["insert"] is False
+
+
+async def test_a_whole_pass_runs_as_the_least_privileged_role(
+    pg_dsn: str,
+    broker: BrokerUnderTest,
+    role: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seeded: Seeded = await seed_scenario(pg_dsn, broker)
+    code = await run_cli(
+        monkeypatch, tmp_path, {"REAPER_DATABASE__DSN": pg_dsn}, "db", "grants", role, "--apply"
+    )
+    assert code == 0, capsys.readouterr()
+    assert f"granted {role} the {len(EXPECTED_GRANTS)} privileges" in capsys.readouterr().out
+
+    env = {**seeded.env, "REAPER_DATABASE__DSN": as_role(pg_dsn, role)}
+    code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
+    report = json.loads(capsys.readouterr().out)
+    assert_ok_but_for_what_the_version_does_not_enforce(code, report, broker)
+    assert report["unreadable"] == []
+    expected = seeded.scenario.expected
+    assert {v["object"] for v in verdicts(report, condition="lease_expired", action="requeue")} == (
+        expected.requeued
+    )
+    assert {v["object"] for v in verdicts(report, condition="poison", action="park")} == (
+        expected.parked
+    )
+    parked = verdicts(report, condition="dead_letter", action="park")
+    assert len(parked) == len(seeded.scenario.dead_letters)
+    assert all(v["recorded"] for v in parked)
+    recorded = sum(1 for v in report["verdicts"] if v["recorded"])
+    assert recorded > 0 and await event_count(pg_dsn) == recorded
+
+    # The same role cannot rewrite or remove the ledger: no privilege to (42501).
+    conn = await asyncpg.connect(as_role(pg_dsn, role))
+    try:
+        with pytest.raises(asyncpg.InsufficientPrivilegeError, match="permission denied"):
+            await conn.execute("UPDATE event SET trusted = NOT trusted")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError, match="permission denied"):
+            await conn.execute("DELETE FROM event")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError, match="permission denied"):
+            await conn.execute("TRUNCATE event")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError, match="permission denied"):
+            await conn.execute("DELETE FROM job")
+    finally:
+        await conn.close()
+    assert await event_count(pg_dsn) == recorded
+
+
+async def test_apply_names_a_role_that_does_not_exist(
+    pg_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    env = {"REAPER_DATABASE__DSN": pg_dsn}
+    code = await run_cli(monkeypatch, tmp_path, env, "db", "grants", "qr_nobody_here", "--apply")
+    assert code == 1
+    assert "role 'qr_nobody_here' does not exist" in capsys.readouterr().err
