@@ -49,7 +49,9 @@ _WRITE_METHODS: Final = frozenset({"PUT", "POST", "DELETE", "PATCH"})
 #: Ports RabbitMQ speaks AMQP on by default (plain, TLS): never the management API's.
 _AMQP_PORTS: Final = frozenset({5672, 5671})
 #: A vhost-wide listing: a 404 there means the vhost does not exist.
-_VHOST_PATH: Final = re.compile(r"^/api/(queues|policies|exchanges|bindings|permissions)/([^/]+)$")
+_VHOST_PATH: Final = re.compile(
+    r"^/api/(queues|policies|exchanges|bindings|permissions|vhosts)/([^/]+)$"
+)
 #: The broker's reason when the credentials are right but the user's tags do not allow the
 #: API (RabbitMQ 3.10 to 4.3: "Not management user", "Not monitor user").
 _TAG_REASONS: Final = ("not management user", "not monitor user", "not administrator user")

@@ -1,0 +1,196 @@
+"""``reaper doctor`` on the real services (SPEC §10): healthy on every broker version (exit 0),
+and each broken set-up named on its own line with the fix (exit 1): a vhost that does not
+exist, a user without tags, a role without grants. The pass says the same words."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from test_pass import reaper_env, run_cli
+
+from tests.conftest import PG_ADMIN_DSN, BrokerUnderTest
+
+pytestmark = [pytest.mark.broker, pytest.mark.postgres]
+
+
+async def doctor(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str],
+) -> tuple[int, dict[str, Any], str]:
+    """The doctor's exit code, its JSON, and its text (run twice: both forms)."""
+    code = await run_cli(monkeypatch, tmp_path, env, "doctor", "--json")
+    report = json.loads(capsys.readouterr().out)
+    text_code = await run_cli(monkeypatch, tmp_path, env, "doctor")
+    text = capsys.readouterr().out
+    assert text_code == code
+    assert report["ok"] is (code == 0)
+    return code, report, text
+
+
+def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in report["checks"]}
+
+
+@pytest.fixture
+def user(broker: BrokerUnderTest) -> Iterator[tuple[str, str]]:
+    """A user with permissions on the test's vhost and only the 'management' tag."""
+    name, password = f"qr-mgmt-{uuid.uuid4().hex[:8]}", "pw-mgmt"
+    with broker.admin() as admin:
+        admin.put(
+            f"/api/users/{name}", json={"password": password, "tags": "management"}
+        ).raise_for_status()
+        admin.put(
+            f"/api/permissions/{broker.vhost_path}/{name}",
+            json={"configure": "", "write": "", "read": ".*"},
+        ).raise_for_status()
+    try:
+        yield name, password
+    finally:
+        with broker.admin() as admin:
+            admin.delete(f"/api/users/{name}")
+
+
+@pytest.fixture
+async def bare_role(pg_dsn: str) -> AsyncIterator[str]:
+    name = f"qr_bare_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(PG_ADMIN_DSN)
+    try:
+        await admin.execute(f'CREATE ROLE "{name}" LOGIN')
+        yield name
+    finally:
+        await admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+        await admin.close()
+
+
+async def test_healthy(
+    pg_dsn: str,
+    broker: BrokerUnderTest,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    env = reaper_env(pg_dsn, broker.management_url, broker.vhost)
+    code, report, text = await doctor(monkeypatch, tmp_path, capsys, env)
+    assert code == 0, text
+    checks = by_name(report)
+    url = broker.management_url
+    assert checks["postgresql"]["detail"].startswith("reachable at 127.0.0.1:5432/")
+    assert checks["schema"]["status"] == "ok"
+    assert checks["privileges"]["status"] == "ok"
+    assert checks["clock"]["status"] == "ok"
+    assert checks[f"broker {url}"]["detail"].startswith(f"reachable, RabbitMQ {broker.version}.")
+    assert checks[f"broker {url} vhost"]["detail"] == f"{broker.vhost!r} exists"
+    assert checks[f"broker {url} tags"]["status"] == "ok"
+    assert checks[f"broker {url} policies"]["status"] == "ok"
+    assert checks[f"broker {url} conf.d"]["detail"] == "every node (1) loaded 20-vibey-reap.conf"
+    assert checks["dispatch"]["detail"].startswith("polling")
+    assert not [c for c in report["checks"] if c["status"] == "fail"]
+    assert text.splitlines()[-1].endswith("0 failed: ready")
+
+
+async def test_a_vhost_that_does_not_exist(
+    pg_dsn: str,
+    broker: BrokerUnderTest,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    env = reaper_env(pg_dsn, broker.management_url, "qr-doctor-no-such-vhost")
+    code, report, text = await doctor(monkeypatch, tmp_path, capsys, env)
+    assert code == 1
+    vhost = by_name(report)[f"broker {broker.management_url} vhost"]
+    assert vhost["status"] == "fail"
+    assert "has no vhost 'qr-doctor-no-such-vhost'" in vhost["detail"]
+    assert "set bus.vhost to one that exists" in vhost["detail"]
+    assert f"FAIL  broker {broker.management_url} vhost: " in text
+
+
+async def test_a_user_without_the_monitoring_and_policymaker_tags(
+    pg_dsn: str,
+    broker: BrokerUnderTest,
+    user: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    name, password = user
+    env = {
+        **reaper_env(pg_dsn, broker.management_url, broker.vhost, password=password),
+        "REAPER_BUS__USERNAME": name,
+    }
+    code, report, _ = await doctor(monkeypatch, tmp_path, capsys, env)
+    assert code == 1
+    checks = by_name(report)
+    url = broker.management_url
+    tags, policies = checks[f"broker {url} tags"], checks[f"broker {url} policies"]
+    assert tags["status"] == policies["status"] == "fail"
+    assert tags["detail"].startswith(f"{name!r} has management, not 'monitoring'")
+    assert tags["fix"] == (
+        "add the 'monitoring' tag (and 'policymaker' to write policies): "
+        f"rabbitmqctl set_user_tags {name} monitoring policymaker"
+    )
+    assert checks[f"broker {url} permissions"]["status"] == "ok"
+    conf = checks[f"broker {url} conf.d"]
+    assert conf["status"] == "fail" and "Not monitor user" in conf["detail"]
+    assert "rabbitmqctl set_user_tags" in conf["detail"]
+
+
+async def test_a_user_without_any_tag_and_the_pass_says_the_same(
+    pg_dsn: str,
+    broker: BrokerUnderTest,
+    user: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    name, password = user
+    with broker.admin() as admin:
+        admin.put(f"/api/users/{name}", json={"password": password, "tags": ""}).raise_for_status()
+    env = {
+        **reaper_env(pg_dsn, broker.management_url, broker.vhost, password=password),
+        "REAPER_BUS__USERNAME": name,
+    }
+    code, report, _ = await doctor(monkeypatch, tmp_path, capsys, env)
+    assert code == 1
+    reached = by_name(report)[f"broker {broker.management_url}"]
+    assert reached["status"] == "fail"
+    assert f"accepted the password of user {name!r} but its tags do not allow" in reached["detail"]
+
+    code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
+    pass_report = json.loads(capsys.readouterr().out)
+    assert code == 1
+    [unreadable] = [u for u in pass_report["unreadable"] if u["source"] == "broker"]
+    assert f"rabbitmqctl set_user_tags {name} monitoring policymaker" in unreadable["error"]
+    assert "check [bus] username/password" not in unreadable["error"]
+
+
+async def test_a_role_without_grants(
+    pg_dsn: str,
+    broker: BrokerUnderTest,
+    bare_role: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    dsn = pg_dsn.replace("postgresql://postgres@", f"postgresql://{bare_role}@", 1)
+    env = reaper_env(dsn, broker.management_url, broker.vhost)
+    code, report, text = await doctor(monkeypatch, tmp_path, capsys, env)
+    assert code == 1
+    checks = by_name(report)
+    assert checks["postgresql"]["status"] == "ok"
+    privileges = checks["privileges"]
+    assert privileges["status"] == "fail"
+    # Everything but USAGE on the schema public, which PostgreSQL grants to every role.
+    assert privileges["detail"].startswith(f"{bare_role} lacks 24 of 25: ")
+    assert "INSERT on public.event" in privileges["detail"]
+    assert privileges["fix"] == f"reaper db grants {bare_role} --apply (as the tables' owner)"
+    assert "permission denied for table reaper_migration" in checks["schema"]["detail"]
+    assert f"FAIL  privileges: {bare_role} lacks" in text
