@@ -194,3 +194,57 @@ async def test_a_role_without_grants(
     assert privileges["fix"] == f"reaper db grants {bare_role} --apply (as the tables' owner)"
     assert "permission denied for table reaper_migration" in checks["schema"]["detail"]
     assert f"FAIL  privileges: {bare_role} lacks" in text
+
+
+async def test_healthy_over_tls_to_both_sources(
+    pg_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """RabbitMQ 3.10's https listener and PostgreSQL with verify-full, from the test CA."""
+    ca = "/var/cache/queue-reaper/tls/ca.pem"
+    database = pg_dsn.rpartition("/")[2]
+    env = {
+        **reaper_env(
+            f"postgresql://postgres@localhost:5432/{database}", "https://localhost:15671", "/"
+        ),
+        "REAPER_DATABASE__SSLMODE": "verify-full",
+        "REAPER_DATABASE__SSLROOTCERT": ca,
+        "REAPER_BUS__CA_FILE": ca,
+    }
+    code, report, text = await doctor(monkeypatch, tmp_path, capsys, env)
+    assert code == 0, text
+    checks = by_name(report)
+    assert checks["postgresql tls"]["status"] == "ok"
+    assert (
+        "sslmode=verify-full: the CA and the host name verified"
+        in checks["postgresql tls"]["detail"]
+    )
+    assert checks["broker https://localhost:15671 tls"] == {
+        "name": "broker https://localhost:15671 tls",
+        "status": "ok",
+        "detail": "certificate and name verified",
+        "fix": None,
+    }
+
+
+async def test_verify_off_is_a_loud_warning(
+    pg_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    env = {
+        **reaper_env(pg_dsn, "https://localhost:15671", "/"),
+        "REAPER_BUS__VERIFY": "false",
+    }
+    code, report, text = await doctor(monkeypatch, tmp_path, capsys, env)
+    assert code == 0, text
+    assert "WARN  configuration: WARNING: bus.verify = false" in text
+    assert by_name(report)["broker https://localhost:15671 tls"]["status"] == "warn"
+    assert await run_cli(monkeypatch, tmp_path, env, "config", "show") == 0
+    assert capsys.readouterr().out.startswith("WARNING: bus.verify = false")
+    code = await run_cli(monkeypatch, tmp_path, env, "reap", "--dry-run", "--json")
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(n.startswith("WARNING: bus.verify = false") for n in notes)

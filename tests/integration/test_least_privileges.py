@@ -139,3 +139,26 @@ async def test_apply_names_a_role_that_does_not_exist(
     code = await run_cli(monkeypatch, tmp_path, env, "db", "grants", "qr_nobody_here", "--apply")
     assert code == 1
     assert "role 'qr_nobody_here' does not exist" in capsys.readouterr().err
+
+
+async def test_outbox_dispatch_adds_the_outbox_and_its_sequence(
+    pg_dsn: str,
+    role: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    env = {"REAPER_DATABASE__DSN": pg_dsn}
+    assert await run_cli(monkeypatch, tmp_path, env, "db", "migrate", "--outbox") == 0
+    capsys.readouterr()
+    assert await run_cli(monkeypatch, tmp_path, env, "db", "grants", role) == 0
+    statements = [
+        line.split("  -- ")[0]
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("GRANT")
+    ]
+    assert statements == [
+        *(g.format(role=role) for g in EXPECTED_GRANTS),
+        f'GRANT SELECT, INSERT ON TABLE "public"."job_outbox" TO "{role}";',
+        f'GRANT USAGE ON SEQUENCE "public"."job_outbox_id_seq" TO "{role}";',
+    ]
