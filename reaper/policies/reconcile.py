@@ -74,10 +74,24 @@ class PolicyOutcome:
     queues_failing: tuple[str, ...]
     detail: str
     reason: str = ""
+    #: Not verified only because the broker cannot enforce a declared bound on some queues
+    #: (``NotEnforced``): those queues are ``unbounded`` findings, and the pass stays ok.
+    unenforceable: bool = False
+    #: What holds instead of each key this broker refuses, where that is in force.
+    fallbacks: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return self.action != "refused" and self.verified is not False
+        """Everything the broker accepts and enforces is in force (or nothing is to check)."""
+        return self.action != "refused" and (self.verified is not False or self.unenforceable)
+
+    @property
+    def planned(self) -> bool:
+        """A dry run's planned write: a "would" line, not a failure."""
+        return self.action == "planned" and self.reason in (
+            PolicyReason.WOULD_CREATE,
+            PolicyReason.WOULD_UPDATE,
+        )
 
 
 @dataclass(frozen=True)
@@ -387,6 +401,13 @@ def _outcome(
         queues_failing=failing,
         detail=_detail(s, targeted, problems, notes, would_change=would_change),
         reason=reason.value,
+        fallbacks=tuple(
+            u.detail for u in d.unsupported if u.fallback_in_force and u.key != "apply-to"
+        ),
+        unenforceable=bool(problems)
+        and action != "refused"
+        and not would_change
+        and all(r is PolicyReason.NOT_ENFORCED for r, _ in problems),
     )
 
 
