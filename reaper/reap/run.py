@@ -135,7 +135,13 @@ async def run_pass(
     if reading.broker is not None and broker is not None:
         facts = reading.broker.facts
         policies = await reconcile_policies(
-            settings, broker, facts, dry_run=dry_run, policies_dir=policies_dir, progress=progress
+            settings,
+            broker,
+            facts,
+            dry_run=dry_run,
+            policies_dir=policies_dir,
+            progress=progress,
+            queues=reading.broker.queues + tuple(q for q, _ in reading.broker.unavailable),
         )
         dead_letters, dead_surfaced = await park_dead_letters(
             settings,

@@ -414,10 +414,15 @@ async def test_a_pass_on_43_reports_the_classic_queue_in_text_and_json() -> None
     assert policies["vibey-reap-classic"]["verified"] is False
     assert policies["vibey-reap-classic"]["unenforceable"] is True
     # what the broker cannot enforce is a finding, not a problem: the pass is not ok here
-    # because it had no database, and because the quorum queue (no dead-letter exchange) would
-    # drop at 4.3's default limit of 20
+    # because it had no database, and because the quorum queue has no dead-letter exchange:
+    # the declared delivery limit is withheld from it, and 4.3's default limit of 20 would drop
     problems = [(p["kind"], p["subject"]) for p in report["problems"]]  # type: ignore[index]
-    assert problems == [("unreadable", "job_queue"), ("would_drop", "queue vibey.jobs.p1")]
+    assert problems == [
+        ("unreadable", "job_queue"),
+        ("policy", "vibey-reap-quorum"),
+        ("would_drop", "queue vibey.jobs.p1"),
+    ]
+    assert policies["vibey-reap-quorum"]["reason"] == "DeliveryLimitWithheld"
     findings = [f for f in report["findings"] if f["subject"] == "vibey.jobs.c1"]  # type: ignore[attr-defined]
     assert [f["condition"] for f in findings] == ["unbounded"]
 
