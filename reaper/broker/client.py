@@ -346,3 +346,9 @@ class ManagementClient:
                 "apply-to": apply_to,
             },
         )
+
+    async def delete_policy(self, name: str, *, vhost: str | None = None) -> None:
+        """Delete a policy by name: only ever one of the reaper's own, whose every key this
+        broker can no longer be given safely (a withheld delivery limit)."""
+        vhost = self.vhost if vhost is None else vhost
+        await self.api.request("DELETE", f"/api/policies/{segment(vhost)}/{segment(name)}")

@@ -343,6 +343,9 @@ class Verdict:
     #: ``reaper.core.dead_letters.remainder_bucket``), the bucket's threshold (1, 10, 100, ...):
     #: part of the sighting's scope, so crossing into a higher bucket is a new sighting.
     bucket: int | None = None
+    #: For an ``unbounded`` queue: the broker would drop its messages (a finite delivery limit
+    #: in force with no dead-letter target), which makes the pass not ok (SPEC §1 (c), §5).
+    drops: bool = False
 
     @property
     def sighting_key(self) -> SightingKey:

@@ -74,6 +74,7 @@ def judge_queue(
                 threshold=first.threshold,
                 unit=first.unit,
                 detail="; ".join(finding.detail for finding in unbounded),
+                drops=any(finding.drops for finding in unbounded),
             )
         )
 
@@ -140,21 +141,38 @@ class _Finding:
     threshold: float | int | None
     unit: Unit
     detail: str
+    drops: bool = False
 
 
 def _no_consumer_timeout(
     queue: QueueStats, broker: BrokerFacts | None, notes: list[str]
 ) -> _Finding | None:
     unacked = count(queue.messages_unacknowledged)
-    if unacked <= 0:
-        return None
     bound = consumer_timeout_bound(queue, broker)
     if not bound.known:
-        notes.append(
-            f"consumer timeout of queue {quote(queue.name)} not known ({bound.source}); not judged"
-        )
+        if unacked > 0:
+            notes.append(
+                f"consumer timeout of queue {quote(queue.name)} not known ({bound.source}); "
+                "not judged"
+            )
         return None
     if bound.value is not None:
+        return None
+    guard = (
+        "the guard is the reaper's own observation across passes, which reports a consumer "
+        "that holds deliveries without acknowledging"
+    )
+    if unacked <= 0 and not bound.enforced:
+        # What the broker cannot enforce is a finding whatever the queue holds now: the
+        # reaper's own observation across passes is the only guard (SPEC §4).
+        return _Finding(
+            0,
+            None,
+            Unit.MESSAGES,
+            f"no consumer timeout can be in force on queue {quote(queue.name)} "
+            f"({bound.source}): {guard}",
+        )
+    if unacked <= 0:
         return None
     return _Finding(
         unacked,
@@ -216,7 +234,9 @@ def _delivery_limit_findings(
                 Unit.ATTEMPTS,
                 f"a delivery limit of {bound.value} ({bound.source}) would drop, not "
                 "dead-letter: no dead-letter-exchange policy or x-dead-letter-exchange "
-                "argument is in force",
+                "argument is in force; fix: declare the queue with x-dead-letter-exchange and "
+                "a dead-letter queue bound to it",
+                drops=True,
             )
         ]
     return []
@@ -389,6 +409,7 @@ def _queue_verdict(
     threshold: float | int | None,
     unit: Unit,
     detail: str,
+    drops: bool = False,
 ) -> Verdict:
     return Verdict(
         source=Source.BROKER,
@@ -401,6 +422,7 @@ def _queue_verdict(
         queue=queue.name,
         detail=detail,
         trusted=False,  # a broker's queue names are not our words
+        drops=drops,
     )
 
 

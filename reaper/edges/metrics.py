@@ -275,6 +275,13 @@ class ReaperMetrics:
             ["source", "condition", "action"],
             registry=r,
         )
+        self.verdicts_applied = Counter(
+            "reaper_verdicts_applied",
+            "Verdicts whose write committed (a requeue, park or clearance with its ledger event) "
+            "in this process: a dry run, a surface and a failed write apply nothing.",
+            ["source", "condition", "action"],
+            registry=r,
+        )
         self.leases_requeued = Counter(
             "reaper_leases_requeued",
             "Expired leases moved back to ready (each with its ledger event).",
@@ -327,6 +334,8 @@ class ReaperMetrics:
                 if not (real and rv.recorded):
                     continue
                 self.verdicts_recorded.labels(source, condition, action).inc()
+                if rv.applied:
+                    self.verdicts_applied.labels(source, condition, action).inc()
                 if v.source is Source.JOB_QUEUE and v.action is Action.REQUEUE:
                     self.leases_requeued.inc()
                 elif v.source is Source.JOB_QUEUE and v.action is Action.PARK:

@@ -1,28 +1,39 @@
-"""The pass's report: one JSON object for machines (SPEC §5), and a human report that reads
-like a good ``kubectl describe``: what is wrong first, one line each, the numbers against
-their thresholds, then what was done.
+"""The pass's human report: it reads like a good ``kubectl describe``. The status first
+(``OK``, ``OK, N findings`` or ``NOT OK: <why>``), the target and what was read; then what made
+the pass not ok, each with its fix; the findings worst first, one line each, the measurement
+against its threshold once and the next step; what was done; the policies, one line each.
+``-o wide`` gives every detail in full.
 
-Both keep every verdict available without building them all at once. ``--json`` lists every
-verdict, written as it is read from the pass's verdict log (:func:`write_json`: the same bytes
-as ``json.dumps(to_json(result), indent=2)``, never the whole list in memory). The human
-report lists each finding, but summarises lease moves, routine by the thousand: per condition,
-the count, the projects with the most, and the first few jobs, then how many were not listed
-and that ``--json`` has them all. A condition with few moves is listed in full.
+Lease moves, routine by the thousand, are summarised per condition beyond
+:data:`LISTED_MOVES`: the count, the projects with the most, and the first few jobs; every
+verdict stays in the ledger, and ``--json`` lists each one (:mod:`reaper.edges.report_json`,
+re-exported here).
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from datetime import datetime
-from typing import Final, TextIO
+from collections.abc import Mapping, Sequence
+from typing import Final
 from uuid import UUID
 
 from reaper.core.cluster import node_summary
-from reaper.core.domain import Action, Condition, Gate, Verdict
-from reaper.core.values import display_number
-from reaper.reap.progress import RecordedVerdict
+from reaper.core.domain import Action, Condition, Verdict
+from reaper.edges.report_json import gate_json, iso, render_json, to_json, verdict_json, write_json
+from reaper.edges.wording import LEASE_CONDITIONS, measure, next_step, plural, short, where
+from reaper.reap.progress import SIGHTINGS_WRITE, RecordedVerdict
 from reaper.reap.result import PassResult
+
+__all__ = [
+    "LEDGER_POINTER",
+    "LISTED_MOVES",
+    "gate_json",
+    "render_json",
+    "render_text",
+    "to_json",
+    "verdict_json",
+    "write_json",
+]
 
 #: Lease moves of one condition listed one line each up to this many; beyond, summarised.
 LISTED_MOVES: Final = 10
@@ -30,144 +41,24 @@ LISTED_MOVES: Final = 10
 SUMMARY_JOBS: Final = 5
 SUMMARY_PROJECTS: Final = 5
 
-_LEASE_CONDITIONS: Final = (Condition.LEASE_EXPIRED, Condition.POISON)
+
+def _state(r: RecordedVerdict, result: PassResult) -> str:
+    """Whether a finding's sighting opened now (``new``), was open already (``seen``), or
+    would open (a dry run); ``not recorded`` when the ledger could not be read."""
+    if result.dry_run:
+        return "would record" if not r.recorded else "recorded"
+    if r.recorded:
+        return "new"
+    return "not recorded" if not _ledger_read(result) else "seen"
 
 
-def _iso(moment: datetime) -> str:
-    return moment.isoformat().replace("+00:00", "Z")
-
-
-def verdict_json(verdict: Verdict, recorded: bool) -> dict[str, object]:
-    return {
-        "source": verdict.source.value,
-        "object": verdict.object,
-        "queue": verdict.queue,
-        "project_id": str(verdict.project_id) if verdict.project_id else None,
-        "condition": verdict.condition.value,
-        "measured": display_number(verdict.measured),
-        "threshold": display_number(verdict.threshold),
-        "unit": verdict.unit.value,
-        "action": verdict.action.value,
-        "detail": verdict.detail,
-        "trusted": verdict.trusted,
-        "recorded": recorded,
-    }
-
-
-def to_json(result: PassResult, *, verdicts: bool = True) -> dict[str, object]:
-    """The report object of SPEC §5 (``verdicts`` false: with an empty verdict list, for
-    :func:`write_json` to stream into)."""
-    broker = (
-        {
-            "product": result.broker.product,
-            "version": result.broker.version,
-            "capabilities": result.broker.capabilities(),
-            "nodes": (
-                [{"name": n.name, "running": n.running} for n in result.broker.nodes]
-                if result.broker.nodes is not None
-                else None
-            ),
-        }
-        if result.broker
-        else None
+def _ledger_read(result: PassResult) -> bool:
+    """Whether the pass read the ledger and wrote its sightings there."""
+    return (
+        result.expired_leases is not None
+        and not any(u.source == "job_queue" and u.queue is None for u in result.unreadable)
+        and not any(r.subject == SIGHTINGS_WRITE for r in result.not_moved)
     )
-    return {
-        "ok": result.ok,
-        "dry_run": result.dry_run,
-        "started_at": _iso(result.started_at),
-        "finished_at": _iso(result.finished_at),
-        "broker": broker,
-        "dispatch": (
-            {"in_force": result.dispatch.mode.value, "why": result.dispatch.why}
-            if result.dispatch
-            else None
-        ),
-        "verdicts": (
-            [verdict_json(r.verdict, r.recorded) for r in result.verdicts] if verdicts else []
-        ),
-        "policies": [
-            {
-                "name": p.name,
-                "action": p.action,
-                "verified": p.verified,
-                "reason": p.reason,
-                "queues_checked": p.queues_checked,
-                "queues_failing": list(p.queues_failing),
-                "detail": p.detail,
-            }
-            for p in result.policies
-        ],
-        "dead_letters": [
-            {
-                "queue": d.queue,
-                "depth": d.depth,
-                "parked_new": d.parked_new,
-                "already_parked": d.already_parked,
-                "unread": d.unread,
-                "read_blocked": d.read_blocked,
-                "stale_pointers": d.stale_pointers,
-                "bodies_read": d.bodies_read,
-            }
-            for d in result.dead_letters
-        ],
-        "unreadable": [
-            {"source": u.source, "queue": u.queue, "error": u.error} for u in result.unreadable
-        ],
-        "management_urls": [
-            {"url": e.url, "answered": e.answered, "error": e.error} for e in result.management
-        ],
-        "problems": [
-            {"kind": p.kind, "subject": p.subject, "detail": p.detail} for p in result.problems()
-        ],
-        "notes": list(result.notes),
-    }
-
-
-def render_json(result: PassResult) -> str:
-    return json.dumps(to_json(result), indent=2, sort_keys=False)
-
-
-def write_json(result: PassResult, out: TextIO) -> None:
-    """:func:`render_json` written to ``out`` with each verdict encoded as it is read from
-    the pass's verdict log: the same text, one verdict in memory at a time."""
-    report = to_json(result, verdicts=False)
-    out.write("{")
-    for n, (key, value) in enumerate(report.items()):
-        out.write(("," if n else "") + "\n  " + json.dumps(key) + ": ")
-        if key != "verdicts":
-            out.write(_indented(value, "  "))
-            continue
-        empty = True
-        for r in result.verdicts:
-            out.write(("[" if empty else ",") + "\n    ")
-            out.write(_indented(verdict_json(r.verdict, r.recorded), "    "))
-            empty = False
-        out.write("[]" if empty else "\n  ]")
-    out.write("\n}\n" if report else "}\n")
-
-
-def _indented(value: object, pad: str) -> str:
-    # a newline inside a JSON string is escaped: every newline is the encoder's own
-    return json.dumps(value, indent=2).replace("\n", "\n" + pad)
-
-
-def _measure(verdict: Verdict) -> str:
-    measured = display_number(verdict.measured)
-    threshold = display_number(verdict.threshold)
-    unit = verdict.unit.value
-    if measured is None:
-        return ""
-    if threshold is None:
-        return f"{measured} {unit}"
-    return f"{measured} {unit} (threshold {threshold})"
-
-
-def _where(verdict: Verdict) -> str:
-    if verdict.queue and verdict.object != verdict.queue:
-        return f"{verdict.object} from queue {verdict.queue}"
-    if verdict.queue:
-        return f"queue {verdict.queue}"
-    return f"job {verdict.object} (project {verdict.project_id})"
 
 
 def _endpoints(result: PassResult) -> str:
@@ -175,90 +66,188 @@ def _endpoints(result: PassResult) -> str:
     return ", ".join(f"{e.url} {states[e.answered]}" for e in result.management)
 
 
-def render_text(result: PassResult) -> str:
-    """The human report: problems first, then what was done, then context."""
-    lines: list[str] = []
+def _header(result: PassResult, wide: bool) -> list[str]:
     mode = "dry-run audit (nothing written)" if result.dry_run else "pass"
-    status = "OK" if result.ok else "NOT OK"
-    lines.append(
-        f"queue-reaper {mode}: {status}   {_iso(result.started_at)}  "
+    lines = [
+        f"queue-reaper {mode}: {result.status()}   {iso(result.started_at)}  "
         f"({result.duration_seconds:.2f} s)"
-    )
-    answered = [e.url for e in result.management if e.answered]
-    if result.broker:
-        via = f" via {answered[0]}" if answered else ""
-        lines.append(f"Broker:      {result.broker.product} {result.broker.version}{via}")
-        if result.broker.nodes is not None and len(result.broker.nodes) > 1:
-            lines.append(f"Nodes:       {node_summary(result.broker.nodes)}")
-    if len(result.management) > 1:
+    ]
+    t = result.target
+    if t is not None:
+        dispatch = f", dispatch {result.dispatch.mode.value}" if result.dispatch else ""
+        lines.append(f"Database:    {t.database}{dispatch}")
+    if result.broker or t is not None:
+        product = f"{result.broker.product} {result.broker.version}" if result.broker else "broker"
+        vhost = f", vhost {t.vhost!r}" if t is not None else ""
+        urls = t.management_urls if t is not None else ()
+        via = f" via {', '.join(urls)}" if urls else " (no management URL answered)"
+        lines.append(f"Broker:      {product}{vhost}{via}")
+    if result.broker and result.broker.nodes is not None and len(result.broker.nodes) > 1:
+        lines.append(f"Nodes:       {node_summary(result.broker.nodes)}")
+    if len(result.management) > 1 and (wide or any(not e.answered for e in result.management)):
         lines.append(f"Management:  {_endpoints(result)} (in order of preference)")
-    if result.dispatch:
+    if wide and result.dispatch:
         lines.append(f"Dispatch:    {result.dispatch.mode.value} ({result.dispatch.why})")
+    inv = result.inventory()
+    read: list[str] = []
+    if inv.jobs is not None:
+        read.append(
+            f"{plural(inv.expired_leases or 0, 'expired lease')}, oldest claimable job of "
+            f"{plural(inv.projects or 0, 'project')}"
+        )
+    if inv.queues_owned is not None:
+        read.append(
+            f"{plural(inv.queues_owned, 'owned queue')}, {inv.queues_foreign} foreign, "
+            f"{inv.dead_letter_queues} dead-letter"
+        )
+    lines.append(f"Read:        {'; '.join(read) if read else 'nothing'}")
+    return lines
 
-    problems = [p.line() for p in result.problems()]
-    findings = list(result.surfaced())
-    lines.append("")
-    lines.append(f"Problems ({len(problems) + len(findings)}):")
-    if not problems and not findings:
-        lines.append("  none")
-    lines += [f"  {p}" for p in problems]
-    for r in findings:
-        v = r.verdict
-        new = "new" if r.recorded else ("seen" if not result.dry_run else "would record")
-        lines.append(f"  {v.condition.value:<13} {_where(v)}: {_measure(v)}  [{new}]")
-        if v.detail:
-            lines.append(f"  {'':<13} {v.detail}")
 
-    moves = _LeaseMoves()
+def render_text(result: PassResult, *, wide: bool = False) -> str:
+    """The human report: the status, the target and what was read; what made the pass not ok,
+    each with its fix; the findings worst first, one line each; what was done; the policies.
+    ``wide``: every detail in full (``-o wide``)."""
+    lines = _header(result, wide)
+
+    problems = result.problems()
+    if problems:
+        lines += ["", f"NOT OK ({len(problems)}):"]
+        for p in problems:
+            lines.append(f"  {p.label:<11} {p.subject}: {p.detail}")
+            if p.fix:
+                lines.append(f"  {'':<11} fix: {p.fix}")
+
+    findings = result.findings()
+    if findings:
+        lines += ["", f"Findings ({len(findings)}), worst first:"]
+        steps = [next_step(r.verdict) for r in findings]
+        for n, (r, step) in enumerate(zip(findings, steps, strict=True)):
+            v = r.verdict
+            # a next step said once: on the first of the findings that share it
+            same = sum(1 for other in steps[n + 1 :] if other == step)
+            said = step and step in steps[:n]
+            shown = (
+                ""
+                if not step or said
+                else f"; {step}" + (f" (also the {same} below)" if same else "")
+            )
+            lines.append(
+                f"  {v.condition.value:<12} {where(v, wide=wide)}: {measure(v)}{shown}"
+                f"  [{_state(r, result)}]"
+            )
+            if wide and v.detail:
+                lines.append(f"  {'':<12} {v.detail}")
+
+    moves = _LeaseMoves(wide, result.gates)
     acted: list[RecordedVerdict] = []
+    not_done = 0
     for r in result.verdicts:
         if r.verdict.action is Action.SURFACE:
             continue
-        if r.verdict.lease is not None and r.verdict.condition in _LEASE_CONDITIONS:
+        if not result.dry_run and not r.applied:
+            not_done += 1  # named under NOT OK, or left alone (a note says why)
+            continue
+        if r.verdict.lease is not None and r.verdict.condition in LEASE_CONDITIONS:
             moves.add(r)
         else:
             acted.append(r)
-    lines.append("")
     verb = "Would do" if result.dry_run else "Done"
-    lines.append(f"{verb} ({moves.count + len(acted)}):")
-    if not acted and not moves.count:
-        lines.append("  nothing")
+    planned = [p for p in result.policies if result.dry_run and p.planned]
+    count = moves.count + len(acted) + len(planned)
+    if count:
+        lines += ["", f"{verb} ({count}):"]
     lines += moves.lines()
-    for r in acted:
-        lines.append(_acted_line(r.verdict))
+    lines += _acted_lines(acted, result.gates, wide)
+    lines += [f"  {p.detail.split('; ')[0]}" for p in planned]
 
-    if result.dead_letters:
-        lines.append("")
-        lines.append("Dead-letter queues:")
-        for d in result.dead_letters:
-            state = f"read blocked: {d.read_blocked}" if d.read_blocked else "read safely"
-            lines.append(
-                f"  {d.queue}: depth {d.depth}, parked {d.parked_new} new, "
-                f"{d.already_parked} already parked, {d.unread} unread, "
-                f"{d.bodies_read} bodies read; {state}"
-            )
-    if result.policies:
-        lines.append("")
-        lines.append("Policies:")
-        for p in result.policies:
-            verified = {True: "verified", False: "NOT verified", None: "not checked"}[p.verified]
-            lines.append(
-                f"  {p.name}: {p.action}, {verified}"
-                + (f" ({p.reason})" if p.reason else "")
-                + f" on {p.queues_checked} queue(s)"
-                + (f"; failing: {', '.join(p.queues_failing)}" if p.queues_failing else "")
-            )
-            if p.detail:
-                lines.append(f"    {p.detail}")
+    lines += _dead_letter_lines(result, wide)
+    lines += _policy_lines(result, wide)
     if result.notes:
-        lines.append("")
-        lines.append("Notes:")
+        lines += ["", "Notes:"]
         lines += [f"  - {n}" for n in result.notes]
+    if not problems and not findings and not count:
+        lines += ["", "Nothing found, nothing to do."]
+    if not result.dry_run and _ledger_read(result) and len(result.verdicts):
+        lines += ["", f"Every verdict is a QueueReaped event in the ledger: {LEDGER_POINTER}."]
     return "\n".join(lines)
 
 
-def _acted_line(v: Verdict) -> str:
-    return f"  {v.action.value:<8} {v.condition.value:<13} {_where(v)}: {_measure(v)}"
+def _dead_letter_lines(result: PassResult, wide: bool) -> list[str]:
+    shown = [d for d in result.dead_letters if wide or d.parked_new or d.unread or d.read_blocked]
+    if not shown:
+        return []
+    lines = ["", "Dead-letter queues:"]
+    for d in shown:
+        state = "read blocked (under NOT OK)" if d.read_blocked else "read safely"
+        lines.append(
+            f"  {d.queue}: depth {d.depth}, {d.parked_new} parked now, {d.already_parked} "
+            f"parked before, {d.unread} unread; {state}"
+        )
+    return lines
+
+
+def _policy_lines(result: PassResult, wide: bool) -> list[str]:
+    """One line per policy; the fallback and what is not enforced said once each; the
+    long form (every detail) only ``wide``."""
+    if not result.policies:
+        return []
+    lines = ["", "Policies:"]
+    said: set[str] = set()
+    for p in result.policies:
+        verified = {True: "in force", False: "NOT in force", None: "nothing to check"}[p.verified]
+        if p.unenforceable:
+            verified = "in force where the broker enforces it"
+        failing = f"; failing: {', '.join(p.queues_failing)}" if p.queues_failing else ""
+        lines.append(
+            f"  {p.name}: {p.action}, {verified} on {plural(p.queues_checked, 'queue')} "
+            f"[{p.reason}]" + failing
+        )
+        if wide:
+            lines.append(f"    {p.detail}")
+            continue
+        for fallback in p.fallbacks:
+            if fallback not in said:
+                said.add(fallback)
+                lines.append(f"    {fallback}")
+    return lines
+
+
+def _acted_line(v: Verdict, wide: bool = False, gates: Mapping[str, UUID] | None = None) -> str:
+    line = f"  {v.action.value:<8} {v.condition.value:<13} {where(v, wide=wide)}: {measure(v)}"
+    gate = (gates or {}).get(v.object) if v.action is Action.PARK else None
+    if gate is not None:
+        choice = "retry" if v.condition is Condition.POISON else "replay"
+        line += f"; gate {short(gate)}: reaper gates answer {short(gate)} --choice {choice}"
+    return line
+
+
+def _acted_lines(
+    acted: Sequence[RecordedVerdict], gates: Mapping[str, UUID], wide: bool
+) -> list[str]:
+    """Moves that are not lease moves, one line each; in the short form a queue's dead-letter
+    parks are one line, with their gates."""
+    if wide:
+        return [_acted_line(r.verdict, True, gates) for r in acted]
+    groups: dict[tuple[str, str, str | None], list[Verdict]] = {}
+    for r in acted:
+        v = r.verdict
+        groups.setdefault((v.action.value, v.condition.value, v.queue), []).append(v)
+    lines: list[str] = []
+    for (action, condition, queue), verdicts in groups.items():
+        if len(verdicts) == 1 or queue is None:
+            lines += [_acted_line(v, False, gates) for v in verdicts]
+            continue
+        shown = [short(gates[v.object]) for v in verdicts if v.object in gates]
+        lines.append(
+            f"  {action:<8} {condition:<13} {len(verdicts)} letters from queue {queue}"
+            + (
+                f"; gates {', '.join(shown)}: reaper gates answer ID --choice replay|dismiss"
+                if shown
+                else ""
+            )
+        )
+    return lines
 
 
 class _LeaseMoves:
@@ -266,7 +255,9 @@ class _LeaseMoves:
     per project, and the first few (all of them while there are no more than
     :data:`LISTED_MOVES`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, wide: bool = False, gates: Mapping[str, UUID] | None = None) -> None:
+        self.wide = wide
+        self.gates = gates or {}
         self.count = 0
         self.per_condition: dict[Condition, int] = {}
         self.projects: dict[Condition, Counter[UUID | None]] = {}
@@ -283,13 +274,13 @@ class _LeaseMoves:
 
     def lines(self) -> list[str]:
         out: list[str] = []
-        for condition in _LEASE_CONDITIONS:
+        for condition in LEASE_CONDITIONS:
             count = self.per_condition.get(condition, 0)
             if not count:
                 continue
             first = self.first[condition]
             if count <= LISTED_MOVES:
-                out += [_acted_line(v) for v in first]
+                out += [_acted_line(v, self.wide, self.gates) for v in first]
                 continue
             action = first[0].action.value
             projects = self.projects[condition]
@@ -297,30 +288,23 @@ class _LeaseMoves:
                 f"  {action:<8} {condition.value:<13} {count} job(s) in {len(projects)} project(s)"
             )
             top = sorted(projects.items(), key=lambda item: (-item[1], str(item[0])))
-            named = ", ".join(f"{p} {n}" for p, n in top[:SUMMARY_PROJECTS])
+            named = ", ".join(
+                f"{p if self.wide else short(p)} {n}" for p, n in top[:SUMMARY_PROJECTS]
+            )
             rest = len(top) - SUMMARY_PROJECTS
             out.append(
                 f"  {'':<22} by project: {named}"
                 + (f", and {rest} more project(s)" if rest > 0 else "")
             )
-            out += [f"  {'':<22} {_where(v)}: {_measure(v)}" for v in first[:SUMMARY_JOBS]]
+            out += [
+                f"  {'':<22} {where(v, wide=self.wide)}: {measure(v)}" for v in first[:SUMMARY_JOBS]
+            ]
             out.append(
-                f"  {'':<22} {count - SUMMARY_JOBS} more not listed here: `reaper reap --json` "
-                "lists every verdict"
+                f"  {'':<22} {count - SUMMARY_JOBS} more not listed here: each is a QueueReaped "
+                f"event in the ledger ({LEDGER_POINTER})"
             )
         return out
 
 
-def gate_json(gate: Gate) -> dict[str, object]:
-    """One gate as ``reaper gates list --json`` prints it."""
-    return {
-        "id": str(gate.id),
-        "project_id": str(gate.project_id),
-        "job_id": str(gate.job_id) if gate.job_id else None,
-        "kind": gate.kind,
-        "prompt": gate.prompt,
-        "choices": list(gate.choices),
-        "answer": gate.answer,
-        "answered_at": gate.answered_at.isoformat() if gate.answered_at else None,
-        "created_at": gate.created_at.isoformat() if gate.created_at else None,
-    }
+#: Where every verdict of a pass is kept: the ledger, never a new pass.
+LEDGER_POINTER: Final = "reaper events, or SELECT payload FROM event WHERE kind = 'QueueReaped'"

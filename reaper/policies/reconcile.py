@@ -51,6 +51,7 @@ _SHOWN: Final = 5  # queue problems spelled out in one outcome's detail
 _PROBLEM_ORDER: Final = (
     PolicyReason.REFUSED,
     PolicyReason.DEFINITION_REJECTED,
+    PolicyReason.DELIVERY_LIMIT_WITHHELD,
     PolicyReason.READ_BACK_MISMATCH,
     PolicyReason.STALE_POLICY,
     PolicyReason.SHADOWED_BY,
@@ -68,16 +69,30 @@ class PolicyOutcome:
     """One declared policy after reconciliation (SPEC §5)."""
 
     name: str
-    action: str  # unchanged | created | updated | refused | unsupported | planned
+    action: str  # unchanged | created | updated | deleted | refused | unsupported | planned
     verified: bool | None
     queues_checked: int
     queues_failing: tuple[str, ...]
     detail: str
     reason: str = ""
+    #: Not verified only because the broker cannot enforce a declared bound on some queues
+    #: (``NotEnforced``): those queues are ``unbounded`` findings, and the pass stays ok.
+    unenforceable: bool = False
+    #: What holds instead of each key this broker refuses, where that is in force.
+    fallbacks: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return self.action != "refused" and self.verified is not False
+        """Everything the broker accepts and enforces is in force (or nothing is to check)."""
+        return self.action != "refused" and (self.verified is not False or self.unenforceable)
+
+    @property
+    def planned(self) -> bool:
+        """A dry run's planned write: a "would" line, not a failure."""
+        return self.action == "planned" and self.reason in (
+            PolicyReason.WOULD_CREATE,
+            PolicyReason.WOULD_UPDATE,
+        )
 
 
 @dataclass(frozen=True)
@@ -182,6 +197,8 @@ async def _run(
         for s in states:
             if s.desired.writable and s.diff and await _write(client, s, vhost):
                 written.add(s.desired.name)
+            elif _to_delete(s) and await _delete(client, s, vhost):
+                written.add(s.desired.name)
     if written:
         held = _by_name(await client.list_policies(vhost))
         for s in states:
@@ -259,7 +276,37 @@ async def _write(client: Broker, s: _PolicyState, vhost: str | None) -> bool:
     return True
 
 
+def _to_delete(s: _PolicyState) -> bool:
+    """Our policy as the broker holds it carries a delivery limit this broker must no longer
+    be given, and nothing else of it can be written: it goes, or its limit would drop."""
+    d = s.desired
+    return (
+        not d.writable
+        and s.actual is not None
+        and any(w.key in s.actual.definition for w in d.withheld)
+    )
+
+
+async def _delete(client: Broker, s: _PolicyState, vhost: str | None) -> bool:
+    try:
+        await client.delete_policy(s.desired.name, vhost=vhost)
+    except BrokerRefused as exc:
+        s.action = "refused"
+        s.problems.append((PolicyReason.REFUSED, f"{exc.reason}: {_POLICYMAKER_HINT}"))
+        return False
+    s.action = "deleted"
+    return True
+
+
 def _read_back(s: _PolicyState, back: BrokerPolicy | None) -> None:
+    if s.action == "deleted":
+        if back is not None:
+            s.problems.append(
+                (PolicyReason.READ_BACK_MISMATCH, f"{s.desired.name} is still there, deleted")
+            )
+        else:
+            s.actual = None
+        return
     mismatch = differences(s.desired, back)
     if mismatch:
         s.problems.append(
@@ -311,7 +358,11 @@ def _outcome(
     targeted = [c for c in mine if c.targeted]
     failing = tuple(sorted({c.queue for c in mine if not c.ok}))
 
-    if not d.writable:
+    if s.action == "deleted":
+        action = "deleted"
+    elif dry_run and _to_delete(s):
+        action = "planned"
+    elif not d.writable:
         action = "unsupported"
     elif dry_run:
         action = "planned"
@@ -319,7 +370,10 @@ def _outcome(
         action = s.action
 
     problems = list(s.problems)
-    if not d.writable and s.actual is not None:
+    problems.extend(
+        (PolicyReason.DELIVERY_LIMIT_WITHHELD, f"{w.detail}: {w.fix}") for w in d.withheld
+    )
+    if not d.writable and s.actual is not None and not _to_delete(s):
         problems.append(
             (
                 PolicyReason.STALE_POLICY,
@@ -357,6 +411,7 @@ def _outcome(
     order = {r: i for i, r in enumerate(_PROBLEM_ORDER)}
     problems.sort(key=lambda p: order[p[0]])  # the detail leads with the reason's problem
 
+    would_delete = dry_run and _to_delete(s)
     would_change = dry_run and d.writable and bool(s.diff)
     if action == "refused" or problems or would_change:
         verified: bool | None = False
@@ -365,7 +420,7 @@ def _outcome(
     else:
         verified = True
 
-    if would_change and not s.problems:
+    if would_change and not s.problems and not d.withheld:
         reason = PolicyReason.WOULD_CREATE if s.actual is None else PolicyReason.WOULD_UPDATE
     elif problems:
         reason = problems[0][0]
@@ -373,6 +428,8 @@ def _outcome(
         reason = PolicyReason.NO_OWNED_QUEUES
     elif action == "unsupported":
         reason = PolicyReason.KEY_UNSUPPORTED
+    elif action == "deleted":
+        reason = PolicyReason.DELETED
     else:
         reason = {
             "created": PolicyReason.CREATED,
@@ -385,8 +442,17 @@ def _outcome(
         verified=verified,
         queues_checked=len(targeted),
         queues_failing=failing,
-        detail=_detail(s, targeted, problems, notes, would_change=would_change),
+        detail=_detail(
+            s, targeted, problems, notes, would_change=would_change, would_delete=would_delete
+        ),
         reason=reason.value,
+        fallbacks=tuple(
+            u.detail for u in d.unsupported if u.fallback_in_force and u.key != "apply-to"
+        ),
+        unenforceable=bool(problems)
+        and action != "refused"
+        and not would_change
+        and all(r is PolicyReason.NOT_ENFORCED for r, _ in problems),
     )
 
 
@@ -397,9 +463,17 @@ def _detail(
     notes: Sequence[str],
     *,
     would_change: bool,
+    would_delete: bool = False,
 ) -> str:
     d = s.desired
     parts: list[str] = []
+    if would_delete:
+        parts.append(f"would delete {d.name}: its delivery limit would drop")
+    if s.action == "deleted":
+        parts.append(
+            f"deleted {d.name}: its delivery limit would drop, and nothing else of it "
+            f"can be written on {d.facts.name}"
+        )
     if would_change:
         verb = "would create" if s.actual is None else "would update"
         what = compact(d.body()) if s.actual is None else "; ".join(s.diff)
@@ -408,7 +482,7 @@ def _detail(
     parts.extend(shown)
     if len(problems) > _SHOWN:
         parts.append(f"and {len(problems) - _SHOWN} more problem(s)")
-    if not d.writable:
+    if not d.writable and s.action != "deleted":
         parts.append(f"{d.name} is not written on {d.facts.name}")
     parts.extend(notes)
     n = len(targeted)

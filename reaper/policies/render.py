@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from reaper.core.bounds import dead_letter_exchange_in_force
 from reaper.core.domain import BrokerFacts, QueueStats
 from reaper.core.enforcement import TimeoutSetting
 from reaper.core.values import is_unlimited
@@ -29,7 +30,7 @@ from reaper.policies.declarations import (
     fill,
 )
 
-__all__ = ["DesiredPolicy", "Unenforced", "Unsupported", "render"]
+__all__ = ["DesiredPolicy", "Unenforced", "Unsupported", "Withheld", "render"]
 
 #: Keys a RabbitMQ policy may carry that make it attach to quorum queues only: measured on
 #: 3.10, 4.0 and 4.3, a policy carrying ``delivery-limit`` does not attach to a classic queue.
@@ -60,6 +61,36 @@ class Unenforced:
 
 
 @dataclass(frozen=True)
+class Withheld:
+    """A finite ``delivery-limit`` not written because an owned queue the policy selects has
+    no dead-letter target in force: there the broker would drop a message at its last
+    delivery (SPEC §1 (c), §4). ``queues``: those queues."""
+
+    key: str
+    declared: object
+    queues: tuple[str, ...]
+
+    @property
+    def detail(self) -> str:
+        shown = ", ".join(self.queues[:5]) + (
+            f" and {len(self.queues) - 5} more" if len(self.queues) > 5 else ""
+        )
+        return (
+            f"{self.key} {self.declared} withheld: {shown} "
+            f"{'has' if len(self.queues) == 1 else 'have'} no dead-letter target in force (no "
+            "x-dead-letter-exchange argument, no dead-letter-exchange policy key), so a finite "
+            "limit would drop messages"
+        )
+
+    @property
+    def fix(self) -> str:
+        return (
+            "declare each with x-dead-letter-exchange (and a dead-letter queue bound to it); "
+            "the next pass then writes the limit"
+        )
+
+
+@dataclass(frozen=True)
 class DesiredPolicy:
     """One declaration rendered for one broker.
 
@@ -84,6 +115,8 @@ class DesiredPolicy:
     unenforced: tuple[Unenforced, ...] = ()
     #: The declaration's offset above ``policy_priority`` (already included in ``priority``).
     priority_offset: int = 0
+    #: A finite delivery limit not written: a queue it would reach has no dead-letter target.
+    withheld: tuple[Withheld, ...] = ()
 
     def body(self) -> dict[str, object]:
         """The policy as the management API holds it."""
@@ -106,11 +139,19 @@ class DesiredPolicy:
 
 
 def render(
-    declarations: Sequence[Declaration], params: PolicyParameters, facts: BrokerFacts
+    declarations: Sequence[Declaration],
+    params: PolicyParameters,
+    facts: BrokerFacts,
+    queues: Sequence[QueueStats] | None = None,
 ) -> list[DesiredPolicy]:
     """The declarations filled with ``params`` and cut to what ``facts`` says the broker
     accepts. Pure. Raises :class:`~reaper.errors.ConfigError` for a rendered pattern Python
-    cannot compile or a priority that is not an integer."""
+    cannot compile or a priority that is not an integer.
+
+    ``queues`` (the vhost's, as listed): a finite ``delivery-limit`` is withheld from a
+    policy that selects a queue with no dead-letter target in force, since the broker would
+    drop that queue's messages at their last delivery (:class:`Withheld`). Every caller that
+    writes passes them; without them (rendering alone) nothing is withheld."""
     values = params.placeholders()
     problems: list[str] = []
     desired: list[DesiredPolicy] = []
@@ -140,6 +181,10 @@ def render(
                 unenforced.extend([ignored] if ignored is not None else [])
             else:
                 unsupported.append(refused)
+        withheld = _withheld(d, pattern, definition, queues)
+        for w in withheld:
+            del definition[w.key]
+            del declared[w.key]
         apply_to, writable = d.apply_to, bool(definition)
         if apply_to in QUEUE_TYPE_APPLY_TO and not facts.policy_apply_to_queue_type and writable:
             confined = (
@@ -164,11 +209,34 @@ def render(
                 unsupported=tuple(unsupported),
                 unenforced=tuple(unenforced),
                 priority_offset=d.priority_offset,
+                withheld=withheld,
             )
         )
     if problems:
         raise ConfigError(problems)
     return desired
+
+
+def _withheld(
+    d: Declaration,
+    pattern: str,
+    definition: Mapping[str, object],
+    queues: Sequence[QueueStats] | None,
+) -> tuple[Withheld, ...]:
+    """The finite delivery limit that would reach a queue with no dead-letter target."""
+    value = definition.get("delivery-limit")
+    if value is None or is_unlimited(value) or queues is None:
+        return ()
+    lacking = tuple(
+        sorted(
+            q.name
+            for q in queues
+            if q.kind == d.queue_type
+            and re.search(pattern, q.name) is not None
+            and dead_letter_exchange_in_force(q) is None
+        )
+    )
+    return (Withheld("delivery-limit", value, lacking),) if lacking else ()
 
 
 def _unsupported_key(

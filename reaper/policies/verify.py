@@ -45,6 +45,9 @@ class PolicyReason(StrEnum):
     STALE_POLICY = "StalePolicy"
     FALLBACK_UNPROVEN = "FallbackUnproven"
     NOT_ENFORCED = "NotEnforced"
+    DELIVERY_LIMIT_WITHHELD = "DeliveryLimitWithheld"
+    DELETED = "Deleted"
+    WOULD_DELETE = "WouldDelete"
 
 
 def differences(desired: DesiredPolicy, actual: BrokerPolicy | None) -> tuple[str, ...]:

@@ -189,7 +189,10 @@ async def _park_letters(
     noted = [
         (x.identity, x.envelope) for x in letters if x.identity in parked and x.envelope is not None
     ]
-    if noted and await progress.guarded(store.keep_envelopes(noted)) is None:
+    if (
+        noted
+        and await progress.written(store.keep_envelopes(noted), f"envelopes of {name}") is None
+    ):
         return None
     new, already = dead_letters.select_new(letters, parked, reap.dead_letter_peek_limit)
     if not new:
@@ -203,9 +206,14 @@ async def _park_letters(
         lease_grace_seconds=reap.lease_grace_seconds,
     )
     pointers, plain = _split_pointers(new, step.dispatch)
-    parks = await progress.guarded(store.park_dead_letters(plain, now=step.now, rules=rules))
+    parks = await progress.written(
+        store.park_dead_letters(plain, now=step.now, rules=rules), f"dead letters of {name}"
+    )
     pointer_parks = (
-        await progress.guarded(store.park_dispatch_pointers(pointers, now=step.now, rules=rules))
+        await progress.written(
+            store.park_dispatch_pointers(pointers, now=step.now, rules=rules),
+            f"dispatch pointers of {name}",
+        )
         if pointers
         else DeadLetterParks()
     )

@@ -49,7 +49,9 @@ async def observe_broker(
         now=now,
     )
     if keep:
-        await progress.guarded(store.keep_observations(scope, observed.observations))
+        await progress.written(
+            store.keep_observations(scope, observed.observations), "the observations kept"
+        )
     return observed
 
 

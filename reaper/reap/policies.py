@@ -3,11 +3,12 @@ verified (SPEC §4), or only planned in a dry run."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from reaper.broker.port import Broker
 from reaper.config import Settings
-from reaper.core.domain import BrokerFacts
+from reaper.core.domain import BrokerFacts, QueueStats
 from reaper.errors import ConfigError
 from reaper.policies.declarations import DEFAULT_POLICY_DIR, PolicyParameters, load_declarations
 from reaper.policies.reconcile import Plan, PolicyOutcome, plan, reconcile
@@ -27,10 +28,14 @@ def policy_parameters(settings: Settings) -> PolicyParameters:
 
 
 def desired_for(
-    settings: Settings, facts: BrokerFacts, directory: Path = DEFAULT_POLICY_DIR
+    settings: Settings,
+    facts: BrokerFacts,
+    directory: Path = DEFAULT_POLICY_DIR,
+    queues: Sequence[QueueStats] | None = None,
 ) -> list[DesiredPolicy]:
-    """Load, fill and render the declarations for ``settings`` and this broker."""
-    return render(load_declarations(directory), policy_parameters(settings), facts)
+    """Load, fill and render the declarations for ``settings`` and this broker; ``queues``
+    (the vhost's) withhold a delivery limit where it would drop (see :func:`render`)."""
+    return render(load_declarations(directory), policy_parameters(settings), facts, queues)
 
 
 async def reconcile_policies(
@@ -41,11 +46,12 @@ async def reconcile_policies(
     dry_run: bool,
     policies_dir: Path | None,
     progress: Progress,
+    queues: Sequence[QueueStats] = (),
 ) -> list[PolicyOutcome]:
     """Reconcile (or in a dry run, plan) every declared policy; declarations that cannot be
     rendered are one refused outcome, never an exception."""
     try:
-        desired = desired_for(settings, facts, policies_dir or DEFAULT_POLICY_DIR)
+        desired = desired_for(settings, facts, policies_dir or DEFAULT_POLICY_DIR, queues)
     except ConfigError as exc:
         refused = PolicyOutcome(
             "declarations", "refused", False, 0, (), exc.reason, "InvalidDeclaration"
@@ -68,4 +74,6 @@ async def policy_plan(broker: Broker, settings: Settings) -> Plan:
     facts = await broker.facts(
         declared_consumer_timeout_ms=settings.queue.reap.consumer_timeout_seconds * 1000
     )
-    return await plan(broker, desired_for(settings, facts), vhost=settings.bus.vhost)
+    queues = await broker.list_queues(settings.bus.vhost)
+    desired = desired_for(settings, facts, queues=queues)
+    return await plan(broker, desired, vhost=settings.bus.vhost)

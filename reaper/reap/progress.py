@@ -4,16 +4,28 @@ types it is made of. :func:`reaper.reap.run.run_pass` turns it into a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from reaper.core.domain import Source, Verdict
+from reaper.core.domain import Action, Source, Verdict
 from reaper.errors import ReaperError, SourceUnreadable, scrub
 
-__all__ = ["Progress", "RecordedVerdict", "RowNotMoved", "Unreadable", "unreadable_from"]
+__all__ = [
+    "SIGHTINGS_WRITE",
+    "Progress",
+    "RecordedVerdict",
+    "RowNotMoved",
+    "Unreadable",
+    "unreadable_from",
+    "write_fix",
+]
 
 T = TypeVar("T")
+
+#: The write that records a pass's sightings, as NOT DONE names it when it fails.
+SIGHTINGS_WRITE = "the sightings' ledger events"
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,13 @@ class RecordedVerdict:
     verdict: Verdict
     recorded: bool
 
+    @property
+    def applied(self) -> bool:
+        """Whether the verdict's write committed: a move (requeue, park) or a clearance is
+        recorded in the same transaction as its event, so recorded is committed. A surface
+        writes nothing but its record, and a dry run writes nothing at all."""
+        return self.recorded and self.verdict.action is not Action.SURFACE
+
 
 @dataclass(frozen=True)
 class RowNotMoved:
@@ -44,6 +63,25 @@ class RowNotMoved:
     subject: str  # "job <id>" or "dead letter <identity>"
     reason: str
     unknown: bool = False
+
+    @property
+    def fix(self) -> str:
+        """What a person does about it, where the database's reason says."""
+        return write_fix(self.reason)
+
+
+def write_fix(reason: str) -> str:
+    """The fix for a write the database refused, read from its reason; empty when the reason
+    names none (the next pass tries again)."""
+    if "42501" in reason or "permission denied" in reason or "InsufficientPrivilege" in reason:
+        table = re.search(r"permission denied for (?:table|relation|sequence) (\S+)", reason)
+        what = f"on {table[1]}" if table else "it was refused"
+        return (
+            f"the reaper's database role lacks the privilege to write {what} (SQLSTATE 42501): "
+            "grant it INSERT, UPDATE on the tables the reaper writes, or run the pass as a "
+            "role that has them"
+        )
+    return ""
 
 
 def unreadable_from(source: Source, exc: BaseException) -> Unreadable:
@@ -70,6 +108,15 @@ class Progress:
             return await awaitable
         except SourceUnreadable as exc:
             self.unreadable.append(Unreadable(exc.source, exc.reason))
+            return None
+
+    async def written(self, awaitable: Awaitable[T], what: str) -> T | None:
+        """Await a write; a write that fails is named as not done (with the database's reason),
+        never as a source that could not be read: the source was read."""
+        try:
+            return await awaitable
+        except SourceUnreadable as exc:
+            self.not_moved.append(RowNotMoved(what, exc.reason))
             return None
 
     def record(self, verdicts: list[Verdict], recorded: bool) -> None:

@@ -3,45 +3,115 @@ logs, and the one list of what made it not ok."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 from uuid import UUID
 
 from reaper.broker.port import ManagementEndpoint
-from reaper.core.domain import Action, BrokerFacts, ClaimableHead, QueueStats
+from reaper.core.bounds import is_dead_letter_queue, is_owned_queue
+from reaper.core.domain import (
+    Action,
+    BrokerFacts,
+    ClaimableHead,
+    Condition,
+    QueueStats,
+    Thresholds,
+)
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome
 from reaper.reap.dispatch import DispatchInForce
 from reaper.reap.lease_log import VerdictLog
 from reaper.reap.progress import RecordedVerdict, RowNotMoved, Unreadable
 
-__all__ = ["PassResult", "Problem"]
+__all__ = ["SEVERITY", "Inventory", "PassResult", "Problem", "Target"]
 
 
 @dataclass(frozen=True)
 class Problem:
     """One thing that made a pass not ok, for a person (:meth:`line`) and a machine (the
-    report's ``problems``). ``kind``: ``unreadable``, ``row_not_moved``, ``outcome_unknown``,
-    ``policy`` or ``dead_letter``."""
+    report's ``problems``). ``kind``: ``unreadable``, ``row_not_moved`` (a write that did not
+    commit: NOT DONE), ``outcome_unknown``, ``policy``, ``dead_letter`` or ``would_drop`` (an
+    owned queue whose broker would drop messages). ``fix``: what a person does, when known."""
 
     kind: str
     subject: str
     detail: str
+    fix: str = ""
+
+    @property
+    def label(self) -> str:
+        return _LABELS.get(self.kind, self.kind.upper())
 
     def line(self) -> str:
-        return f"{_LABELS.get(self.kind, self.kind.upper()):<11} {self.subject}: {self.detail}"
+        return f"{self.label:<11} {self.subject}: {self.detail}"
 
 
 #: How each kind of problem is labelled in the human report.
 _LABELS: Final = {
     "unreadable": "UNREADABLE",
-    "row_not_moved": "FAILED ROW",
+    "row_not_moved": "NOT DONE",
     "outcome_unknown": "UNKNOWN",
     "policy": "POLICY",
     "dead_letter": "DEAD LETTER",
+    "would_drop": "WOULD DROP",
 }
+
+#: How a kind of problem is counted in the header's ``NOT OK: <why>`` (singular, plural).
+_WHY: Final = {
+    "unreadable": ("source unreadable", "sources unreadable"),
+    "row_not_moved": ("write not done", "writes not done"),
+    "outcome_unknown": ("write outcome unknown", "write outcomes unknown"),
+    "policy": ("policy not in force", "policies not in force"),
+    "dead_letter": ("dead-letter queue not read", "dead-letter queues not read"),
+    "would_drop": ("queue would drop messages", "queues would drop messages"),
+}
+
+#: Findings worst first: what holds work now, then what loses it later, then what waits.
+SEVERITY: Final = (
+    Condition.HUNG_HANDLER,
+    Condition.HOLDER_GONE,
+    Condition.POISON,
+    Condition.LEASE_EXPIRED,
+    Condition.DEAD_LETTER,
+    Condition.UNBOUNDED,
+    Condition.STALE_READY,
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the pass was pointed at: the database (``host:port/name``), the vhost, and each
+    management URL that answered."""
+
+    database: str
+    vhost: str
+    management_urls: tuple[str, ...] = ()
+
+    def database_parts(self) -> dict[str, object]:
+        where, _, name = self.database.partition("/")
+        host, _, port = where.rpartition(":")
+        return {
+            "host": host or None,
+            "port": int(port) if port.isdigit() else None,
+            "name": name or None,
+        }
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What one pass read (None: that source was not read). ``jobs``: the jobs it judged, the
+    expired leases and each project's oldest claimable job (a pass never counts the whole
+    table); ``projects``: the projects with claimable work."""
+
+    jobs: int | None
+    projects: int | None
+    expired_leases: int | None
+    queues_owned: int | None
+    queues_foreign: int | None
+    dead_letter_queues: int | None
 
 
 @dataclass(frozen=True)
@@ -68,10 +138,63 @@ class PassResult:
     dispatch: DispatchInForce | None = None
     #: Each management URL in force and how it fared, in order of preference.
     management: tuple[ManagementEndpoint, ...] = ()
+    #: What the pass was pointed at (None: a result built without settings).
+    target: Target | None = None
+    #: Expired leases counted as the pass began (None: the job queue was not read).
+    expired_leases: int | None = None
+    #: The thresholds judged against, for the inventory (owned and dead-letter queues).
+    thresholds: Thresholds | None = None
+    #: The open gate of each job this pass parked (by job id), for the answer command.
+    gates: Mapping[str, UUID] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
+        """The reaper did its whole job: every source read, every write committed, every
+        declared policy the broker accepts and enforces in force, no owned queue that would
+        drop a message. Findings (what the broker cannot enforce among them) do not make a
+        pass not ok."""
         return not self.problems()
+
+    def status(self) -> str:
+        """``OK``, ``OK, N findings`` or ``NOT OK: <why>``, as the header says it."""
+        problems = self.problems()
+        if problems:
+            kinds = Counter(p.kind for p in problems)
+            why = ", ".join(f"{n} {_WHY.get(k, (k, k))[n != 1]}" for k, n in kinds.items())
+            return f"NOT OK: {why}"
+        n = len(self.findings())
+        return "OK" if not n else f"OK, {n} finding{'s' if n != 1 else ''}"
+
+    def findings(self) -> list[RecordedVerdict]:
+        """The surfaced verdicts that do not make the pass not ok, worst first (a queue that
+        would drop is a problem, listed with the problems instead)."""
+        rank = {c: i for i, c in enumerate(SEVERITY)}
+        found = [r for r in self.surfaced() if not r.verdict.drops]
+        return sorted(
+            found,
+            key=lambda r: (
+                rank.get(r.verdict.condition, len(rank)),
+                -(r.verdict.measured or 0),
+                r.verdict.subject,
+            ),
+        )
+
+    def inventory(self) -> Inventory:
+        """What the pass read, as counted from its own measurements."""
+        owned = foreign = dead = 0
+        for q in self.queues:
+            mine = self.thresholds is None or is_owned_queue(q.name, self.thresholds)
+            owned, foreign = owned + mine, foreign + (not mine)
+            dead += self.thresholds is not None and is_dead_letter_queue(q.name, self.thresholds)
+        read = self.expired_leases is not None
+        return Inventory(
+            jobs=(self.expired_leases or 0) + len(self.claimable) if read else None,
+            projects=len({c.project_id for c in self.claimable}) if read else None,
+            expired_leases=self.expired_leases,
+            queues_owned=owned if self.broker else None,
+            queues_foreign=foreign if self.broker else None,
+            dead_letter_queues=dead if self.broker else None,
+        )
 
     def surfaced(self) -> Iterator[RecordedVerdict]:
         """The verdicts that surface a finding. A lease verdict never does (the lease reap
@@ -94,7 +217,7 @@ class PassResult:
             for u in self.unreadable
         ]
         found += [
-            Problem("outcome_unknown" if r.unknown else "row_not_moved", r.subject, r.reason)
+            Problem("outcome_unknown" if r.unknown else "row_not_moved", r.subject, r.reason, r.fix)
             for r in self.not_moved
         ]
         found += [
@@ -106,11 +229,22 @@ class PassResult:
                 + f" - {p.detail}",
             )
             for p in self.policies
-            if not p.ok
+            if not p.ok and not (self.dry_run and p.planned)
         ]
         found += [
             Problem("dead_letter", d.queue, f"not read - {d.read_blocked}")
             for d in self.dead_letters
             if d.read_blocked
         ]
+        found += [
+            Problem("would_drop", f"queue {r.verdict.subject}", *_fix(r.verdict.detail))
+            for r in self.surfaced()
+            if r.verdict.drops
+        ]
         return found
+
+
+def _fix(detail: str) -> tuple[str, str]:
+    """A finding's detail and the fix it ends with (``...; fix: ...``), apart."""
+    said, _, fix = detail.partition("; fix: ")
+    return said, fix

@@ -20,6 +20,8 @@ from reaper.broker.port import Broker, ManagementEndpoint
 from reaper.config import Settings
 from reaper.core.domain import Action, Condition, Dispatch, Source, Verdict
 from reaper.core.judge import judge
+from reaper.errors import SourceUnreadable
+from reaper.jobqueue.database import where
 from reaper.jobqueue.port import JobQueue
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome, park_dead_letters
@@ -28,8 +30,8 @@ from reaper.reap.leases import reap_leases
 from reaper.reap.measure import MAX_LEASES_PER_PASS, Reading, measure
 from reaper.reap.observe import observe_broker
 from reaper.reap.policies import reconcile_policies
-from reaper.reap.progress import Progress, RecordedVerdict, Unreadable
-from reaper.reap.result import PassResult
+from reaper.reap.progress import SIGHTINGS_WRITE, Progress, RecordedVerdict, Unreadable
+from reaper.reap.result import PassResult, Target
 from reaper.reap.sources import open_sources
 
 __all__ = ["reap_once", "run_pass", "utcnow"]
@@ -136,7 +138,13 @@ async def run_pass(
     if reading.broker is not None and broker is not None:
         facts = reading.broker.facts
         policies = await reconcile_policies(
-            settings, broker, facts, dry_run=dry_run, policies_dir=policies_dir, progress=progress
+            settings,
+            broker,
+            facts,
+            dry_run=dry_run,
+            policies_dir=policies_dir,
+            progress=progress,
+            queues=reading.broker.queues + tuple(q for q, _ in reading.broker.unavailable),
         )
         dead_letters, dead_surfaced = await park_dead_letters(
             settings,
@@ -163,6 +171,7 @@ async def run_pass(
             project_id,
             progress,
         )
+    gates = await _gates_of_parks(ledger, lease_log, progress)
     endpoints = broker.endpoints() if broker is not None else ()
     progress.notes.extend(_failover_notes(endpoints))
 
@@ -182,7 +191,32 @@ async def run_pass(
         not_moved=tuple(progress.not_moved),
         dispatch=dispatch,
         management=endpoints,
+        target=Target(
+            where(settings.database.dsn),
+            settings.bus.vhost,
+            tuple(e.url for e in endpoints if e.answered),
+        ),
+        expired_leases=reading.job_queue.expired if reading.job_queue else None,
+        thresholds=settings.thresholds(),
+        gates=gates,
     )
+
+
+async def _gates_of_parks(
+    store: JobQueue | None, leases: LeaseLog, progress: Progress
+) -> dict[str, UUID]:
+    """The open gates, by job, when this pass parked a job: the report names the gate each
+    park waits behind, and the command that answers it."""
+    parked = any(r.applied and r.verdict.action is Action.PARK for r in progress.verdicts)
+    parked = parked or any(a is Action.PARK and rec for (_, a, _, rec) in leases.tally)
+    if store is None or not parked:
+        return {}
+    try:
+        gates = await store.list_gates(open_only=True)
+    except SourceUnreadable as exc:
+        progress.notes.append(f"the gates of this pass's parks could not be listed: {exc.reason}")
+        return {}
+    return {str(g.job_id): g.id for g in gates if g.job_id is not None}
 
 
 def _sources_read(reading: Reading, progress: Progress) -> frozenset[Source]:
@@ -208,14 +242,15 @@ async def _record_sightings(
     if store is None:
         progress.record(list(surfaced), False)
         return
-    written = await progress.guarded(
+    written = await progress.written(
         store.record_sightings(
             surfaced,
             now=now,
             sources_read=sources_read,
             project_id=project_id,
             unread_queues=unmeasured,
-        )
+        ),
+        SIGHTINGS_WRITE,
     )
     opened = {w.sighting_key for w in written or () if w.action is Action.SURFACE}
     progress.verdicts.extend(RecordedVerdict(v, v.sighting_key in opened) for v in surfaced)

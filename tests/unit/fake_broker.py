@@ -144,6 +144,11 @@ class FakeBroker:
         self.writes += 1
         self.policies[name] = BrokerPolicy(name, pattern, apply_to, priority, dict(definition))
 
+    async def delete_policy(self, name: str, *, vhost: str | None = None) -> None:
+        self.requests += 1
+        self.writes += 1
+        self.policies.pop(name, None)
+
     async def aclose(self) -> None:
         pass
 

@@ -350,7 +350,9 @@ async def test_reconciling_on_43_never_says_verified_for_the_classic_policy() ->
     classic = outcomes["vibey-reap-classic"]
     assert (classic.action, classic.verified, classic.reason) == ("created", False, "NotEnforced")
     assert classic.queues_failing == ("vibey.jobs.c1",)
-    assert not classic.ok
+    # not verified only for what the version cannot enforce: the queue is an unbounded
+    # finding, and the policy does not make the pass not ok
+    assert classic.unenforceable and classic.ok
     assert "RabbitMQ 4.3.6 enforces no consumer timeout on classic queues" in classic.detail
     assert "only a quorum queue is bounded" in classic.detail
     assert "0 of 1 owned classic queue(s) show the declared bounds in force" in classic.detail
@@ -410,9 +412,23 @@ async def test_a_pass_on_43_reports_the_classic_queue_in_text_and_json() -> None
     policies = {p["name"]: p for p in report["policies"]}  # type: ignore[attr-defined]
     assert policies["vibey-reap-classic"]["reason"] == "NotEnforced"
     assert policies["vibey-reap-classic"]["verified"] is False
-    problems = [p for p in report["problems"] if p["subject"] == "vibey-reap-classic"]  # type: ignore[attr-defined]
-    assert problems and "NOT verified (NotEnforced)" in problems[0]["detail"]
+    assert policies["vibey-reap-classic"]["unenforceable"] is True
+    # what the broker cannot enforce is a finding, not a problem: the pass is not ok here
+    # because it had no database, and because the quorum queue has no dead-letter exchange:
+    # the declared delivery limit is withheld from it, and 4.3's default limit of 20 would drop
+    problems = [(p["kind"], p["subject"]) for p in report["problems"]]  # type: ignore[index]
+    assert problems == [
+        ("unreadable", "job_queue"),
+        ("policy", "vibey-reap-quorum"),
+        ("would_drop", "queue vibey.jobs.p1"),
+    ]
+    assert policies["vibey-reap-quorum"]["reason"] == "DeliveryLimitWithheld"
+    findings = [f for f in report["findings"] if f["subject"] == "vibey.jobs.c1"]  # type: ignore[attr-defined]
+    assert [f["condition"] for f in findings] == ["unbounded"]
 
     text = render_text(result)
-    assert "vibey-reap-classic: created, NOT verified (NotEnforced) on 1 queue(s)" in text
-    assert "failing: vibey.jobs.c1" in text
+    assert (
+        "vibey-reap-classic: created, in force where the broker enforces it on 1 queue "
+        "[NotEnforced]; failing: vibey.jobs.c1"
+    ) in text
+    assert "unbounded    queue vibey.jobs.c1: 1 message; the broker cannot bound it here" in text

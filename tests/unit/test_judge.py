@@ -589,7 +589,10 @@ def test_a_lavinmq_queue_has_no_type_and_no_head_age_and_the_pass_says_so() -> N
     verdicts, notes = on_broker(
         queue("vibey.bus.q", type=None, ready=5, consumers=0), broker=LAVINMQ
     )
-    assert verdicts == []
+    # no stale-ready verdict; only the consumer timeout LavinMQ was never pinned enforcing
+    [unbounded] = verdicts
+    assert unbounded.condition is Condition.UNBOUNDED
+    assert unbounded.detail.startswith("no consumer timeout can be in force on queue 'vibey.bus.q'")
     assert notes == [
         "head-message age of queue 'vibey.bus.q' is not reported by the broker (no queue type "
         "listed, as on LavinMQ); stale-ready not measured"

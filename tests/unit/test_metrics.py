@@ -177,6 +177,20 @@ def test_verdicts_recorded_counts_only_what_the_ledger_got(
     assert recorded("broker", "dead_letter", "cleared") == 1
 
 
+def test_verdicts_applied_counts_only_writes_that_committed(
+    metrics: ReaperMetrics, registry: CollectorRegistry
+) -> None:
+    metrics.observe(a_pass())
+
+    def applied(source: str, condition: str, action: str) -> float | None:
+        labels = {"source": source, "condition": condition, "action": action}
+        return registry.get_sample_value("reaper_verdicts_applied_total", labels)
+
+    assert applied("job_queue", "lease_expired", "requeue") == 1  # the other was not moved
+    assert applied("broker", "dead_letter", "cleared") == 1
+    assert applied("job_queue", "stale_ready", "surface") is None  # a surface writes no move
+
+
 def test_move_counters_count_recorded_moves_and_accumulate_across_passes(
     metrics: ReaperMetrics, registry: CollectorRegistry
 ) -> None:
@@ -204,6 +218,7 @@ def test_a_dry_run_counts_its_verdicts_apart_and_moves_nothing(
     assert registry.get_sample_value("reaper_jobs_parked_total") == 0
     assert registry.get_sample_value("reaper_dead_letters_parked_total") == 0
     assert "reaper_verdicts_recorded_total" not in sample_names(registry)
+    assert "reaper_verdicts_applied_total" not in sample_names(registry)
     assert registry.get_sample_value("reaper_last_pass_dry_run") == 1
 
 

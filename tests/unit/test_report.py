@@ -103,22 +103,27 @@ def test_problems_come_first_and_name_numbers_against_thresholds() -> None:
         )
     )
     lines = text.splitlines()
-    assert "NOT OK" in lines[0]
-    problems = lines.index("Problems (2):")
+    assert lines[0].startswith("queue-reaper pass: NOT OK: 1 source unreadable   ")
+    problems = lines.index("NOT OK (1):")
+    findings = lines.index("Findings (1), worst first:")
     done = lines.index("Done (1):")
-    assert problems < done
-    assert any("UNREADABLE  job_queue: connection refused" in line for line in lines[problems:done])
-    assert any(
-        "stale_ready" in line and "1200.5 seconds (threshold 900)" in line
-        for line in lines[problems:done]
+    assert problems < findings < done
+    assert lines[problems + 1] == "  UNREADABLE  job_queue: connection refused"
+    # the measurement against its threshold, said once, readable, with the next step
+    assert lines[findings + 1] == (
+        "  stale_ready  job job-1 (project 00000000): 20 m (threshold 15 m); no worker claims "
+        "it: check that a worker serves this project  [new]"
     )
-    assert any("requeue" in line and "job-2" in line for line in lines[done:])
+    assert (
+        lines[done + 1] == "  requeue  lease_expired job job-2 (project 00000000): expired 30 s ago"
+    )
 
 
 def test_a_dry_run_says_it_wrote_nothing() -> None:
     text = render_text(result(dry_run=True))
-    assert "dry-run audit (nothing written)" in text.splitlines()[0]
-    assert "Would do (0):" in text
+    assert text.splitlines()[0].startswith("queue-reaper dry-run audit (nothing written): OK   ")
+    assert "Would do" not in text and "Done" not in text
+    assert text.endswith("\nNothing found, nothing to do.")
 
 
 def _lease_result(expired: int, poison: int) -> PassResult:
@@ -155,12 +160,20 @@ def test_many_lease_moves_are_summarised_and_the_summary_says_what_it_left_out()
     summary = next(i for i, line in enumerate(lines) if "lease_expired 40 job(s)" in line)
     assert " ".join(lines[summary].split()) == "requeue lease_expired 40 job(s) in 3 project(s)"
     # the per-project counts add up to every move, the project with the most first
-    parts = lines[summary + 1].split("by project: ")[1].split(", ")
+    assert len(lines[summary + 1].split("by project: ")[1].split(", ")) == 3
+    wide = render_text(r, wide=True).splitlines()
+    parts = wide[summary + 1].split("by project: ")[1].split(", ")
     named = {UUID(p): int(n) for p, n in (part.rsplit(" ", 1) for part in parts)}
     assert sum(named.values()) == 40 and named[UUID(int=1)] == max(named.values())
     first = lines[summary + 2 : summary + 7]
-    assert [line.split()[1] for line in first] == [str(UUID(int=1000 + n)) for n in range(5)]
-    assert "35 more not listed here: `reaper reap --json` lists every verdict" in lines[summary + 7]
+    assert [line.split()[1] for line in first] == [str(UUID(int=1000 + n))[:8] for n in range(5)]
+    # every verdict is in the ledger: the summary points there, never at a new pass
+    assert (
+        "35 more not listed here: each is a QueueReaped event in the ledger (reaper events"
+        in (lines[summary + 7])
+    )
+    listed = wide[summary + 2 : summary + 7]
+    assert [line.split()[1] for line in listed] == [str(UUID(int=1000 + n)) for n in range(5)]
     # a condition with few moves is listed in full, one line each
     parks = [line for line in lines if line.split()[:2] == ["park", "poison"]]
     assert len(parks) == 3

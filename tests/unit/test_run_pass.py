@@ -90,7 +90,7 @@ async def test_a_pass_requeues_parks_and_surfaces_each_once_with_its_event() -> 
     assert not result.ok
     assert [(p.kind, p.subject) for p in result.problems()] == [("unreadable", "broker")]
     assert to_json(result)["problems"] == [
-        {"kind": "unreadable", "subject": "broker", "detail": "not connected"}
+        {"kind": "unreadable", "subject": "broker", "detail": "not connected", "fix": ""}
     ]
 
     again = await run_pass(settings(), store=store, broker=None, clock=lambda: NOW)
@@ -215,8 +215,14 @@ async def test_a_failed_row_is_named_in_the_json_report_as_in_the_human_one() ->
         "kind": "row_not_moved",
         "subject": f"job {job}",
         "detail": "a trigger said no (SQLSTATE P0001)",
+        "fix": "",
     }
-    assert f"FAILED ROW  job {job}: a trigger said no" in render_text(result)
+    text = render_text(result)
+    assert f"NOT DONE    job {job}: a trigger said no" in text
+    # a move that did not commit is never listed as done, nor as unreadable
+    assert "Done (" not in text and "UNREADABLE  job_queue" not in text
+    [verdict] = [v for v in to_json(result)["verdicts"] if v["object"] == str(job)]  # type: ignore[attr-defined]
+    assert (verdict["action"], verdict["recorded"], verdict["applied"]) == ("requeue", False, False)
 
 
 @pytest.mark.parametrize("dry_run", [False, True])

@@ -1,0 +1,195 @@
+"""The pass's report for machines: one JSON object (SPEC §5), every verdict written as it is
+read from the pass's verdict log (:func:`write_json`: the same bytes as
+``json.dumps(to_json(result), indent=2)``, never the whole list in memory)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import TextIO
+
+from reaper.core.domain import Gate, Verdict
+from reaper.core.values import display_number
+from reaper.edges.wording import next_step
+from reaper.reap.progress import RecordedVerdict
+from reaper.reap.result import PassResult
+
+__all__ = ["gate_json", "iso", "render_json", "to_json", "verdict_json", "write_json"]
+
+
+def iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def verdict_json(
+    verdict: Verdict, recorded: bool, applied: bool | None = None
+) -> dict[str, object]:
+    """One verdict as ``--json`` lists it; ``applied`` (default: as
+    :attr:`~reaper.reap.progress.RecordedVerdict.applied` reads it) is true only when its
+    write committed."""
+    if applied is None:
+        applied = RecordedVerdict(verdict, recorded).applied
+    return {
+        "source": verdict.source.value,
+        "object": verdict.object,
+        "queue": verdict.queue,
+        "project_id": str(verdict.project_id) if verdict.project_id else None,
+        "condition": verdict.condition.value,
+        "measured": display_number(verdict.measured),
+        "threshold": display_number(verdict.threshold),
+        "unit": verdict.unit.value,
+        "action": verdict.action.value,
+        "detail": verdict.detail,
+        "trusted": verdict.trusted,
+        "recorded": recorded,
+        "applied": applied,
+    }
+
+
+def to_json(result: PassResult, *, verdicts: bool = True) -> dict[str, object]:
+    """The report object of SPEC §5 (``verdicts`` false: with an empty verdict list, for
+    :func:`write_json` to stream into)."""
+    broker = (
+        {
+            "product": result.broker.product,
+            "version": result.broker.version,
+            "capabilities": result.broker.capabilities(),
+            "nodes": (
+                [{"name": n.name, "running": n.running} for n in result.broker.nodes]
+                if result.broker.nodes is not None
+                else None
+            ),
+        }
+        if result.broker
+        else None
+    )
+    inventory = result.inventory()
+    target = result.target
+    return {
+        "ok": result.ok,
+        "status": result.status(),
+        "dry_run": result.dry_run,
+        "started_at": iso(result.started_at),
+        "finished_at": iso(result.finished_at),
+        "target": (
+            {
+                "database": target.database_parts(),
+                "vhost": target.vhost,
+                "management_urls": list(target.management_urls),
+            }
+            if target
+            else None
+        ),
+        "inventory": {
+            "jobs": inventory.jobs,
+            "projects": inventory.projects,
+            "expired_leases": inventory.expired_leases,
+            "queues_owned": inventory.queues_owned,
+            "queues_foreign": inventory.queues_foreign,
+            "dead_letter_queues": inventory.dead_letter_queues,
+        },
+        "broker": broker,
+        "dispatch": (
+            {"in_force": result.dispatch.mode.value, "why": result.dispatch.why}
+            if result.dispatch
+            else None
+        ),
+        "verdicts": (
+            [verdict_json(r.verdict, r.recorded, r.applied) for r in result.verdicts]
+            if verdicts
+            else []
+        ),
+        "policies": [
+            {
+                "name": p.name,
+                "action": p.action,
+                "verified": p.verified,
+                "reason": p.reason,
+                "queues_checked": p.queues_checked,
+                "queues_failing": list(p.queues_failing),
+                "detail": p.detail,
+                "unenforceable": p.unenforceable,
+            }
+            for p in result.policies
+        ],
+        "dead_letters": [
+            {
+                "queue": d.queue,
+                "depth": d.depth,
+                "parked_new": d.parked_new,
+                "already_parked": d.already_parked,
+                "unread": d.unread,
+                "read_blocked": d.read_blocked,
+                "stale_pointers": d.stale_pointers,
+                "bodies_read": d.bodies_read,
+            }
+            for d in result.dead_letters
+        ],
+        "unreadable": [
+            {"source": u.source, "queue": u.queue, "error": u.error} for u in result.unreadable
+        ],
+        "management_urls": [
+            {"url": e.url, "answered": e.answered, "error": e.error} for e in result.management
+        ],
+        "problems": [
+            {"kind": p.kind, "subject": p.subject, "detail": p.detail, "fix": p.fix}
+            for p in result.problems()
+        ],
+        "findings": [
+            {
+                "condition": r.verdict.condition.value,
+                "subject": r.verdict.subject,
+                "project_id": str(r.verdict.project_id) if r.verdict.project_id else None,
+                "measured": display_number(r.verdict.measured),
+                "threshold": display_number(r.verdict.threshold),
+                "unit": r.verdict.unit.value,
+                "next_step": next_step(r.verdict),
+                "recorded": r.recorded,
+            }
+            for r in result.findings()
+        ],
+        "notes": list(result.notes),
+    }
+
+
+def render_json(result: PassResult) -> str:
+    return json.dumps(to_json(result), indent=2, sort_keys=False)
+
+
+def write_json(result: PassResult, out: TextIO) -> None:
+    """:func:`render_json` written to ``out`` with each verdict encoded as it is read from
+    the pass's verdict log: the same text, one verdict in memory at a time."""
+    report = to_json(result, verdicts=False)
+    out.write("{")
+    for n, (key, value) in enumerate(report.items()):
+        out.write(("," if n else "") + "\n  " + json.dumps(key) + ": ")
+        if key != "verdicts":
+            out.write(_indented(value, "  "))
+            continue
+        empty = True
+        for r in result.verdicts:
+            out.write(("[" if empty else ",") + "\n    ")
+            out.write(_indented(verdict_json(r.verdict, r.recorded, r.applied), "    "))
+            empty = False
+        out.write("[]" if empty else "\n  ]")
+    out.write("\n}\n" if report else "}\n")
+
+
+def _indented(value: object, pad: str) -> str:
+    # a newline inside a JSON string is escaped: every newline is the encoder's own
+    return json.dumps(value, indent=2).replace("\n", "\n" + pad)
+
+
+def gate_json(gate: Gate) -> dict[str, object]:
+    """One gate as ``reaper gates list --json`` prints it."""
+    return {
+        "id": str(gate.id),
+        "project_id": str(gate.project_id),
+        "job_id": str(gate.job_id) if gate.job_id else None,
+        "kind": gate.kind,
+        "prompt": gate.prompt,
+        "choices": list(gate.choices),
+        "answer": gate.answer,
+        "answered_at": gate.answered_at.isoformat() if gate.answered_at else None,
+        "created_at": gate.created_at.isoformat() if gate.created_at else None,
+    }

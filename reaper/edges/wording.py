@@ -1,0 +1,95 @@
+"""How a finding reads for a person: ages, short ids, the measurement said once, and the next
+step. Shared by the text report and the JSON's ``findings``."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from reaper.core.domain import Condition, Verdict
+from reaper.core.values import display_number
+
+__all__ = ["LEASE_CONDITIONS", "age", "measure", "next_step", "plural", "short", "where"]
+
+LEASE_CONDITIONS: Final = (Condition.LEASE_EXPIRED, Condition.POISON)
+
+
+def age(seconds: float) -> str:
+    """A duration as a person reads it: ``45 s``, ``45 m``, ``2 h 12 m``, ``3 d 4 h``."""
+    s = int(max(0.0, seconds))
+    if s < 60:
+        return f"{s} s"
+    m, h, d = s // 60, s // 3600, s // 86400
+    if s < 3600:
+        return f"{m} m"
+    if s < 86400:
+        return f"{h} h {m % 60} m" if m % 60 else f"{h} h"
+    return f"{d} d {h % 24} h" if h % 24 else f"{d} d"
+
+
+def _amount(value: float | int, unit: str) -> str:
+    if unit == "seconds":
+        return age(value)
+    n = display_number(value)
+    return f"{n} {unit[:-1] if n == 1 and unit.endswith('s') else unit}"
+
+
+def measure(verdict: Verdict) -> str:
+    """The measurement against its threshold, said once."""
+    unit = verdict.unit.value
+    if verdict.measured is None:
+        return ""
+    shown = _amount(verdict.measured, unit)
+    if verdict.threshold is None:
+        return shown
+    if verdict.condition in LEASE_CONDITIONS and unit == "attempts":
+        return f"{display_number(verdict.measured)} of {display_number(verdict.threshold)} attempts"
+    if verdict.condition is Condition.LEASE_EXPIRED:
+        return f"expired {shown} ago"
+    return f"{shown} (threshold {_amount(verdict.threshold, unit)})"
+
+
+def short(identifier: object) -> str:
+    """The first 8 hex of an id: what a person reads and types."""
+    return str(identifier)[:8]
+
+
+def where(verdict: Verdict, *, wide: bool = False) -> str:
+    """What a verdict is about; ids cut to 8 hex unless ``wide``."""
+    if verdict.queue and verdict.object != verdict.queue:
+        return f"{verdict.object if wide else short(verdict.object)} from queue {verdict.queue}"
+    if verdict.queue:
+        return f"queue {verdict.queue}"
+    job = verdict.object if wide else short(verdict.object)
+    project = verdict.project_id if wide else short(verdict.project_id)
+    return f"job {job} (project {project})"
+
+
+def next_step(verdict: Verdict) -> str:
+    """What a person does about a finding, in a few words."""
+    c = verdict.condition
+    d = verdict.detail
+    if c is Condition.STALE_READY:
+        if verdict.queue:
+            return "no consumer takes it: start the queue's consumer"
+        return "no worker claims it: check that a worker serves this project"
+    if c is Condition.DEAD_LETTER:
+        if "foreign" in d:
+            return "foreign: never read; tell the queue's owner"
+        return "not parked yet: the next pass parks more"
+    if c is Condition.HOLDER_GONE:
+        return "held with no consumer: find the channel holding them"
+    if c is Condition.HUNG_HANDLER:
+        return "a consumer holds deliveries without acking: restart its handler"
+    if c is Condition.UNBOUNDED:
+        if any(w in d for w in ("cannot be in force", "enforces no consumer", "never pinned")):
+            return "the broker cannot bound it here; the reaper watches for a hung consumer"
+        if "poison is unbounded" in d:
+            return "declare a delivery limit with a dead-letter exchange"
+        if "no consumer timeout is in force" in d:
+            return "ship the broker-wide consumer_timeout (conf.d/rabbitmq/20-vibey-reap.conf)"
+        return "declare the missing bound"
+    return ""
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"

@@ -1,0 +1,94 @@
+"""Done means committed, on real PostgreSQL: a pass run as a role that may read but not write
+lists nothing under Done, names each write it could not make under NOT DONE with the
+database's reason and the fix, never files a write as unreadable, and is not ok. The role is
+created by the test and dropped after it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+from test_store_support import Job, fetch_job, insert_jobs, leased
+
+from reaper.config import Settings
+from reaper.edges.report import render_text, to_json
+from reaper.jobqueue.postgres import PostgresStore
+from reaper.reap.run import run_pass
+
+pytestmark = [pytest.mark.postgres]
+
+
+@pytest.fixture
+async def read_only_dsn(pg_dsn: str) -> AsyncIterator[str]:
+    """``pg_dsn`` as a role of this test's own that may SELECT every table and write none."""
+    role = f"qr_read_only_{uuid.uuid4().hex[:8]}"
+    database = urlsplit(pg_dsn).path.lstrip("/")
+    admin = await asyncpg.connect(pg_dsn)
+    try:
+        await admin.execute(f"CREATE ROLE {role} LOGIN")
+        await admin.execute(f'GRANT CONNECT ON DATABASE "{database}" TO {role}')
+        await admin.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+        await admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+        parts = urlsplit(pg_dsn)
+        yield urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port or 5432}"))
+    finally:
+        await admin.execute(f"DROP OWNED BY {role}")
+        await admin.close()
+        outside = await asyncpg.connect(urlunsplit(urlsplit(pg_dsn)._replace(path="/postgres")))
+        try:
+            await outside.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role
+            )
+            await outside.execute(f"DROP ROLE IF EXISTS {role}")
+        finally:
+            await outside.close()
+
+
+async def test_a_write_the_database_refuses_is_not_done_never_done_nor_unreadable(
+    pg_dsn: str, read_only_dsn: str
+) -> None:
+    project = uuid.uuid4()
+    now = datetime.now(UTC)
+    lease = leased(project, expired_seconds_ago=600, now=now)
+    stale = Job(project_id=project, run_after=now - timedelta(hours=2))
+    await insert_jobs(pg_dsn, [lease, stale])
+
+    store = await PostgresStore.connect(read_only_dsn, pool_size=2)
+    try:
+        settings = Settings.model_validate({"database": {"dsn": read_only_dsn}})
+        result = await run_pass(settings, store=store, broker=None, broker_error="not asked")
+    finally:
+        await store.close()
+
+    # the job is still leased: nothing committed
+    row = await fetch_job(pg_dsn, lease.id)
+    assert (row["state"], row["lease_owner"]) == ("leased", "worker-1")
+
+    report = to_json(result)
+    [move] = [v for v in report["verdicts"] if v["object"] == str(lease.id)]  # type: ignore[attr-defined]
+    assert (move["action"], move["recorded"], move["applied"]) == ("requeue", False, False)
+    assert all(not v["applied"] for v in report["verdicts"])  # type: ignore[attr-defined]
+
+    assert not result.ok
+    kinds = [(p.kind, p.subject) for p in result.problems()]
+    # the database was read: only the broker (not asked) is unreadable
+    assert [s for k, s in kinds if k == "unreadable"] == ["broker"]
+    not_done = {s: p for p in result.problems() if p.kind == "row_not_moved" for s in [p.subject]}
+    assert set(not_done) == {f"job {lease.id}", "the sightings' ledger events"}
+    for problem in not_done.values():
+        assert "permission denied" in problem.detail and "42501" in problem.fix
+        assert "privilege to write" in problem.fix
+
+    text = render_text(result)
+    lines = text.splitlines()
+    assert lines[0].startswith("queue-reaper pass: NOT OK: 1 source unreadable, 2 writes not done")
+    assert f"  NOT DONE    job {lease.id}: permission denied for table job" in text
+    assert "Done (" not in text
+    assert "UNREADABLE  job_queue" not in text
+    # the sighting could not be recorded, and the report does not pretend it was
+    assert "stale_ready" in text and "[not recorded]" in text and "[seen]" not in text
+    assert "Every verdict is a QueueReaped event" not in text
