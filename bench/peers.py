@@ -679,6 +679,9 @@ async def run_size(
                         + (" (capped)" if figures.get("capped") else "")
                     )
                 line[-1] += f", txn {float(str(figures['longest_transaction'])):.3f} s"
+                if "longest_client_transaction" in figures:
+                    client = float(str(figures["longest_client_transaction"]))
+                    line[-1] += f" (timed in its client: {client:.3f} s)"
             print(f"  round {round_no}: " + "; ".join(line), flush=True)
     reaper_until = median([until_claimable("reaper", r) for r in runs["reaper"]])
     rows = [row_for(n, runs[n], reaper_until, expired) for n in names]
