@@ -105,10 +105,17 @@ async def expired_lease_page(
 
 
 async def count_expired_leases(
-    db: Database, now: datetime, grace_seconds: int, project_id: UUID | None
+    db: Database,
+    now: datetime,
+    grace_seconds: int,
+    project_id: UUID | None,
+    after: tuple[datetime, UUID] | None = None,
 ) -> int:
+    expiry, job_id = after or _FIRST_KEY
     async with db.session("counting expired leases") as conn:
-        count = await conn.fetchval(QUERIES["count_expired_leases"], now, grace_seconds, project_id)
+        count = await conn.fetchval(
+            QUERIES["count_expired_leases"], now, grace_seconds, project_id, expiry, job_id
+        )
     return int(count)
 
 

@@ -68,6 +68,9 @@ class PassResult:
     dispatch: DispatchInForce | None = None
     #: Each management URL in force and how it fared, in order of preference.
     management: tuple[ManagementEndpoint, ...] = ()
+    #: Expired leases the lease reap left when its time budget was spent: while any remain,
+    #: the next turn comes at once (``reaper serve``, the worker hook), not after the interval.
+    leases_remaining: int = 0
 
     @property
     def ok(self) -> bool:
