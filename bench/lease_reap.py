@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -44,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import dsn_for, median, migrated, report_result, scratch_database
 
+import reaper.jobqueue.leases as lease_moves
+from reaper.config import Settings
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import Dispatch, Thresholds
 from reaper.core.judge_leases import LeaseColumns, judge_lease_page
@@ -51,8 +54,13 @@ from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.lease_log import LeaseLog
 from reaper.reap.leases import LEASE_PAGE_SIZE, reap_leases
 from reaper.reap.progress import Progress
+from reaper.reap.run import run_pass
+from reaper.reap.sources import open_sources
 
-NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
+#: The seed's clock: this run's own time, so that a pass judging by the database's clock (as
+#: ``reaper reap`` does: :func:`reap_seeded`) finds the same leases expired as the methods
+#: judging at ``NOW`` do; the other rows' leases run a day past it.
+NOW = datetime.now(UTC).replace(microsecond=0)
 TARGET_OF_BARE = 0.5
 TARGET_OF_LOOP = 30.0
 JUDGE_SECONDS: list[float] = []
@@ -78,7 +86,7 @@ SELECT gen_random_uuid(),
        ('00000000-0000-4000-8000-' || lpad(to_hex(g % $3), 12, '0'))::uuid,
        'build', 'build', s.state, $1::timestamptz - (g % 7200) * interval '1 second', 1, 7,
        CASE WHEN s.state = 'leased' THEN 'worker-' || (g % 50) END,
-       CASE WHEN s.state = 'leased' THEN $1::timestamptz + interval '10 minutes' END,
+       CASE WHEN s.state = 'leased' THEN $1::timestamptz + interval '1 day' END,
        CASE WHEN s.state = 'succeeded' THEN $1::timestamptz - interval '1 hour' END,
        $1::timestamptz - interval '1 day', $1::timestamptz - interval '1 day'
 FROM generate_series(1, $2::int) AS g
@@ -165,7 +173,7 @@ async def run_reaper(dsn: str, expired: int) -> tuple[float, int]:
             store,
             thresholds,
             NOW,
-            limit=expired,
+            budget_seconds=3600,
             project_id=None,
             dispatch=Dispatch.POLLING,
             write=True,
@@ -185,6 +193,43 @@ async def run_reaper(dsn: str, expired: int) -> tuple[float, int]:
     finally:
         await conn.close()
         await store.close()
+
+
+async def reap_seeded(dsn: str) -> tuple[float, float, int]:
+    """The lease reap of one ``reaper reap`` pass over the database at ``dsn`` (seeded by
+    :func:`seed`): the pass's own code, from opening its sources as the CLI does to its
+    result (the database's clock as ``now``, the default budget, the default pool), with no
+    broker. Returns its seconds (from the pool open to the result), the longest transaction
+    that held row locks (each lease batch's, from its BEGIN to its COMMIT) and the leases it
+    moved (each with its event)."""
+    settings = Settings.model_validate({"database": {"dsn": dsn}})
+    conn = await asyncpg.connect(dsn)
+    batches: list[float] = []
+    original = lease_moves._move_leases
+
+    async def timed_batch(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await original(*args, **kwargs)
+        finally:
+            batches.append(time.perf_counter() - started)
+
+    lease_moves._move_leases = timed_batch  # type: ignore[assignment]
+    try:
+        before = await conn.fetchval("SELECT count(*) FROM event WHERE kind = 'QueueReaped'")
+        sources = await open_sources(settings, broker=False)
+        try:
+            started = time.perf_counter()  # the pool open, as a running reaper's is
+            result = await run_pass(settings, store=sources.store, broker=None, leases_only=True)
+            elapsed = time.perf_counter() - started
+        finally:
+            await sources.close()
+        after = await conn.fetchval("SELECT count(*) FROM event WHERE kind = 'QueueReaped'")
+        assert not result.unreadable and not result.not_moved, result.problems()
+        return elapsed, max(batches, default=0.0), int(after - before)
+    finally:
+        lease_moves._move_leases = original  # type: ignore[assignment]
+        await conn.close()
 
 
 def timed(store: PostgresStore, name: str) -> list[float]:

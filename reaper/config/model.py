@@ -85,6 +85,17 @@ class QueueReapSettings(BaseModel):
         below="a pass needs a period of at least a second",
         above="a pass less than daily would leave stuck work unseen for days",
     )
+    lease_reap_budget_seconds: float | None = bounded(
+        None,
+        gt=0,
+        le=86400,
+        finite=True,
+        description="how long one pass's lease reap may page through expired leases before it "
+        "stops and hands the rest to the next turn, which comes at once; default: half of "
+        "interval_seconds",
+        below="a lease reap needs some time to move anything",
+        above="a budget over a day is a typo, not a budget",
+    )
     lease_grace_seconds: int = bounded(
         _DEFAULTS.lease_grace_seconds,
         ge=0,
@@ -224,6 +235,31 @@ class QueueReapSettings(BaseModel):
                 {"wait": wait, "interval": interval, "most": interval / 2},
             )
         return wait
+
+    @field_validator("lease_reap_budget_seconds")
+    @classmethod
+    def _budget_fits_the_interval(cls, budget: float | None, info: ValidationInfo) -> float | None:
+        # interval_seconds comes first: it is in info.data only when valid itself.
+        interval = info.data.get("interval_seconds")
+        if not isinstance(interval, int):
+            return budget
+        if budget is None:
+            return interval / 2
+        if budget > interval:
+            raise PydanticCustomError(
+                "reaper_cross_field",
+                "queue.reap.lease_reap_budget_seconds = {budget} is more than "
+                "queue.reap.interval_seconds = {interval}: a pass is cut at its interval, so "
+                "the lease reap would be cut before its budget is spent and before it reports "
+                "what remains; lower the budget to at most {interval} or raise the interval",
+                {"budget": budget, "interval": interval},
+            )
+        return budget
+
+    def lease_reap_budget(self) -> float:
+        """The lease reap's time budget in seconds (half of the interval unless declared)."""
+        budget = self.lease_reap_budget_seconds
+        return budget if budget is not None else self.interval_seconds / 2
 
     @field_validator("known_phases")
     @classmethod

@@ -9,8 +9,10 @@ A worker that finds no work calls ``await reaper.run_if_due(project_id)``:
   spread by a little jitter so that the fleet does not ask all at once).
 - **The turn is this worker's**: one bounded pass over **every** project (the ``project_id``
   it was called with names the worker in the logs; it does not narrow the pass). Its failure
-  is logged and returned, never raised into the worker. With ``[queue.reap] enabled = false``
-  the pass is the lease reap alone: expired leases are still requeued and poison still parked.
+  is logged and returned, never raised into the worker. A pass whose lease reap spent its
+  budget with expired leases left hands the turn back: the next call takes it at once. With
+  ``[queue.reap] enabled = false`` the pass is the lease reap alone: expired leases are still
+  requeued and poison still parked.
 
 Connections: the hook uses at most ``[database] hook_connections`` (default 1) during a pass,
 of the worker's own asyncpg pool when it is given one (``pool=``), else of a pool it opens for
@@ -45,7 +47,7 @@ from uuid import UUID
 from reaper.config import Settings, load_config
 from reaper.errors import scrub
 from reaper.jobqueue.database import ConnectionFactory, WorkerPool
-from reaper.jobqueue.port import Turn
+from reaper.jobqueue.port import JobQueue, Turn
 from reaper.reap.result import PassResult
 from reaper.reap.run import run_pass, utcnow
 from reaper.reap.sources import Sources, open_broker, open_store
@@ -192,6 +194,8 @@ class QueueReaper:
                     log.warning("queue reap skipped: %s", error)
                     return HookRun(due=True, error=error)
                 result = await self._pass(sources, project_id, whole=serve)
+                if result.leases_remaining and turn is not None and sources.store is not None:
+                    await self._next_turn_at_once(sources.store, turn)
             if any(u.queue is None for u in result.unreadable):
                 # Reconnect next time rather than keep a pool pointing at a dead server
                 # (forgotten here, closed below). A queue on a node that is down is not that.
@@ -209,6 +213,13 @@ class QueueReaper:
             self._running = False
         self._log(result, project_id)
         return HookRun(due=True, turn=turn, result=result)
+
+    async def _next_turn_at_once(self, store: JobQueue, turn: Turn) -> None:
+        """The pass left expired leases when its lease reap's budget was spent: the turn is
+        handed back and asked for again at once, not after the interval (one pass at a time
+        still: the next begins once this one has ended)."""
+        if await store.hand_back_turn(TURN, turn, self.interval_seconds):
+            self._next_ask = self._monotonic()
 
     def _schedule(self, turn: Turn, lead: float | None) -> None:
         """When to ask again: when the turn frees, plus the jitter (or ``lead``). Counted from
@@ -230,6 +241,7 @@ class QueueReaper:
             store=sources.store,
             broker=broker if enabled else None,
             clock=self._clock,
+            monotonic=self._monotonic,
             store_error=sources.store_error,
             broker_error=sources.broker_error,
             leases_only=not enabled,

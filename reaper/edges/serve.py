@@ -189,7 +189,8 @@ async def serve(
     is closed. ``on_listening(host, port)`` is told the bound address (port 0 picks one).
 
     ``run_once`` answers None when another reaper had the fleet's turn; ``next_in`` then says
-    how long until it is free (by default the rest of the interval).
+    how long until it is free (by default the rest of the interval). A pass that left expired
+    leases (its lease reap's budget spent) is followed by the next at once.
 
     A pass that raises is logged and counted (``reaper_last_pass_ok`` 0); the loop goes on.
     """
@@ -217,10 +218,12 @@ async def serve(
     try:
         while not stop.is_set():
             started = loop.time()
-            await _one_pass(run_once, metrics, health, log)
+            result = await _one_pass(run_once, metrics, health, log)
             remaining = (
                 next_in() if next_in is not None else interval_seconds - (loop.time() - started)
             )
+            if result is not None and result.leases_remaining:
+                remaining = 0  # expired leases left by the budget: the next turn comes at once
             if remaining > 0 and not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=remaining)
@@ -239,7 +242,8 @@ async def _one_pass(
     metrics: ReaperMetrics,
     health: _Health,
     log: logging.Logger | logging.LoggerAdapter[logging.Logger],
-) -> None:
+) -> PassResult | None:
+    """One turn: the pass's result, or None (another reaper's turn, or the pass failed)."""
     # Shielded: a stop (or a cancelled serve) never abandons a pass half-way through its writes.
     task = asyncio.ensure_future(run_once())
     try:
@@ -255,12 +259,12 @@ async def _one_pass(
         health.last_ok = False
         log.error("pass failed (the loop goes on): %s", scrub(f"{type(exc).__name__}: {exc}"))
         log.debug("pass failure", exc_info=True)
-        return
+        return None
     if result is None:
         health.turns_elsewhere += 1
         health.elsewhere_at = time.monotonic()
         log.info("another reaper had the fleet's turn: no pass this interval")
-        return
+        return None
     metrics.observe(result)
     health.passes += 1
     health.last_ok = result.ok
@@ -274,3 +278,4 @@ async def _one_pass(
             result.duration_seconds,
             "; ".join(problems) or "see `reaper reap` for the report",
         )
+    return result

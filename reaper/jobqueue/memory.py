@@ -73,6 +73,16 @@ class MemoryJobQueue(Records):
             return Turn.as_found(True, now, holder, now, interval_seconds)
         return Turn.as_found(False, held[0], held[1], now, interval_seconds)
 
+    async def hand_back_turn(self, name: str, turn: Turn, interval_seconds: float) -> bool:
+        self._open()
+        if self.turns.get(name) != (turn.taken_at, turn.taken_by):
+            return False
+        self.turns[name] = (
+            turn.taken_at - timedelta(seconds=interval_seconds),
+            turn.taken_by,
+        )
+        return True
+
     async def observations(self, scope: str) -> list[Observation]:
         self._open()
         return list(self.observed.get(scope, ()))
@@ -141,9 +151,17 @@ class MemoryJobQueue(Records):
         return await self.apply_lease_verdicts(list(rulings.verdicts(page)), now, dispatch=dispatch)
 
     async def count_expired_leases(
-        self, now: datetime, grace_seconds: int, project_id: UUID | None = None
+        self,
+        now: datetime,
+        grace_seconds: int,
+        project_id: UUID | None = None,
+        after: tuple[datetime, UUID] | None = None,
     ) -> int:
-        return sum(1 for _ in self._expired(now, grace_seconds, project_id))
+        return sum(
+            1
+            for expiry, job_id, _ in self._expired(now, grace_seconds, project_id)
+            if after is None or (expiry, job_id) > (after[0], str(after[1]))
+        )
 
     def _expired(
         self, now: datetime, grace_seconds: int, project_id: UUID | None

@@ -179,6 +179,12 @@ class JobQueue(Protocol):
         database's clock), in one short statement; else say who holds it and for how long."""
         ...
 
+    async def hand_back_turn(self, name: str, turn: Turn, interval_seconds: float) -> bool:
+        """Free the turn ``name`` as ``turn`` (taken by this caller, its pass over) for the
+        next ask at once, if nobody took it since; whether it was handed back. A pass that
+        left expired leases behind gives the next pass its turn now, one pass at a time."""
+        ...
+
     async def observations(self, scope: str) -> list[Observation]:
         """What was watched across passes on the vhost ``scope``."""
         ...
@@ -223,9 +229,14 @@ class JobQueue(Protocol):
         ...
 
     async def count_expired_leases(
-        self, now: datetime, grace_seconds: int, project_id: UUID | None = None
+        self,
+        now: datetime,
+        grace_seconds: int,
+        project_id: UUID | None = None,
+        after: tuple[datetime, UUID] | None = None,
     ) -> int:
-        """How many leases are expired beyond the grace."""
+        """How many leases are expired beyond the grace (after the page key ``after``, as
+        :meth:`expired_lease_page` orders them; None: all)."""
         ...
 
     async def claimable_heads(

@@ -135,6 +135,9 @@ class PostgresStore:
     async def take_turn(self, name: str, interval_seconds: float, holder: str) -> Turn:
         return await turns.take_turn(self.database, name, interval_seconds, holder)
 
+    async def hand_back_turn(self, name: str, turn: Turn, interval_seconds: float) -> bool:
+        return await turns.hand_back_turn(self.database, name, turn, interval_seconds)
+
     async def observations(self, scope: str) -> list[Observation]:
         return await observations.observations(self.database, scope)
 
@@ -174,9 +177,15 @@ class PostgresStore:
         return await leases.move_lease_page(self.database, page, rulings, now, dispatch)
 
     async def count_expired_leases(
-        self, now: datetime, grace_seconds: int, project_id: UUID | None = None
+        self,
+        now: datetime,
+        grace_seconds: int,
+        project_id: UUID | None = None,
+        after: tuple[datetime, UUID] | None = None,
     ) -> int:
-        return await leases.count_expired_leases(self.database, now, grace_seconds, project_id)
+        return await leases.count_expired_leases(
+            self.database, now, grace_seconds, project_id, after
+        )
 
     async def claimable_heads(
         self, now: datetime, known_phases: frozenset[str], project_id: UUID | None = None

@@ -9,7 +9,7 @@ from reaper.jobqueue.database import Database
 from reaper.jobqueue.port import Turn
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["take_turn"]
+__all__ = ["hand_back_turn", "take_turn"]
 
 
 async def take_turn(db: Database, name: str, interval_seconds: float, holder: str) -> Turn:
@@ -18,3 +18,11 @@ async def take_turn(db: Database, name: str, interval_seconds: float, holder: st
     return Turn.as_found(
         row["mine"], row["taken_at"], row["taken_by"], row["now"], interval_seconds
     )
+
+
+async def hand_back_turn(db: Database, name: str, turn: Turn, interval_seconds: float) -> bool:
+    async with db.session("handing back the fleet's turn") as conn:
+        status = await conn.execute(
+            QUERIES["hand_back_turn"], name, turn.taken_at, turn.taken_by, float(interval_seconds)
+        )
+    return bool(str(status).split()[-1] == "1")

@@ -7,11 +7,15 @@ moves keep both of a small machine's cores busy on their own (two lanes, see
 :mod:`reaper.jobqueue.leases`); measured, reading or judging the next page beside them slowed
 the moves by more than it saved (``bench/lease_reap.py``). Every ruling goes to the pass's
 :class:`~reaper.reap.lease_log.LeaseLog`, so the whole pass holds one page of leases at a time,
-whatever their number.
+whatever their number. The pages go on until no expired lease is left or the pass's time budget
+(``lease_reap_budget_seconds``) is spent; what is left then is counted and reported, and the
+next turn comes at once.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Final
 from uuid import UUID
@@ -34,37 +38,64 @@ async def reap_leases(
     thresholds: Thresholds,
     now: datetime,
     *,
-    limit: int,
+    budget_seconds: float,
     project_id: UUID | None,
     dispatch: Dispatch,
     write: bool,
     log: LeaseLog,
     progress: Progress,
+    monotonic: Callable[[], float] = time.monotonic,
     page_size: int | None = None,
-) -> None:
-    """Read at most ``limit`` expired leases in pages (of ``page_size``, by default
-    :data:`LEASE_PAGE_SIZE`), judge each page, and (``write``) move
-    what the judge ruled, each with its event. A dry run (``write`` false) reads and judges
-    the same and moves nothing. A database that goes away part-way is named in
-    ``unreadable``, and what had committed is still logged as recorded."""
+) -> int:
+    """Read the expired leases in pages (of ``page_size``, by default :data:`LEASE_PAGE_SIZE`)
+    until none is left or ``budget_seconds`` (by ``monotonic``) is spent, judge each page, and
+    (``write``) move what the judge ruled, each with its event. A dry run (``write`` false)
+    reads and judges the same and moves nothing. A database that goes away part-way is named
+    in ``unreadable``, and what had committed is still logged as recorded.
+
+    Returns how many expired leases are left unread because the budget was spent (counted
+    after the last page read, and noted in ``progress``); 0 when the reap went to the end."""
     page_size = page_size or LEASE_PAGE_SIZE
     grace = thresholds.lease_grace_seconds
+    deadline = monotonic() + budget_seconds
     after: tuple[datetime, UUID] | None = None
-    taken = 0
-    while taken < limit:
-        size = min(page_size, limit - taken)
-        page = await progress.guarded(store.expired_lease_page(now, grace, size, after, project_id))
+    while True:
+        page = await progress.guarded(
+            store.expired_lease_page(now, grace, page_size, after, project_id)
+        )
         if page is None:
-            return  # named in unreadable
-        taken += len(page)
-        after = page.last_key()
+            return 0  # named in unreadable
+        if len(page):
+            after = page.last_key()
         rulings = judge_lease_page(page, thresholds, now)
         if not write or not rulings.rows:
             log.add(page, rulings, ())
         elif not await _move(store, page, rulings, now, dispatch, log, progress):
-            return
-        if len(page) < size:
-            return
+            return 0
+        if len(page) < page_size:
+            return 0
+        if monotonic() >= deadline:
+            return await _remaining(store, now, grace, after, project_id, budget_seconds, progress)
+
+
+async def _remaining(
+    store: JobQueue,
+    now: datetime,
+    grace: int,
+    after: tuple[datetime, UUID] | None,
+    project_id: UUID | None,
+    budget_seconds: float,
+    progress: Progress,
+) -> int:
+    """The expired leases past the last page read, once the budget is spent: counted, noted."""
+    left = await progress.guarded(store.count_expired_leases(now, grace, project_id, after))
+    if not left:
+        return 0  # the last page was the last, or the count is named in unreadable
+    progress.notes.append(
+        f"{left} more expired lease(s) left when the lease reap's budget of {budget_seconds:g} s "
+        "was spent: the next turn comes at once and takes them"
+    )
+    return int(left)
 
 
 async def _move(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
 from uuid import UUID
 
 from reaper.broker.port import Broker
@@ -26,11 +25,7 @@ from reaper.jobqueue.port import JobQueue
 from reaper.reap.dispatch import DispatchInForce, dispatch_in_force
 from reaper.reap.progress import Progress, Unreadable, unreadable_from
 
-__all__ = ["MAX_LEASES_PER_PASS", "BrokerReading", "JobQueueReading", "Reading", "measure"]
-
-#: The most expired leases one pass reads and moves; the remainder is counted and reported,
-#: and the next pass takes it. Bounds a pass after an outage that expired every lease at once.
-MAX_LEASES_PER_PASS: Final = 20_000
+__all__ = ["BrokerReading", "JobQueueReading", "Reading", "measure"]
 
 
 @dataclass(frozen=True)
@@ -38,18 +33,10 @@ class JobQueueReading:
     #: The database's clock when the reading began: the pass's ``now``.
     now: datetime
     dispatch: DispatchInForce
-    #: Expired leases beyond the grace, counted as the pass began (the lease reap reads and
-    #: moves them a page at a time: :func:`reaper.reap.leases.reap_leases`).
-    expired: int
     #: None when not read (a lease-only pass).
     claimable: tuple[ClaimableHead, ...] | None
     #: Unsent dispatches (outbox dispatch only); None when not read (a lease-only pass).
     unsent: tuple[UnsentDispatch, ...] | None = ()
-
-    @property
-    def remainder(self) -> int:
-        """Expired leases beyond this pass's bound."""
-        return max(0, self.expired - MAX_LEASES_PER_PASS)
 
 
 @dataclass(frozen=True)
@@ -98,14 +85,15 @@ async def _read_job_queue(
     facts = await store.database_facts()
     now = facts.now
     dispatch = dispatch_in_force(reap.dispatch, facts.outbox_schema)
-    expired = await store.count_expired_leases(now, reap.lease_grace_seconds, project_id)
+    # The expired leases are not counted here: the lease reap reads them a page at a time
+    # until none is left (reaper.reap.leases.reap_leases), and counts only what it leaves.
     if leases_only:
-        return JobQueueReading(now, dispatch, expired, None, None)
+        return JobQueueReading(now, dispatch, None, None)
     claimable, unsent = await asyncio.gather(
         store.claimable_heads(now, frozenset(reap.known_phases), project_id),
         store.unsent_dispatches(project_id) if dispatch.mode is Dispatch.OUTBOX else _none(),
     )
-    return JobQueueReading(now, dispatch, expired, tuple(claimable), tuple(unsent))
+    return JobQueueReading(now, dispatch, tuple(claimable), tuple(unsent))
 
 
 async def _read_broker(client: Broker, declared_consumer_timeout_ms: int) -> BrokerReading:
@@ -156,11 +144,6 @@ async def measure(
         progress.unreadable.append(unreadable_from(Source.JOB_QUEUE, pg_read))
     elif pg_read is not None:
         job_queue = pg_read
-        if job_queue.remainder:
-            progress.notes.append(
-                f"{job_queue.remainder} more expired lease(s) beyond this pass's bound of "
-                f"{MAX_LEASES_PER_PASS}: the next pass takes them"
-            )
     reading: BrokerReading | None = None
     if isinstance(broker_read, BaseException):
         progress.unreadable.append(unreadable_from(Source.BROKER, broker_read))

@@ -146,6 +146,9 @@ class PassResult:
     thresholds: Thresholds | None = None
     #: The open gate of each job this pass parked (by job id), for the answer command.
     gates: Mapping[str, UUID] = field(default_factory=dict)
+    #: Expired leases the lease reap left when its time budget was spent: while any remain,
+    #: the next turn comes at once (``reaper serve``, the worker hook), not after the interval.
+    leases_remaining: int = 0
 
     @property
     def ok(self) -> bool:

@@ -27,7 +27,7 @@ from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome, park_dead_letters
 from reaper.reap.lease_log import LeaseLog, VerdictLog
 from reaper.reap.leases import reap_leases
-from reaper.reap.measure import MAX_LEASES_PER_PASS, Reading, measure
+from reaper.reap.measure import Reading, measure
 from reaper.reap.observe import observe_broker
 from reaper.reap.policies import reconcile_policies
 from reaper.reap.progress import SIGHTINGS_WRITE, Progress, RecordedVerdict, Unreadable
@@ -115,17 +115,19 @@ async def run_pass(
 
     dispatch = reading.job_queue.dispatch if reading.job_queue else None
     mode = dispatch.mode if dispatch else Dispatch.POLLING
+    leases_remaining = 0
     if reading.job_queue is not None and store is not None:
-        await reap_leases(
+        leases_remaining = await reap_leases(
             store,
             settings.thresholds(),
             now,
-            limit=MAX_LEASES_PER_PASS,
+            budget_seconds=settings.queue.reap.lease_reap_budget(),
             project_id=project_id,
             dispatch=mode,
             write=writable,
             log=lease_log,
             progress=progress,
+            monotonic=monotonic,
         )
 
     policies: list[PolicyOutcome] = []
@@ -199,6 +201,7 @@ async def run_pass(
         expired_leases=reading.job_queue.expired if reading.job_queue else None,
         thresholds=settings.thresholds(),
         gates=gates,
+        leases_remaining=leases_remaining,
     )
 
 

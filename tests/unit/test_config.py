@@ -74,6 +74,7 @@ UNSET_KEYS = {
     "database.sslrootcert",
     "database.sslcert",
     "database.sslkey",
+    "queue.reap.lease_reap_budget_seconds",
 }
 
 
@@ -342,6 +343,8 @@ REFUSALS = [
     ("policy_priority", -1, "is below 0", "not negative"),
     ("policy_verify_wait_seconds", -1, "is below 0", "cannot be negative"),
     ("policy_verify_wait_seconds", 121, "is above 120", "at most two minutes"),
+    ("lease_reap_budget_seconds", 0, "must be above 0", "some time to move anything"),
+    ("lease_reap_budget_seconds", -1.5, "must be above 0", "some time to move anything"),
     ("consumerless_queue_pattern", "x[[]", "is an ambiguous regular expression", "nested set"),
     ("known_phases", ["build", ""], "holds an empty phase name", "which no job has"),
 ]
@@ -389,6 +392,40 @@ def test_a_verify_wait_the_interval_cannot_hold_is_refused(tmp_path: Path) -> No
             load_config(directory, environ={}).settings.queue.reap.interval_seconds
             == fits["interval_seconds"]
         )
+
+
+def test_the_lease_reap_budget_is_half_the_interval_unless_declared(tmp_path: Path) -> None:
+    default = load_config(None, environ={})
+    assert default.settings.queue.reap.lease_reap_budget() == 30.0
+    assert value_of(default, "queue.reap.lease_reap_budget_seconds").value == 30.0
+    assert value_of(default, "queue.reap.lease_reap_budget_seconds").origin == "default"
+    directory = tmp_path / "conf.d"
+    drop_in(
+        directory,
+        "50-test.toml",
+        {"queue.reap": {"interval_seconds": 25, "policy_verify_wait_seconds": 1}},
+    )
+    follows = load_config(directory, environ={})
+    assert follows.settings.queue.reap.lease_reap_budget() == 12.5
+    assert value_of(follows, "queue.reap.lease_reap_budget_seconds").value == 12.5
+    drop_in(directory, "60-test.toml", {"queue.reap": {"lease_reap_budget_seconds": 25}})
+    declared = load_config(directory, environ={})
+    assert declared.settings.queue.reap.lease_reap_budget() == 25
+    assert value_of(declared, "queue.reap.lease_reap_budget_seconds").origin.startswith("file:")
+
+
+def test_a_lease_reap_budget_above_the_interval_is_refused(tmp_path: Path) -> None:
+    problems = reap_problems(tmp_path, lease_reap_budget_seconds=61)
+
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(
+        "queue.reap.lease_reap_budget_seconds = 61.0 is more than queue.reap.interval_seconds "
+        "= 60: a pass is cut at its interval"
+    ), problems
+    assert "lower the budget to at most 60" in problems[0]
+    fits = tmp_path / "fits"
+    drop_in(fits, "50-test.toml", {"queue.reap": {"lease_reap_budget_seconds": 60}})
+    assert load_config(fits, environ={}).settings.queue.reap.lease_reap_budget() == 60
 
 
 def test_the_timeout_check_runs_even_when_another_key_is_invalid(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from reaper.config import load_config
 from reaper.core.domain import Condition
 from reaper.edges.hook import TURN, QueueReaper
 from reaper.jobqueue.memory import JobRow, MemoryJobQueue
+from reaper.reap.leases import LEASE_PAGE_SIZE
 from reaper.reap.sources import Sources
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -286,13 +287,13 @@ async def test_one_pass_at_a_time() -> None:
         return overview_handler(request)
 
     h = Harness(slow)
-    original = h.store.count_expired_leases
+    original = h.store.expired_lease_page
 
     async def blocked(*args: Any, **kwargs: Any) -> Any:
         await gate.wait()
         return await original(*args, **kwargs)
 
-    h.store.count_expired_leases = blocked  # type: ignore[method-assign]
+    h.store.expired_lease_page = blocked  # type: ignore[method-assign]
     reaper = h.reaper()
     first = asyncio.create_task(reaper.run_if_due())
     await asyncio.sleep(0.05)
@@ -324,3 +325,61 @@ async def test_an_unreadable_broker_is_reported_not_raised() -> None:
     run = await h.reaper().run_if_due()
     assert run.due and run.result is not None and not run.ok
     assert [u.source for u in run.result.unreadable] == ["broker"]
+
+
+def expired_leases(store: MemoryJobQueue, count: int) -> None:
+    project = uuid.uuid4()
+    for n in range(count):
+        store.add_job(
+            JobRow(
+                project_id=project,
+                run_after=NOW - timedelta(hours=1),
+                state="leased",
+                attempts=1,
+                lease_owner=f"worker-{n % 7}",
+                lease_expires_at=NOW - timedelta(seconds=n % 600 + 1),
+            )
+        )
+
+
+async def test_a_pass_that_spent_its_lease_budget_hands_the_next_turn_over_at_once() -> None:
+    shared = MemoryJobQueue(clock=lambda: NOW)
+    expired_leases(shared, LEASE_PAGE_SIZE + 1000)
+    env = {"REAPER_QUEUE__REAP__LEASE_REAP_BUDGET_SECONDS": "0.5"}
+    h = Harness(shared=shared, holder="worker-1", **env)
+    other = Harness(shared=shared, holder="worker-2", **env)
+    read = h.store.inner.expired_lease_page
+
+    async def a_second_per_page(*args: Any, **kwargs: Any) -> Any:
+        h.monotonic += 1  # each page read takes a second by the injected clock
+        return await read(*args, **kwargs)
+
+    h.store.inner.expired_lease_page = a_second_per_page  # type: ignore[method-assign]
+    reaper, peer = h.reaper(), other.reaper()
+
+    first = await reaper.run_if_due()
+    assert first.ran and first.result is not None
+    # a full page in 1 s: the budget of 0.5 s is spent, the page's leases moved, 1000 left
+    assert first.result.leases_remaining == 1000
+    assert sum(1 for j in shared.jobs.values() if j.state == "leased") == 1000
+    assert any("1000 more expired lease(s) left" in n for n in first.result.notes)
+    assert any("the next turn comes at once" in n for n in first.result.notes)
+    # due again at once, without waiting out the interval, and the turn is free for it
+    assert reaper.is_due() and reaper.seconds_until_due() == 0
+    second = await reaper.run_if_due()
+    assert second.ran and second.result is not None and second.result.leases_remaining == 0
+    assert not [j for j in shared.jobs.values() if j.state == "leased"]
+    # done: the turn is held for the interval again, by this worker, and the peer waits
+    assert not reaper.is_due()
+    lost = await peer.run_if_due()
+    assert lost.due and not lost.ran and lost.turn is not None and not lost.turn.mine
+
+
+async def test_a_pass_that_moved_every_lease_keeps_the_interval() -> None:
+    shared = MemoryJobQueue(clock=lambda: NOW)
+    expired_leases(shared, 10)
+    h = Harness(shared=shared, REAPER_QUEUE__REAP__LEASE_REAP_BUDGET_SECONDS="1.5")
+    reaper = h.reaper()
+    ran = await reaper.run_if_due()
+    assert ran.ran and ran.result is not None and ran.result.leases_remaining == 0
+    assert not reaper.is_due() and reaper.seconds_until_due() == 60

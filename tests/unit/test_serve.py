@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -302,3 +302,22 @@ def test_a_signal_mid_pass_finishes_the_pass_and_exits_0(sig: signal.Signals) ->
             proc.wait()
     assert proc.returncode == 0, err
     assert out.splitlines() == ["pass finished", "returned 0"], err
+
+
+async def test_a_pass_that_left_expired_leases_is_followed_by_the_next_at_once(
+    start: Callable[..., Awaitable[Running]],
+) -> None:
+    left = [5, 0]  # the first pass's lease reap spent its budget with 5 leases left
+
+    class Leftover(Passes):
+        async def __call__(self) -> PassResult:
+            result = await super().__call__()
+            remaining = left.pop(0) if left else 0
+            return replace(result, leases_remaining=remaining)
+
+    passes = Leftover()
+    await start(passes, interval=3600.0)
+    # the second pass comes at once, not an hour later; the third waits out the interval
+    await wait_until(lambda: passes.finished >= 2)
+    await asyncio.sleep(0.2)
+    assert passes.started == 2

@@ -31,6 +31,14 @@ SELECT EXISTS (SELECT 1 FROM took) AS mine,
        clock.now
 FROM clock;
 
+-- name: hand_back_turn --
+-- Free the turn ($1) its taker took at $2 as $3, its pass over, for whoever asks next: its
+-- taken_at moved back by the interval ($4 seconds), so the next ask finds it free. Only while
+-- nobody took it since (a pass that overran its interval may have lost it already).
+UPDATE reaper_turn
+SET taken_at = taken_at - make_interval(secs => $4::float8)
+WHERE name = $1::text AND taken_at = $2::timestamptz AND taken_by = $3::text;
+
 -- name: create_migration_table --
 -- The table recording which migration files have been applied.
 CREATE TABLE IF NOT EXISTS reaper_migration (
@@ -79,11 +87,13 @@ ORDER BY lease_expires_at, id
 LIMIT $3::int;
 
 -- name: count_expired_leases --
--- How many leases are expired beyond the grace (to report the remainder past the bound).
+-- How many leases are expired beyond the grace, after the key ($4 expiry, $5 id; the first:
+-- -infinity and the nil uuid) of expired_lease_page (what a pass whose budget was spent left).
 SELECT count(*)
 FROM job
 WHERE state = 'leased'
   AND lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
+  AND (lease_expires_at, id) > ($4::timestamptz, $5::uuid)
   AND ($3::uuid IS NULL OR project_id = $3::uuid);
 
 -- name: claimable_heads --
