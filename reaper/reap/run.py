@@ -198,7 +198,9 @@ async def run_pass(
             settings.bus.vhost,
             tuple(e.url for e in endpoints if e.answered),
         ),
-        expired_leases=reading.job_queue.expired if reading.job_queue else None,
+        # The lease reap reads every expired lease a page at a time: those it judged, and
+        # those its budget left.
+        expired_leases=len(lease_log) + leases_remaining if reading.job_queue else None,
         thresholds=settings.thresholds(),
         gates=gates,
         leases_remaining=leases_remaining,
