@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import asyncpg
@@ -66,6 +68,13 @@ async def run_cli(dsn: str, expired: int) -> dict[str, object]:
         check=False,
     )
     elapsed = time.perf_counter() - started
+    report = json.loads(process.stdout) if process.stdout.strip() else {}
+    began, ended = report.get("started_at"), report.get("finished_at")
+    pass_seconds = (
+        (datetime.fromisoformat(ended) - datetime.fromisoformat(began)).total_seconds()
+        if began and ended
+        else None
+    )
     conn = await asyncpg.connect(dsn)
     try:
         left = await conn.fetchval(EXPIRED_LEFT, NOW)
@@ -75,6 +84,13 @@ async def run_cli(dsn: str, expired: int) -> dict[str, object]:
         await conn.close()
     return {
         "seconds": round(elapsed, 2),
+        "pass_seconds": None if pass_seconds is None else round(pass_seconds, 2),
+        "moved_in_report": sum(
+            1
+            for v in report.get("verdicts", ())
+            if v["action"] in ("requeue", "park") and v["recorded"] is True
+        ),
+        "left_noted": [n for n in report.get("notes", ()) if "expired lease(s) left" in n],
         "exit": process.returncode,
         "expired_left": left,
         "events": events,
