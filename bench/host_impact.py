@@ -131,8 +131,11 @@ class LockSampler:
         await self._task
 
 
-def p(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if values else 0.0
+def p(values: list[float], q: int) -> float:
+    """The ``q``-th percentile of ``values`` (0 when there are none)."""
+    if len(values) < 2:
+        return values[0] if values else 0.0
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 async def main() -> int:

@@ -195,13 +195,16 @@ async def run_reaper(dsn: str, expired: int) -> tuple[float, int]:
         await store.close()
 
 
-async def reap_seeded(dsn: str) -> tuple[float, float, int]:
+async def reap_seeded(
+    dsn: str, ready: Callable[[], Awaitable[None]] | None = None
+) -> tuple[float, float, int]:
     """The lease reap of one ``reaper reap`` pass over the database at ``dsn`` (seeded by
-    :func:`seed`): the pass's own code, from opening its sources as the CLI does to its
-    result (the database's clock as ``now``, the default budget, the default pool), with no
-    broker. Returns its seconds (from the pool open to the result), the longest transaction
-    that held row locks (each lease batch's, from its BEGIN to its COMMIT) and the leases it
-    moved (each with its event)."""
+    :func:`seed`, or any seed of expired leases in the reaper's schema): the pass's own code,
+    its sources opened as the CLI opens them (the default pool, its connections opened first,
+    as a running reaper's are), then the pass to its result (the database's clock as ``now``,
+    the default budget), with no broker. ``ready`` is awaited just before the clock starts.
+    Returns its seconds, the longest transaction that held row locks (each lease batch's, from
+    before its BEGIN to after its COMMIT) and the leases it moved (each with its event)."""
     settings = Settings.model_validate({"database": {"dsn": dsn}})
     conn = await asyncpg.connect(dsn)
     batches: list[float] = []
@@ -214,12 +217,17 @@ async def reap_seeded(dsn: str) -> tuple[float, float, int]:
         finally:
             batches.append(time.perf_counter() - started)
 
-    lease_moves._move_leases = timed_batch  # type: ignore[assignment]
+    lease_moves._move_leases = timed_batch
     try:
         before = await conn.fetchval("SELECT count(*) FROM event WHERE kind = 'QueueReaped'")
         sources = await open_sources(settings, broker=False)
         try:
-            started = time.perf_counter()  # the pool open, as a running reaper's is
+            assert sources.store is not None, sources.store_error
+            pool_size = settings.database.pool_size
+            await asyncio.gather(*(sources.store.database_facts() for _ in range(pool_size)))
+            if ready is not None:
+                await ready()
+            started = time.perf_counter()
             result = await run_pass(settings, store=sources.store, broker=None, leases_only=True)
             elapsed = time.perf_counter() - started
         finally:
@@ -228,7 +236,7 @@ async def reap_seeded(dsn: str) -> tuple[float, float, int]:
         assert not result.unreadable and not result.not_moved, result.problems()
         return elapsed, max(batches, default=0.0), int(after - before)
     finally:
-        lease_moves._move_leases = original  # type: ignore[assignment]
+        lease_moves._move_leases = original
         await conn.close()
 
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import asyncpg
@@ -32,6 +34,12 @@ from _common import dsn_for, median, report_result, scratch_database
 from lease_reap import GAPS, NOW, reap_seeded, seed
 
 LONGEST_TRANSACTION_S = 0.1
+
+#: The events recording a lease moved (a whole pass also records its sightings).
+LEASE_EVENTS = """
+SELECT count(*) FROM event
+WHERE kind = 'QueueReaped' AND payload ->> 'action' IN ('requeue', 'park')
+"""
 ROOT = Path(__file__).resolve().parents[1]
 
 EXPIRED_LEFT = """
@@ -60,15 +68,29 @@ async def run_cli(dsn: str, expired: int) -> dict[str, object]:
         check=False,
     )
     elapsed = time.perf_counter() - started
+    report = json.loads(process.stdout) if process.stdout.strip() else {}
+    began, ended = report.get("started_at"), report.get("finished_at")
+    pass_seconds = (
+        (datetime.fromisoformat(ended) - datetime.fromisoformat(began)).total_seconds()
+        if began and ended
+        else None
+    )
     conn = await asyncpg.connect(dsn)
     try:
         left = await conn.fetchval(EXPIRED_LEFT, NOW)
-        events = await conn.fetchval("SELECT count(*) FROM event WHERE kind = 'QueueReaped'")
+        events = await conn.fetchval(LEASE_EVENTS)
         gaps = await conn.fetchval(GAPS)
     finally:
         await conn.close()
     return {
         "seconds": round(elapsed, 2),
+        "pass_seconds": None if pass_seconds is None else round(pass_seconds, 2),
+        "moved_in_report": sum(
+            1
+            for v in report.get("verdicts", ())
+            if v["action"] in ("requeue", "park") and v["recorded"] is True
+        ),
+        "left_noted": [n for n in report.get("notes", ()) if "expired lease(s) left" in n],
         "exit": process.returncode,
         "expired_left": left,
         "events": events,

@@ -335,9 +335,9 @@ async def _move_lane(db: Database, moves: _LeaseMoves, now: datetime, progress: 
     size = min(LEASE_BATCH_SIZE, max(LEASE_BATCH_MIN, LEASE_BATCH_SIZE // 2))  # until paced
     start = 0
     async with db.connection() as conn:
-        # Parsed (its tables' catalog entries loaded) before any batch takes a row lock: on a
-        # fresh connection that costs as much as a batch of moves (asyncpg keeps it).
-        await conn.prepare(QUERIES["move_leases"])
+        # Parsed and planned before any batch takes a row lock (on a fresh connection that costs
+        # as much as a batch): an empty move, outside any transaction, writes nothing.
+        await conn.fetchrow(QUERIES["move_leases"], *_LeaseMoves().args(0, 0, now))
         while start < len(moves):
             stop = _batch_end(start, size, len(moves))
             began = time.monotonic()

@@ -120,11 +120,21 @@ async def _move(
     return True
 
 
+#: Skipped jobs named one by one per page; the rest of a page's are counted in one note, so
+#: that a pass beside another reaper keeps a few notes per page, not one per lease.
+_SKIPS_NAMED: Final = 3
+
+
 def _report(moves: LeaseMoves, progress: Progress) -> None:
-    for job_id in moves.skipped:
+    for job_id in moves.skipped[:_SKIPS_NAMED]:
         progress.notes.append(
             f"job {job_id} changed after it was read (finished, re-leased, or moved by "
             "another reaper): left alone"
+        )
+    if len(moves.skipped) > _SKIPS_NAMED:
+        progress.notes.append(
+            f"and {len(moves.skipped) - _SKIPS_NAMED} more job(s) read with job "
+            f"{moves.skipped[_SKIPS_NAMED - 1]}, each changed after it was read: left alone"
         )
     progress.not_moved.extend(RowNotMoved(f"job {job}", reason) for job, reason in moves.failed)
     if moves.unknown:

@@ -97,6 +97,13 @@ async def test_expired_leases_past_the_grace_oldest_first_bounded(subject: Subje
     ]
     assert await store.count_expired_leases(NOW, 0) == 3
     assert await store.count_expired_leases(NOW, 60, other) == 1
+    # what a pass whose budget was spent left: those after the last page's key
+    first = await store.expired_lease_page(NOW, 0, 1)
+    assert await store.count_expired_leases(NOW, 0, None, first.last_key()) == 2
+    second = await store.expired_lease_page(NOW, 0, 1, first.last_key())
+    assert await store.count_expired_leases(NOW, 0, None, second.last_key()) == 1
+    assert await store.count_expired_leases(NOW, 0, project, second.last_key()) == 1
+    assert await store.count_expired_leases(NOW, 0, other, first.last_key()) == 0
 
 
 async def test_claimable_heads_are_the_oldest_claimable_job_of_each_project(
