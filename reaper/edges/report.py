@@ -232,6 +232,8 @@ def render_text(result: PassResult) -> str:
         lines.append("Dead-letter queues:")
         for d in result.dead_letters:
             state = f"read blocked: {d.read_blocked}" if d.read_blocked else "read safely"
+            if d.not_fetched:
+                state = f"not read: {d.not_fetched}"
             lines.append(
                 f"  {d.queue}: depth {d.depth}, parked {d.parked_new} new, "
                 f"{d.already_parked} already parked, {d.unread} unread, "
