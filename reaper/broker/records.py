@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from reaper.broker.port import BrokerPolicy, RawMessage
-from reaper.core.domain import QueueStats
+from reaper.core.domain import QueueCounters, QueueStats
 from reaper.core.observation import ChannelStats, ConsumerSeen
 from reaper.core.values import limit, mapping, normalized, whole
 
@@ -43,6 +43,11 @@ QUEUE_COLUMNS: Final = (
     "delivery_limit",
     # Deliveries and gets so far: a stalled queue is measured by it not moving across passes.
     "message_stats.deliver_get",
+    # What a quiet pass is decided from (reaper.core.dead_letters.quiet): whether anything was
+    # published to, fetched from or acknowledged on the queue since the last pass, and its bytes.
+    "message_stats.publish",
+    "message_stats.ack",
+    "message_bytes",
     # Where the queue lives in a cluster (reaper.core.cluster): a queue whose node is gone is
     # still listed, as "down", with these and without its statistics.
     "state",
@@ -88,6 +93,18 @@ def queue_of(item: object, vhost: str) -> QueueStats | None:
         node=_text(item.get("leader")) or _text(item.get("node")),
         members=_names(item.get("members")),
         online=_names(item.get("online")),
+        counters=_counters(item),
+    )
+
+
+def _counters(item: Mapping[str, object]) -> QueueCounters:
+    """The queue's counters; a counter not listed stays None (unknown), never 0."""
+    stats = mapping(item.get("message_stats"))
+    return QueueCounters(
+        published=whole(stats.get("publish")),
+        fetched=whole(stats.get("deliver_get")),
+        acknowledged=whole(stats.get("ack")),
+        message_bytes=whole(item.get("message_bytes")),
     )
 
 

@@ -125,6 +125,25 @@ class ClaimableHead:
 
 
 @dataclass(frozen=True)
+class QueueCounters:
+    """A queue's counters as the management API lists them, each None where it lists none:
+    a counter not listed is unknown, never zero (RabbitMQ lists none before the first event it
+    counts, and none again after a restart or a new declaration; LavinMQ lists only what was
+    asked for at the top level). Measured on RabbitMQ 3.10, 4.0 and 4.3: a requeueing ``get``
+    adds one to ``deliver_get`` per message returned, and a letter the broker dead-letters into
+    a queue adds nothing to its ``publish`` (only a publisher's message does)."""
+
+    #: ``message_stats.publish``: messages published to the queue by a publisher.
+    published: int | None = None
+    #: ``message_stats.deliver_get``: deliveries and gets of every kind, requeued ones too.
+    fetched: int | None = None
+    #: ``message_stats.ack``: deliveries acknowledged (each one removed a message).
+    acknowledged: int | None = None
+    #: ``message_bytes``: the bodies' bytes on the queue, ready and unacknowledged.
+    message_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class QueueStats:
     """One queue as the management API lists it (column-projected).
 
@@ -169,6 +188,8 @@ class QueueStats:
     node: str | None = None
     members: tuple[str, ...] | None = None
     online: tuple[str, ...] | None = None
+    #: The counters a quiet pass is decided from (:mod:`reaper.core.dead_letters.quiet`).
+    counters: QueueCounters = field(default_factory=QueueCounters)
 
     @property
     def messages(self) -> int:

@@ -180,6 +180,8 @@ def _dead_letter_lines(result: PassResult, wide: bool) -> list[str]:
     lines = ["", "Dead-letter queues:"]
     for d in shown:
         state = "read blocked (under NOT OK)" if d.read_blocked else "read safely"
+        if d.not_fetched:
+            state = f"not read: {d.not_fetched}"
         lines.append(
             f"  {d.queue}: depth {d.depth}, {d.parked_new} parked now, {d.already_parked} "
             f"parked before, {d.unread} unread; {state}"

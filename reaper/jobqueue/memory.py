@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
 from reaper.core import dead_letters, sightings
-from reaper.core.dead_letters import DispatchPointer
+from reaper.core.dead_letters import DispatchPointer, QuietMark
 from reaper.core.domain import (
     DEAD_LETTER_JOB_KIND,
     EVENT_KIND,
@@ -90,6 +90,14 @@ class MemoryJobQueue(Records):
     async def keep_observations(self, scope: str, kept: Sequence[Observation]) -> None:
         self._open()
         self.observed[scope] = list(kept)
+
+    async def quiet_mark(self, scope: str, queue: str) -> QuietMark | None:
+        self._open()
+        return self.quiet_marks.get((scope, queue))
+
+    async def keep_quiet_mark(self, scope: str, mark: QuietMark) -> None:
+        self._open()
+        self.quiet_marks[(scope, mark.queue)] = mark
 
     async def unsent_dispatches(self, project_id: UUID | None = None) -> list[UnsentDispatch]:
         self._open()

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from uuid import UUID, uuid4
 
 from reaper.core.canonical import canonical_json, digest_of
-from reaper.core.dead_letters import DISPATCH_SCHEMA
+from reaper.core.dead_letters import DISPATCH_SCHEMA, QuietMark
 from reaper.core.domain import (
     EVENT_KIND,
     GATE_BUS_DEAD_LETTERED,
@@ -93,6 +93,8 @@ class Records:
         self.outbox: list[OutboxRow] | None = [] if outbox else None
         #: ``reaper_observation``: what is watched across passes, per vhost.
         self.observed: dict[str, list[Observation]] = {}
+        #: ``reaper_quiet_mark``: each owned dead-letter queue's quiet mark, by (vhost, queue).
+        self.quiet_marks: dict[tuple[str, str], QuietMark] = {}
         #: ``reaper_turn``: each turn's ``taken_at`` and ``taken_by``.
         self.turns: dict[str, tuple[datetime, str]] = {}
         self.closed = False

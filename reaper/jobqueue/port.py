@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
-from reaper.core.dead_letters import DispatchPointer, ParkedLetter
+from reaper.core.dead_letters import DispatchPointer, ParkedLetter, QuietMark
 from reaper.core.domain import (
     ClaimableHead,
     DeadLetter,
@@ -191,6 +191,15 @@ class JobQueue(Protocol):
 
     async def keep_observations(self, scope: str, observations: Sequence[Observation]) -> None:
         """Replace what is watched on ``scope`` with ``observations``."""
+        ...
+
+    async def quiet_mark(self, scope: str, queue: str) -> QuietMark | None:
+        """What the last pass that read the dead-letter queue ``queue`` of the vhost ``scope``
+        saw of it (:mod:`reaper.core.dead_letters.quiet`); None when no pass read it yet."""
+        ...
+
+    async def keep_quiet_mark(self, scope: str, mark: QuietMark) -> None:
+        """Keep ``mark`` for its queue on the vhost ``scope``, replacing the last."""
         ...
 
     async def unsent_dispatches(self, project_id: UUID | None = None) -> list[UnsentDispatch]:

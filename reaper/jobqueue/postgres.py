@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
-from reaper.core.dead_letters import DispatchPointer
+from reaper.core.dead_letters import DispatchPointer, QuietMark
 from reaper.core.domain import (
     ClaimableHead,
     DeadLetter,
@@ -37,6 +37,7 @@ from reaper.jobqueue import (
     ledger,
     migrations,
     observations,
+    quiet_marks,
     sightings,
     turns,
 )
@@ -143,6 +144,12 @@ class PostgresStore:
 
     async def keep_observations(self, scope: str, kept: Sequence[Observation]) -> None:
         await observations.keep(self.database, scope, kept)
+
+    async def quiet_mark(self, scope: str, queue: str) -> QuietMark | None:
+        return await quiet_marks.quiet_mark(self.database, scope, queue)
+
+    async def keep_quiet_mark(self, scope: str, mark: QuietMark) -> None:
+        await quiet_marks.keep(self.database, scope, mark)
 
     async def unsent_dispatches(self, project_id: UUID | None = None) -> list[UnsentDispatch]:
         return await leases.unsent_dispatches(self.database, project_id)

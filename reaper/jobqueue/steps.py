@@ -257,6 +257,7 @@ _DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
         ("fill_open_sightings", TableCreatedNow("reaper_open_sighting")),
     ),
     "0010_observations": (("create_observation", TableExists("reaper_observation")),),
+    "0011_quiet_marks": (("create_quiet_mark", TableExists("reaper_quiet_mark")),),
 }
 
 #: The optional outbox dispatch schema (``reaper db migrate --outbox``), by migration name.

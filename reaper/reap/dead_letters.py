@@ -2,8 +2,10 @@
 foreign ones and every remainder. A queue is read only after the read is proven safe
 (:func:`reaper.core.dead_letters.read_plan`), and never in a dry run.
 
-Quiet is cheap (SPEC §10): a queue is read first without bodies (``truncate`` 0), and its
-bodies are read only when a letter seen is not parked yet
+Quiet is cheap (SPEC §10): a queue whose listing shows nothing arrived since a pass proved every
+letter on it parked is not read at all (:func:`reaper.core.dead_letters.quiet_decision`, from
+the mark that pass kept in the store); otherwise it is read first without bodies (``truncate``
+0), and its bodies are read only when a letter seen is not parked yet
 (:func:`reaper.core.dead_letters.quiet_read`). Both reads requeue every message."""
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from reaper.broker.port import Broker
 from reaper.config import Settings
 from reaper.core import dead_letters
 from reaper.core.dead_letters import DispatchPointer
-from reaper.core.domain import Action, BrokerFacts, DeadLetter, Dispatch, Verdict
+from reaper.core.domain import Action, BrokerFacts, DeadLetter, Dispatch, QueueStats, Verdict
 from reaper.jobqueue.port import DeadLetterParks, JobQueue, ParkRules
 from reaper.reap.progress import Progress, RowNotMoved
 
@@ -40,6 +42,9 @@ class DeadLetterOutcome:
     #: Letters whose bodies this pass read: 0 when every letter its read without bodies saw
     #: was parked already (a quiet pass), and whenever the queue was not read.
     bodies_read: int = 0
+    #: None when the pass fetched from the queue (or could not); else why it did not: nothing
+    #: arrived since a pass found every letter on it parked.
+    not_fetched: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -137,6 +142,12 @@ async def _park_queue(step: _Step, name: str, progress: Progress) -> DeadLetterO
     if plan.count < 1:
         # Nothing listed to read: a get of none is never sent.
         return DeadLetterOutcome(name, depth, 0, 0, depth, None)
+    scope = step.settings.bus.vhost
+    mark = await progress.guarded(step.store.quiet_mark(scope, name)) if step.writable else None
+    decision = dead_letters.quiet_decision(queue, mark, step.now)
+    if mark is not None and not decision.read:
+        progress.notes.append(f"dead-letter queue {name!r} not read: {decision.why}")
+        return DeadLetterOutcome(name, depth, 0, mark.letters, 0, None, not_fetched=decision.why)
     # First without bodies: a pass that finds only letters already parked reads no body.
     heads = await progress.guarded(step.broker.get_messages(name, plan.count, truncate=0))
     if heads is None:
@@ -147,13 +158,39 @@ async def _park_queue(step: _Step, name: str, progress: Progress) -> DeadLetterO
         return None
     if known.quiet or not step.writable:
         # Nothing new, or no ledger to park into: what is not known parked is unread.
+        if step.writable:
+            await _keep_mark(step, queue, mark, len(heads), known.covered, len(heads), progress)
         return DeadLetterOutcome(name, depth, 0, known.parked, max(0, depth - known.covered), None)
     raw = await progress.guarded(step.broker.get_messages(name, plan.count))
     if raw is None:
         return None
     letters = dead_letters.decode_read(raw, queue=name)
     outcome = await _park_letters(step, step.store, name, depth, letters, progress)
-    return None if outcome is None else replace(outcome, bodies_read=len(letters))
+    if outcome is None:
+        return None
+    # Every letter read is parked now only when none is left unread.
+    parked = len(letters) if outcome.unread == 0 else 0
+    await _keep_mark(step, queue, mark, len(letters), parked, len(heads) + len(raw), progress)
+    return replace(outcome, bodies_read=len(letters))
+
+
+async def _keep_mark(
+    step: _Step,
+    queue: QueueStats,
+    previous: dead_letters.QuietMark | None,
+    read: int,
+    known_parked: int,
+    fetched: int,
+    progress: Progress,
+) -> None:
+    """Leave the next pass the mark of this read (:func:`reaper.core.dead_letters.quiet_mark`):
+    proven or not, it replaces the last."""
+    if step.store is None:
+        return
+    mark = dead_letters.quiet_mark(
+        queue, previous, read=read, known_parked=known_parked, fetched_by_pass=fetched, now=step.now
+    )
+    await progress.guarded(step.store.keep_quiet_mark(step.settings.bus.vhost, mark))
 
 
 async def _known_parked(

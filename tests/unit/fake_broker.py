@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from reaper.broker.capabilities import capabilities_for
 from reaper.broker.port import BrokerPolicy, ManagementEndpoint, RawMessage
-from reaper.core.domain import BrokerFacts, BrokerNode, QueueStats
+from reaper.core.domain import BrokerFacts, BrokerNode, QueueCounters, QueueStats
 from reaper.core.observation import ChannelStats, ConsumerSeen
 
 _APPLIES = {"queues": {"classic", "quorum"}, "quorum_queues": {"quorum"}}
@@ -44,6 +44,11 @@ class FakeBroker:
     nodes: tuple[BrokerNode, ...] | None = None
     #: Messages whose whole body a get returned (one that did not truncate).
     bodies_read: int = 0
+    #: List each queue's counters as RabbitMQ does (``deliver_get`` once something was
+    #: fetched, the bodies' bytes); off, every counter is unlisted (unknown).
+    counting: bool = False
+    #: Messages every get so far returned, per queue (``deliver_get``).
+    fetched: dict[str, int] = field(default_factory=dict)
 
     @property
     def requests_made(self) -> int:
@@ -96,7 +101,7 @@ class FakeBroker:
 
     async def queue(self, name: str, vhost: str | None = None) -> QueueStats:
         self.requests += 1
-        return self._with_policy(self.queues[name])
+        return self._with_counters(self._with_policy(self.queues[name]))
 
     async def get_messages(
         self, queue: str, count: int, *, vhost: str | None = None, truncate: int | None = 50000
@@ -107,6 +112,8 @@ class FakeBroker:
         if count < 1:
             raise ValueError(f"count must be at least 1, not {count}")
         found = list(self.messages.get(queue, []))[:count]
+        if found:
+            self.fetched[queue] = self.fetched.get(queue, 0) + len(found)
         if truncate is None:
             self.bodies_read += len(found)
             return found
@@ -151,6 +158,18 @@ class FakeBroker:
 
     async def aclose(self) -> None:
         pass
+
+    def _with_counters(self, queue: QueueStats) -> QueueStats:
+        if not self.counting:
+            return queue
+        sizes = [m.get("payload_bytes") for m in self.messages.get(queue.name, [])]
+        return replace(
+            queue,
+            counters=QueueCounters(
+                fetched=self.fetched.get(queue.name),
+                message_bytes=sum(s for s in sizes if isinstance(s, int)),
+            ),
+        )
 
     def _with_policy(self, queue: QueueStats) -> QueueStats:
         matching = [

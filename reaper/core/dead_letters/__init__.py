@@ -2,12 +2,13 @@
 reading a dead-letter queue without losing a letter, and parking one for a person.
 
 No I/O, no clock, no logging. The pass asks :func:`read_plan` what it may read,
-:func:`header_read` and :func:`quiet_read` whether a read without bodies saw only letters
-already parked, :func:`decode_read` turns each message read into a ``DeadLetter``,
-:func:`select_new` says which are new, :func:`remainder_bucket` how far the unread remainder
-has grown, and :func:`park_fields`, :func:`gate_prompt` and :func:`park_verdict` say what a park
-keeps, asks and records; when a person answers, :func:`replay_decision` says whether the body
-may go back.
+:func:`quiet_decision` whether the listing proves nothing arrived since a pass left its
+:func:`quiet_mark` (then the queue is not read at all), :func:`header_read` and
+:func:`quiet_read` whether a read without bodies saw only letters already parked,
+:func:`decode_read` turns each message read into a ``DeadLetter``, :func:`select_new` says
+which are new, :func:`remainder_bucket` how far the unread remainder has grown, and
+:func:`park_fields`, :func:`gate_prompt` and :func:`park_verdict` say what a park keeps, asks
+and records; when a person answers, :func:`replay_decision` says whether the body may go back.
 """
 
 from reaper.core.dead_letters.decode import (
@@ -40,6 +41,14 @@ from reaper.core.dead_letters.pointer import (
     pointer_prompt,
     pointer_verdict,
 )
+from reaper.core.dead_letters.quiet import (
+    QUIET_PROOF_SECONDS,
+    UNCOUNTED_REMOVALS,
+    QuietDecision,
+    QuietMark,
+    quiet_decision,
+    quiet_mark,
+)
 from reaper.core.dead_letters.reading import (
     BUDGET_MARGIN,
     READ_PAST_PARKED_CAP,
@@ -64,14 +73,18 @@ __all__ = [
     "EVENT_TRUSTED",
     "GATE_CHOICES",
     "MESSAGE_ID_LIMIT",
+    "QUIET_PROOF_SECONDS",
     "READ_PAST_PARKED_CAP",
     "TWIN_SEPARATOR",
+    "UNCOUNTED_REMOVALS",
     "UNTRUSTED_LIMIT",
     "VOLATILE_HEADERS",
     "DispatchPointer",
     "HeaderRead",
     "HeldBody",
     "ParkedLetter",
+    "QuietDecision",
+    "QuietMark",
     "QuietRead",
     "ReadPlan",
     "decode",
@@ -88,6 +101,8 @@ __all__ = [
     "park_verdict",
     "pointer_prompt",
     "pointer_verdict",
+    "quiet_decision",
+    "quiet_mark",
     "quiet_read",
     "quote_untrusted",
     "read_plan",

@@ -654,3 +654,20 @@ SELECT current_user AS role,
        to_regclass('reaper_migration') IS NOT NULL AS recorded
 FROM (SELECT 1) AS one
 LEFT JOIN pg_stat_ssl AS s ON s.pid = pg_backend_pid();
+
+-- name: quiet_mark --
+-- The quiet mark of one owned dead-letter queue ($2) of one vhost ($1), if a pass left one.
+SELECT queue, proven_at, proven, letters, message_bytes, published, fetched, acknowledged
+FROM reaper_quiet_mark
+WHERE scope = $1::text AND queue = $2::text;
+
+-- name: keep_quiet_mark --
+-- The quiet mark a pass that read the queue leaves for the next: it replaces the last.
+INSERT INTO reaper_quiet_mark AS m
+    (scope, queue, proven_at, proven, letters, message_bytes, published, fetched, acknowledged)
+VALUES ($1::text, $2::text, $3::timestamptz, $4::boolean, $5::bigint, $6::bigint, $7::bigint,
+        $8::bigint, $9::bigint)
+ON CONFLICT (scope, queue) DO UPDATE
+SET proven_at = excluded.proven_at, proven = excluded.proven, letters = excluded.letters,
+    message_bytes = excluded.message_bytes, published = excluded.published,
+    fetched = excluded.fetched, acknowledged = excluded.acknowledged;
