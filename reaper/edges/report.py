@@ -231,7 +231,12 @@ def render_text(result: PassResult) -> str:
         lines.append("")
         lines.append("Dead-letter queues:")
         for d in result.dead_letters:
-            state = f"read blocked: {d.read_blocked}" if d.read_blocked else "read safely"
+            if d.read_blocked:
+                state = f"read blocked: {d.read_blocked}"
+            elif result.dry_run:
+                state = "not read (a dry run reads nothing); reading is proven safe"
+            else:
+                state = "read safely"
             lines.append(
                 f"  {d.queue}: depth {d.depth}, parked {d.parked_new} new, "
                 f"{d.already_parked} already parked, {d.unread} unread, "
@@ -258,7 +263,12 @@ def render_text(result: PassResult) -> str:
 
 
 def _acted_line(v: Verdict) -> str:
-    return f"  {v.action.value:<8} {v.condition.value:<13} {_where(v)}: {_measure(v)}"
+    # A parked letter's verdict measures its queue's depth, not the letter: not quoted here.
+    letter = v.condition is Condition.DEAD_LETTER and v.object != v.queue
+    measured = "" if letter else _measure(v)
+    return f"  {v.action.value:<8} {v.condition.value:<13} {_where(v)}" + (
+        f": {measured}" if measured else ""
+    )
 
 
 class _LeaseMoves:
