@@ -16,10 +16,20 @@ from typing import Final
 from reaper.core.domain import BrokerFacts
 from reaper.core.enforcement import TimeoutEnforcement, TimeoutSetting
 
-__all__ = ["PINNED_VERSIONS", "capabilities_for", "product_and_version", "version_tuple"]
+__all__ = [
+    "LAVINMQ_PINNED_VERSIONS",
+    "PINNED_VERSIONS",
+    "capabilities_for",
+    "product_and_version",
+    "version_tuple",
+]
 
 #: The RabbitMQ lines whose enforcement was pinned with real consumers.
 PINNED_VERSIONS: Final = ((3, 10), (4, 0), (4, 3))
+
+#: The LavinMQ lines measured on a real broker built from its source, with real consumers
+#: holding deliveries (the responses are recorded in ``shared/recorded/lavinmq-2.9.1``).
+LAVINMQ_PINNED_VERSIONS: Final = ((2, 9),)
 
 _QUEUE_TYPES: Final = ("classic", "quorum")
 _EVERY_SETTING: Final = frozenset(TimeoutSetting)
@@ -70,10 +80,12 @@ def capabilities_for(product: str, version: str) -> BrokerFacts:
     - 4.3: quorum queues only, by cancelling the consumer when the timeout has elapsed.
       Classic queues enforce none (rabbitmq-server#16983), and 4.3.2+ refuse
       ``x-consumer-timeout`` on them.
-    - Any other version, LavinMQ, or a product we cannot tell: nothing claimed, so no consumer
-      timeout counts as in force.
+    - LavinMQ 2.9: see :func:`_lavinmq`. Any other version, another LavinMQ line, or a product
+      we cannot tell: nothing claimed, so no consumer timeout counts as in force.
     """
     numbers = version_tuple(version)
+    if product == "LavinMQ" and numbers[:2] in LAVINMQ_PINNED_VERSIONS:
+        return _lavinmq(product, version)
     major_minor = numbers[:2]
     rabbit = product == "RabbitMQ"
     rabbit4 = rabbit and major_minor >= (4, 0)
@@ -134,6 +146,48 @@ def _enforcement(numbers: tuple[int, ...]) -> tuple[TimeoutEnforcement, ...]:
             "acknowledged an earlier delivery was at times not cancelled until the queue's "
             "next command",
         ),
+    )
+
+
+def _lavinmq(product: str, version: str) -> BrokerFacts:
+    """LavinMQ 2.9, as measured on 2.9.1 (policy PUTs and queue readings recorded in
+    ``shared/recorded/lavinmq-2.9.1``; consumers holding deliveries with pika):
+
+    - ``apply-to: classic_queues`` and ``quorum_queues`` are accepted, and both reach every
+      non-stream queue: LavinMQ has no quorum queues (one declared ``x-queue-type: quorum`` is
+      an ordinary queue), so a policy written for quorum queues would land on every queue.
+    - ``delivery-limit: -1`` is accepted (201) and empties the queue at once (3 -> 0
+      messages: a delivery count of 0 is "greater than -1"), so it never means unlimited.
+    - the policy key ``consumer-timeout`` is refused as a number (400, "should be of type
+      String") and, as a string, accepted and never applied (``effective_policy_definition``
+      stays empty). The broker-wide ``consumer_timeout`` is not enforced either (a delivery
+      still held after 40 s of a 3 s limit): a queue takes its timeout from its
+      ``x-consumer-timeout`` argument alone, which the queue enforces by closing the channel.
+    - a held ``basic.get`` delivery is not counted in ``consumers``.
+    """
+    return BrokerFacts(
+        product=product,
+        version=version,
+        policy_consumer_timeout=False,
+        policy_apply_to_queue_type=True,
+        unlimited_delivery_limit=False,
+        default_quorum_delivery_limit=None,
+        consumer_timeout_enforcement=(
+            TimeoutEnforcement(
+                "classic",
+                frozenset({TimeoutSetting.ARGUMENT}),
+                "closes the consumer's channel (406 PRECONDITION_FAILED, consumer timeout); the "
+                "delivery returns to ready",
+                "on the vhost's consumer-timeout check, every consumer_timeout_loop_interval "
+                "(60 s by default): between T and T + 60 s after the delivery",
+                "LavinMQ takes a queue's consumer timeout from its x-consumer-timeout argument "
+                "alone: the policy key is never applied and the broker-wide consumer_timeout "
+                "is not enforced, so only a queue declared with the argument is bounded",
+            ),
+        ),
+        get_holder_counted_as_consumer=frozenset(),
+        quorum_queues=False,
+        unlimited_delivery_limit_empties=True,
     )
 
 

@@ -24,8 +24,10 @@ from reaper.broker.records import (
     CHANNEL_COLUMNS,
     CONSUMER_COLUMNS,
     QUEUE_COLUMNS,
+    Dialect,
     channel_of,
     consumer_of,
+    dialect_for,
     message_of,
     policy_of,
     queue_of,
@@ -62,7 +64,11 @@ REQUEUEING_ACKMODE: Final = "reject_requeue_true"
 
 class ManagementClient:
     """A client of one broker's management API, for one default vhost. A cluster's is given
-    one URL per node, in order of preference (:mod:`reaper.broker.http` fails over)."""
+    one URL per node, in order of preference (:mod:`reaper.broker.http` fails over).
+
+    Listings are asked in the dialect of the product :meth:`facts` last found (RabbitMQ's
+    until then): LavinMQ's ``columns=`` keeps top-level keys only, so it is asked for
+    ``message_stats``, ``queue`` and ``channel_details`` whole."""
 
     def __init__(
         self,
@@ -88,6 +94,7 @@ class ManagementClient:
         )
         self.vhost = vhost
         self.page_size = page_size
+        self.dialect: Dialect = dialect_for(None)
 
     @property
     def management_url(self) -> str:
@@ -151,6 +158,7 @@ class ManagementClient:
         it."""
         overview = self.api.mapping(await self.api.request("GET", "/api/overview"), "/api/overview")
         product, version = product_and_version(overview)
+        self.dialect = dialect_for(product)
         # Both at once: the pass waits for the broker's facts before it lists queues.
         (nodes, why_no_nodes), live = await asyncio.gather(
             read_nodes(self.api), live_consumer_timeout(self.api, self.vhost)
@@ -195,7 +203,11 @@ class ManagementClient:
         return result
 
     def _page_params(self, page: int) -> dict[str, str | int]:
-        return {"page": page, "page_size": self.page_size, "columns": ",".join(QUEUE_COLUMNS)}
+        return {
+            "page": page,
+            "page_size": self.page_size,
+            "columns": self.dialect.columns(QUEUE_COLUMNS),
+        }
 
     async def _rest_of_pages(self, path: str, page_count: int) -> list[object]:
         limit = asyncio.Semaphore(PAGE_CONCURRENCY)
@@ -227,12 +239,15 @@ class ManagementClient:
         vhost = self.vhost if vhost is None else vhost
         path = f"/api/queues/{segment(vhost)}/{segment(name)}"
         body = await self.api.request(
-            "GET", path, params={"columns": ",".join(QUEUE_COLUMNS)}, missing=f"queue {name!r}"
+            "GET",
+            path,
+            params={"columns": self.dialect.columns(QUEUE_COLUMNS)},
+            missing=f"queue {name!r}",
         )
         return self._queue(body, vhost, path)
 
     def _queue(self, item: object, vhost: str, path: str) -> QueueStats:
-        stats = queue_of(item, vhost)
+        stats = queue_of(item, vhost, self.dialect)
         if stats is None:
             raise self.api.unavailable(f"answered GET {path} with a queue that has no name")
         return stats
@@ -244,15 +259,20 @@ class ManagementClient:
         so far (column-projected; one request)."""
         vhost = self.vhost if vhost is None else vhost
         path = f"/api/vhosts/{segment(vhost)}/channels"
-        answer = await self.api.request("GET", path, params={"columns": ",".join(CHANNEL_COLUMNS)})
-        return [c for c in map(channel_of, self._listing(answer, path)) if c is not None]
+        answer = await self.api.request(
+            "GET", path, params={"columns": self.dialect.columns(CHANNEL_COLUMNS)}
+        )
+        listed = (channel_of(item, self.dialect) for item in self._listing(answer, path))
+        return [c for c in listed if c is not None]
 
     async def list_consumers(self, vhost: str | None = None) -> list[ConsumerSeen]:
         """Every consumer of the vhost: its queue and its channel (column-projected; one
         request)."""
         vhost = self.vhost if vhost is None else vhost
         path = f"/api/consumers/{segment(vhost)}"
-        answer = await self.api.request("GET", path, params={"columns": ",".join(CONSUMER_COLUMNS)})
+        answer = await self.api.request(
+            "GET", path, params={"columns": self.dialect.columns(CONSUMER_COLUMNS)}
+        )
         return [c for c in map(consumer_of, self._listing(answer, path)) if c is not None]
 
     def _listing(self, answer: object, path: str) -> list[object]:

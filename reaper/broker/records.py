@@ -8,6 +8,7 @@ policy fields; that absence is kept (``counts_known``/``policy_known``), never r
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final
 
 from reaper.broker.port import BrokerPolicy, RawMessage
@@ -18,9 +19,13 @@ from reaper.core.values import limit, mapping, normalized, whole
 __all__ = [
     "CHANNEL_COLUMNS",
     "CONSUMER_COLUMNS",
+    "LAVINMQ",
     "QUEUE_COLUMNS",
+    "RABBITMQ",
+    "Dialect",
     "channel_of",
     "consumer_of",
+    "dialect_for",
     "message_of",
     "policy_of",
     "queue_of",
@@ -58,16 +63,70 @@ QUEUE_COLUMNS: Final = (
 )
 
 
-def queue_of(item: object, vhost: str) -> QueueStats | None:
+#: A channel listing's columns: what a held delivery is observed from.
+CHANNEL_COLUMNS: Final = ("name", "messages_unacknowledged", "message_stats.ack")
+
+#: A consumer listing's columns: which channel consumes from which queue.
+CONSUMER_COLUMNS: Final = ("consumer_tag", "ack_required", "queue.name", "channel_details.name")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one product's management API answers the same requests (:data:`RABBITMQ`,
+    :data:`LAVINMQ`): which columns to ask for, and what an absent field means."""
+
+    product: str
+    #: ``columns=`` keeps only top-level keys: ``message_stats.ack`` comes back missing, so
+    #: ask for ``message_stats`` (LavinMQ 2.9.1, measured).
+    top_level_columns: bool
+    #: A counter absent from ``message_stats`` is one that has not moved yet (RabbitMQ lists
+    #: a counter only once it has); where False, absent means not measured, never zero.
+    absent_counter_is_zero: bool
+    #: The queue's ``policy`` and ``effective_policy_definition`` arrive with its statistics
+    #: (RabbitMQ), so their absence means "not yet known". Where False (LavinMQ, which omits
+    #: ``policy`` from a single queue that has none), ``effective_policy_definition`` alone
+    #: tells.
+    policy_with_statistics: bool
+    #: The queue listing names each queue's ``type``. Where False (LavinMQ lists none), a
+    #: queue is a stream or MQTT session where its ``x-queue-type`` says so, else classic:
+    #: LavinMQ declares any other ``x-queue-type`` (``quorum`` among them) as its ordinary
+    #: queue.
+    lists_queue_type: bool
+
+    def columns(self, columns: tuple[str, ...]) -> str:
+        """The ``columns=`` value to send for ``columns``."""
+        if not self.top_level_columns:
+            return ",".join(columns)
+        return ",".join(dict.fromkeys(c.split(".", 1)[0] for c in columns))
+
+
+RABBITMQ: Final = Dialect("RabbitMQ", False, True, True, True)
+LAVINMQ: Final = Dialect("LavinMQ", True, False, False, False)
+
+#: LavinMQ's queue types other than its ordinary (classic) one, as ``x-queue-type`` names them.
+_LAVINMQ_QUEUE_TYPES: Final = frozenset({"stream", "mqtt"})
+
+
+def dialect_for(product: str | None) -> Dialect:
+    """The dialect of a product as :func:`reaper.broker.capabilities.product_and_version`
+    names it; RabbitMQ's for any other (or not yet known)."""
+    return LAVINMQ if product == "LavinMQ" else RABBITMQ
+
+
+def queue_of(item: object, vhost: str, dialect: Dialect = RABBITMQ) -> QueueStats | None:
     """One queue of a listing; None when the item is not a queue (no name)."""
     if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
         return None
     counts = [
         whole(item.get(key)) for key in ("messages_ready", "messages_unacknowledged", "consumers")
     ]
-    queue_type = item.get("type")
+    queue_type = item.get("type") if dialect.lists_queue_type else _lavinmq_type(item)
     policy = item.get("policy")
     counts_known = all(c is not None for c in counts)
+    if dialect.policy_with_statistics:
+        policy_known = "policy" in item and "effective_policy_definition" in item
+    else:
+        policy_known = "effective_policy_definition" in item
     return QueueStats(
         vhost=str(item.get("vhost", vhost)),
         name=item["name"],
@@ -82,12 +141,9 @@ def queue_of(item: object, vhost: str) -> QueueStats | None:
         # A queue listed before its statistics arrive has no counts and no policy fields;
         # they arrive separately (3.10: policy and consumers first; 4.0 either way).
         counts_known=counts_known,
-        policy_known="policy" in item and "effective_policy_definition" in item,
+        policy_known=policy_known,
         reported_delivery_limit=limit(item.get("delivery_limit")),
-        # A list ([]) when the broker has no such statistic yet: nothing delivered so far.
-        deliveries=(whole(mapping(item.get("message_stats")).get("deliver_get")) or 0)
-        if counts_known
-        else None,
+        deliveries=_counter(item, "deliver_get", dialect) if counts_known else None,
         state=_text(item.get("state")),
         # A replicated queue is served by its leader; ``node`` names it too on RabbitMQ.
         node=_text(item.get("leader")) or _text(item.get("node")),
@@ -108,22 +164,29 @@ def _counters(item: Mapping[str, object]) -> QueueCounters:
     )
 
 
-#: A channel listing's columns: what a held delivery is observed from.
-CHANNEL_COLUMNS: Final = ("name", "messages_unacknowledged", "message_stats.ack")
-
-#: A consumer listing's columns: which channel consumes from which queue.
-CONSUMER_COLUMNS: Final = ("consumer_tag", "ack_required", "queue.name", "channel_details.name")
+def _lavinmq_type(item: Mapping[str, object]) -> str:
+    declared = mapping(item.get("arguments")).get("x-queue-type")
+    return declared if isinstance(declared, str) and declared in _LAVINMQ_QUEUE_TYPES else "classic"
 
 
-def channel_of(item: object) -> ChannelStats | None:
+def _counter(item: Mapping[str, object], name: str, dialect: Dialect) -> int | None:
+    """A ``message_stats`` counter. RabbitMQ lists a counter once it has moved (and
+    ``message_stats`` as ``[]`` before any has), so absent is zero there; elsewhere absent is
+    not measured (None), never zero."""
+    value = whole(mapping(item.get("message_stats")).get(name))
+    if value is None and dialect.absent_counter_is_zero:
+        return 0
+    return value
+
+
+def channel_of(item: object, dialect: Dialect = RABBITMQ) -> ChannelStats | None:
     """One channel of a listing; None when the item is not one (no name)."""
     if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
         return None
     return ChannelStats(
         name=item["name"],
         messages_unacknowledged=whole(item.get("messages_unacknowledged")) or 0,
-        # "message_stats": [] (a list) for a channel with none of the columns asked for yet
-        acks=whole(mapping(item.get("message_stats")).get("ack")),
+        acks=_counter(item, "ack", dialect),
     )
 
 

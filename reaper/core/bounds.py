@@ -43,13 +43,18 @@ class Bound:
     told (the broker's facts were not read, or the broker has not yet listed the queue's
     policy), so None never stands for "unknown" by accident. ``enforced`` is False when the
     version does not enforce (or was never pinned enforcing) this kind of bound on the queue's
-    type: whatever the queue shows, nothing is in force, and ``source`` says why.
+    type, or enforces it only from a setting the queue lacks and the reaper cannot write
+    (LavinMQ: the queue argument alone): whatever the queue shows, nothing is in force, and
+    ``source`` says why, ``fix`` what a person does.
     """
 
     value: int | None
     source: str
     known: bool = True
     enforced: bool = True
+    #: What a person does to put a bound in force where the reaper cannot ("" when it can,
+    #: or when nothing can).
+    fix: str = ""
 
 
 def consumer_timeout_bound(queue: QueueStats, broker: BrokerFacts | None) -> Bound:
@@ -107,6 +112,15 @@ def consumer_timeout_bound(queue: QueueStats, broker: BrokerFacts | None) -> Bou
             f" ({broker.consumer_timeout_evidence})" if broker.consumer_timeout_evidence else ""
         )
         return Bound(wide, f"broker-wide consumer_timeout{evidence}" + also)
+    if enforcement.enforced == {TimeoutSetting.ARGUMENT}:
+        # Only the queue's own declaration can bound it: no policy or node setting counts.
+        return Bound(
+            None,
+            f"{broker.name} enforces a consumer timeout only from the queue argument "
+            f"x-consumer-timeout, and this {queue.kind} queue was declared without it" + also,
+            enforced=False,
+            fix="declare the queue with the argument x-consumer-timeout",
+        )
     absent = [
         f"no {name}"
         for setting, name in (

@@ -229,7 +229,7 @@ class BrokerFacts:
     policy_consumer_timeout: bool
     #: Whether ``apply-to`` accepts ``classic_queues``/``quorum_queues``.
     policy_apply_to_queue_type: bool
-    #: Whether ``delivery-limit: -1`` (unlimited) is accepted.
+    #: Whether ``delivery-limit: -1`` is accepted and means unlimited.
     unlimited_delivery_limit: bool
     #: Whether quorum queues get a delivery limit (20) with no policy at all (4.x).
     default_quorum_delivery_limit: int | None
@@ -248,6 +248,14 @@ class BrokerFacts:
     #: Every node of the broker (one, or a cluster's), as read at the start of the pass; None
     #: when the user may not list them.
     nodes: tuple[BrokerNode, ...] | None = None
+    #: Whether the broker has quorum queues at all (LavinMQ has none: a queue declared with
+    #: ``x-queue-type: quorum`` is one of its ordinary queues, and a policy's
+    #: ``apply-to: quorum_queues`` reaches every non-stream queue).
+    quorum_queues: bool = True
+    #: Whether a policy ``delivery-limit: -1`` is accepted but, instead of lifting the limit,
+    #: makes the broker drop every message on the queue (LavinMQ 2.9.1: a delivery count of 0
+    #: is "greater than -1"). Such a value is never written.
+    unlimited_delivery_limit_empties: bool = False
 
     @property
     def name(self) -> str:
@@ -277,6 +285,8 @@ class BrokerFacts:
                 if self.get_holder_counted_as_consumer is None
                 else sorted(self.get_holder_counted_as_consumer)
             ),
+            "quorum_queues": self.quorum_queues,
+            "unlimited_delivery_limit_empties": self.unlimited_delivery_limit_empties,
         }
 
 

@@ -60,7 +60,7 @@ def judge_queue(
     unbounded: list[_Finding] = []
     if owned:
         if queue.counts_known:
-            timeout = _no_consumer_timeout(queue, broker, notes)
+            timeout = _no_consumer_timeout(queue, broker, thresholds, notes)
             unbounded.extend([timeout] if timeout is not None else [])
         unbounded.extend(_delivery_limit_findings(queue, broker, dead_letter, notes))
     if unbounded:
@@ -106,7 +106,7 @@ def judge_queue(
         )
 
     if not dead_letter:
-        stale = _stale_ready(queue, thresholds, now_us, notes, stalled, observed)
+        stale = _stale_ready(queue, broker, thresholds, now_us, notes, stalled, observed)
         if stale is not None:
             found.append(stale)
     else:
@@ -145,7 +145,7 @@ class _Finding:
 
 
 def _no_consumer_timeout(
-    queue: QueueStats, broker: BrokerFacts | None, notes: list[str]
+    queue: QueueStats, broker: BrokerFacts | None, thresholds: Thresholds, notes: list[str]
 ) -> _Finding | None:
     unacked = count(queue.messages_unacknowledged)
     bound = consumer_timeout_bound(queue, broker)
@@ -158,28 +158,33 @@ def _no_consumer_timeout(
         return None
     if bound.value is not None:
         return None
-    guard = (
-        "the guard is the reaper's own observation across passes, which reports a consumer "
-        "that holds deliveries without acknowledging"
+    fix = (
+        f"; fix: {bound.fix}: {thresholds.consumer_timeout_seconds * 1000} "
+        f"(consumer_timeout_seconds {thresholds.consumer_timeout_seconds} in ms)"
+        if bound.fix
+        else ""
     )
-    if unacked <= 0 and not bound.enforced:
-        # What the broker cannot enforce is a finding whatever the queue holds now: the
-        # reaper's own observation across passes is the only guard (SPEC §4).
+    if unacked <= 0:
+        # What the broker cannot enforce (a 4.3 classic queue; LavinMQ without the queue
+        # argument) is a finding whatever the work queue holds now: the reaper's own
+        # observation across passes is the only guard (SPEC §4). A dead-letter queue has no
+        # consumer to bound.
+        if bound.enforced or is_dead_letter_queue(queue.name, thresholds):
+            return None
         return _Finding(
             0,
             None,
             Unit.MESSAGES,
             f"no consumer timeout can be in force on queue {quote(queue.name)} "
-            f"({bound.source}): {guard}",
+            f"({bound.source}): the guard is the reaper's own observation across passes, "
+            "which reports a consumer that holds deliveries without acknowledging" + fix,
         )
-    if unacked <= 0:
-        return None
     return _Finding(
         unacked,
         None,
         Unit.MESSAGES,
         f"{unacked} unacknowledged message(s) on queue {quote(queue.name)} and no consumer "
-        f"timeout is in force ({bound.source}): a hung handler holds them forever",
+        f"timeout is in force ({bound.source}): a hung handler holds them forever" + fix,
     )
 
 
@@ -244,6 +249,7 @@ def _delivery_limit_findings(
 
 def _stale_ready(
     queue: QueueStats,
+    broker: BrokerFacts | None,
     thresholds: Thresholds,
     now_us: int,
     notes: list[str],
@@ -255,23 +261,16 @@ def _stale_ready(
     if count(queue.consumers) != 0:
         return _wedged(queue, thresholds, stalled)
     timestamp = finite(queue.head_message_timestamp)
-    if timestamp is None and stalled is not None:
-        # No head timestamp (a quorum queue), but nothing delivered and nothing gone since a
-        # pass first saw it: its head message has waited at least that long.
-        return _stale_head(queue, thresholds, stalled.seconds, notes, lower_bound=True)
     if timestamp is None:
-        # An unmeasurable age is not old; say where the broker cannot tell, never guess.
-        if queue.kind == "quorum" and not observed:
-            notes.append(
-                f"head-message age of quorum queue {quote(queue.name)} is not reported by the "
-                "broker, and nothing was observed across passes this time; stale-ready not "
-                "measured"
-            )
-        elif queue.type is None:
-            notes.append(
-                f"head-message age of queue {quote(queue.name)} is not reported by the broker "
-                "(no queue type listed, as on LavinMQ); stale-ready not measured"
-            )
+        if stalled is not None:
+            # No head timestamp, but nothing delivered and nothing gone since a pass first
+            # saw it: its head message has waited at least that long.
+            found = _stale_head(queue, thresholds, stalled.seconds, notes, lower_bound=True)
+            if found is not None:
+                return found
+        # An unmeasurable age is not old; say so on every broker that cannot tell, never guess.
+        note = _head_age_unreported(queue, broker, stalled, observed)
+        notes.extend([note] if note is not None else [])
         return None
     age_us = now_us - math.floor(timestamp * 1_000_000)
     if age_us == 0:
@@ -284,6 +283,40 @@ def _stale_ready(
         return None
     age = -(-age_us // 1000) / 1000  # rounded up to the millisecond
     return _stale_head(queue, thresholds, age, notes, lower_bound=False)
+
+
+def _head_age_unreported(
+    queue: QueueStats, broker: BrokerFacts | None, stalled: Stalled | None, observed: bool
+) -> str | None:
+    """The note for a queue with ready messages, no consumer and no head timestamp, where the
+    broker cannot report one (a quorum queue; any LavinMQ queue); None for a RabbitMQ classic
+    queue, whose head message just carries no timestamp."""
+    lavinmq = broker is not None and broker.product == "LavinMQ"
+    if not (queue.kind == "quorum" or lavinmq or queue.type is None):
+        return None
+    if lavinmq and broker is not None:
+        why = f" ({broker.name} reports no head_message_timestamp)"
+    elif queue.type is None:
+        why = " (no queue type listed, as on LavinMQ)"
+    else:
+        why = ""
+    if stalled is not None:
+        tail = (
+            f"; observed across passes, nothing delivered from it for at least "
+            f"{num(stalled.seconds)}s so far, not past its threshold: stale-ready measured "
+            "only as that lower bound"
+        )
+    elif observed:
+        tail = (
+            ", and the broker lists no delivery counter for it, so nothing is observed across "
+            "passes; stale-ready not measured"
+        )
+    else:
+        tail = ", and nothing was observed across passes this time; stale-ready not measured"
+    what = "quorum queue" if queue.kind == "quorum" else "queue"
+    return (
+        f"head-message age of {what} {quote(queue.name)} is not reported by the broker{why}{tail}"
+    )
 
 
 def _stale_head(

@@ -59,7 +59,8 @@ class ChannelStats:
 
     name: str
     messages_unacknowledged: int
-    #: ``message_stats.ack``: acknowledgements so far; None where the broker shows none yet.
+    #: ``message_stats.ack``: acknowledgements so far; None where the broker did not list the
+    #: counter (not measured, never read as zero: such a channel's holds are not watched).
     acks: int | None
 
 
@@ -116,6 +117,9 @@ class Observed:
     observations: tuple[Observation, ...]
     held: tuple[Held, ...]
     stalled: Mapping[str, Stalled]
+    #: Channels holding deliveries from owned queues whose acknowledgement counter the broker
+    #: did not list: what they hold is not measured.
+    unmeasured: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,7 @@ def observe(
     kept: list[Observation] = []
     held: list[Held] = []
     stalled: dict[str, Stalled] = {}
+    unmeasured: list[str] = []
 
     on_channel: dict[str, list[ConsumerSeen]] = {}
     for consumer in consumers:
@@ -152,7 +157,10 @@ def observe(
         watched = on_channel.get(channel.name)
         if not watched or channel.messages_unacknowledged <= 0:
             continue
-        acks = channel.acks or 0
+        acks = channel.acks
+        if acks is None:
+            unmeasured.append(channel.name)
+            continue
         last = before.get((Watch.HELD, channel.name))
         since = last.since if last is not None and last.counter == acks else now
         unacked = channel.messages_unacknowledged
@@ -178,4 +186,4 @@ def observe(
         stalled[queue.name] = Stalled(
             queue.name, queue.ready, since, max(0.0, (now - since).total_seconds())
         )
-    return Observed(tuple(kept), tuple(held), stalled)
+    return Observed(tuple(kept), tuple(held), stalled, tuple(sorted(unmeasured)))

@@ -179,7 +179,12 @@ def _dead_letter_lines(result: PassResult, wide: bool) -> list[str]:
         return []
     lines = ["", "Dead-letter queues:"]
     for d in shown:
-        state = "read blocked (under NOT OK)" if d.read_blocked else "read safely"
+        if d.read_blocked:
+            state = "read blocked (under NOT OK)"
+        elif result.dry_run:
+            state = "not read (a dry run reads nothing); reading is proven safe"
+        else:
+            state = "read safely"
         if d.not_fetched:
             state = f"not read: {d.not_fetched}"
         lines.append(
@@ -216,7 +221,12 @@ def _policy_lines(result: PassResult, wide: bool) -> list[str]:
 
 
 def _acted_line(v: Verdict, wide: bool = False, gates: Mapping[str, UUID] | None = None) -> str:
-    line = f"  {v.action.value:<8} {v.condition.value:<13} {where(v, wide=wide)}: {measure(v)}"
+    # A parked letter's verdict measures its queue's depth, not the letter: not quoted here.
+    letter = v.condition is Condition.DEAD_LETTER and v.object != v.queue
+    measured = "" if letter else measure(v)
+    line = f"  {v.action.value:<8} {v.condition.value:<13} {where(v, wide=wide)}" + (
+        f": {measured}" if measured else ""
+    )
     gate = (gates or {}).get(v.object) if v.action is Action.PARK else None
     if gate is not None:
         choice = "retry" if v.condition is Condition.POISON else "replay"

@@ -2,13 +2,15 @@
 accepts (SPEC §4). Pure.
 
 A key the version refuses is dropped and recorded as :class:`Unsupported`, naming the fallback
-in force instead (or saying that nothing proves one is). A consumer timeout the version accepts
-but does not enforce on the declaration's queue type (4.3's classic queues) is still written,
-and recorded as :class:`Unenforced`: verification never counts it. Measured on 3.10, 4.0 and 4.3
-(``tests/integration/test_policy_behaviour.py``): a policy carrying ``delivery-limit`` never
-attaches to a classic queue, so on 3.10, where ``apply-to`` cannot name a queue type, the
-quorum policy is written with ``apply-to: queues`` and its ``delivery-limit`` keeps it off
-classic queues.
+in force instead (or saying that nothing proves one is); so is a value it accepts but that
+would harm (LavinMQ's ``delivery-limit: -1`` empties the queue), and a declaration for a queue
+type the broker does not have (LavinMQ's quorum queues) is written for no queue. A consumer
+timeout the version accepts but does not enforce on the declaration's queue type (4.3's classic
+queues) is still written, and recorded as :class:`Unenforced`: verification never counts it.
+Measured on 3.10, 4.0 and 4.3 (``tests/integration/test_policy_behaviour.py``): a policy
+carrying ``delivery-limit`` never attaches to a classic queue, so on 3.10, where ``apply-to``
+cannot name a queue type, the quorum policy is written with ``apply-to: queues`` and its
+``delivery-limit`` keeps it off classic queues.
 """
 
 from __future__ import annotations
@@ -173,7 +175,11 @@ def render(
         definition: dict[str, object] = {}
         unsupported: list[Unsupported] = []
         unenforced: list[Unenforced] = []
-        for key, value in declared.items():
+        # A declaration for a queue type the broker does not have is written for no queue.
+        absent_type = d.queue_type == "quorum" and not facts.quorum_queues
+        if absent_type:
+            unsupported.append(_no_quorum_queues(d, facts))
+        for key, value in () if absent_type else declared.items():
             refused = _unsupported_key(key, value, facts, d.queue_type)
             if refused is None:
                 definition[key] = value
@@ -244,6 +250,16 @@ def _unsupported_key(
 ) -> Unsupported | None:
     if key == "consumer-timeout" and not facts.policy_consumer_timeout:
         return _consumer_timeout_fallback(value, facts, queue_type)
+    if key == "delivery-limit" and is_unlimited(value) and facts.unlimited_delivery_limit_empties:
+        return Unsupported(
+            key,
+            value,
+            f"delivery-limit {value} is accepted by {facts.name} but empties the queue at once "
+            "(measured: a delivery count of 0 is greater than -1), so it is never written; in "
+            "force instead: no delivery limit, which a queue has there when no policy or "
+            "argument sets one",
+            True,
+        )
     if key == "delivery-limit" and is_unlimited(value) and not facts.unlimited_delivery_limit:
         if facts.default_quorum_delivery_limit is None:
             return Unsupported(
@@ -287,11 +303,32 @@ def _unenforced_key(
     return Unenforced(key, value, f"consumer-timeout {value} is accepted, but {why}")
 
 
+def _no_quorum_queues(d: Declaration, facts: BrokerFacts) -> Unsupported:
+    return Unsupported(
+        "queue-type",
+        d.queue_type,
+        f"{facts.name} has no quorum queues (a queue declared with x-queue-type quorum is one "
+        f"of its ordinary queues) and applies apply-to {d.apply_to!r} to every non-stream "
+        "queue: not written, so it reaches no queue it is not declared for",
+        True,
+    )
+
+
 def _consumer_timeout_fallback(value: object, facts: BrokerFacts, queue_type: str) -> Unsupported:
     refused = f"consumer-timeout is not a policy key on {facts.name}"
     evidence = facts.consumer_timeout_evidence or "no evidence given"
     have = facts.consumer_timeout_ms
     enforcement = facts.timeout_enforcement(queue_type)
+    if enforcement is not None and enforcement.enforced == {TimeoutSetting.ARGUMENT}:
+        return Unsupported(
+            "consumer-timeout",
+            value,
+            f"{refused} that it applies (refused as a number, accepted as a string and never "
+            f"applied), so it is not written; {facts.name} enforces only the queue argument "
+            "x-consumer-timeout, checked on each queue from its arguments: a queue declared "
+            "without it is an unbounded finding",
+            True,
+        )
     if enforcement is None or not enforcement.enforces(TimeoutSetting.BROKER_WIDE):
         pinned = "was never pinned enforcing" if enforcement is None else "does not enforce"
         return Unsupported(

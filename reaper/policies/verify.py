@@ -18,6 +18,7 @@ from enum import StrEnum
 from reaper.broker.port import BrokerPolicy
 from reaper.core.bounds import consumer_timeout_bound, delivery_limit_bound
 from reaper.core.domain import QueueStats
+from reaper.core.enforcement import TimeoutSetting
 from reaper.core.values import is_unlimited, normalized
 from reaper.policies.render import DesiredPolicy
 
@@ -247,6 +248,13 @@ def _check(
     return base
 
 
+def _by_argument_alone(d: DesiredPolicy, q: QueueStats) -> bool:
+    """Whether the version enforces a consumer timeout on ``q``'s type from the queue argument
+    only (LavinMQ 2.9.1)."""
+    enforcement = d.facts.timeout_enforcement(q.kind)
+    return enforcement is not None and enforcement.enforced == {TimeoutSetting.ARGUMENT}
+
+
 def _bounds(
     d: DesiredPolicy, q: QueueStats
 ) -> tuple[dict[str, object], dict[str, object], dict[str, str], dict[str, str]]:
@@ -262,7 +270,11 @@ def _bounds(
             bound = consumer_timeout_bound(q, d.facts)
             declared[key], in_force[key], sources[key] = value, bound.value, bound.source
             if bound.known and not bound.enforced:
-                unenforced[key] = bound.source
+                unenforced[key] = bound.source + (f"; fix: {bound.fix}" if bound.fix else "")
+            elif bound.value is not None and _by_argument_alone(d, q):
+                # Only the queue's own x-consumer-timeout can bound it here, and no write of
+                # ours changes it: the bound it declares is the one verified.
+                declared[key] = bound.value
         elif key == "delivery-limit":
             if q.kind != "quorum":
                 continue

@@ -48,6 +48,13 @@ async def observe_broker(
         owned=owned,
         now=now,
     )
+    if observed.unmeasured:
+        shown = ", ".join(repr(c) for c in observed.unmeasured[:5])
+        progress.notes.append(
+            f"{len(observed.unmeasured)} channel(s) hold deliveries from owned queues but the "
+            f"broker lists no acknowledgement counter for them ({shown}"
+            f"{' …' if len(observed.unmeasured) > 5 else ''}): their holds are not measured"
+        )
     if keep:
         await progress.written(
             store.keep_observations(scope, observed.observations), "the observations kept"

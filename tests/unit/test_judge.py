@@ -594,8 +594,9 @@ def test_a_lavinmq_queue_has_no_type_and_no_head_age_and_the_pass_says_so() -> N
     assert unbounded.condition is Condition.UNBOUNDED
     assert unbounded.detail.startswith("no consumer timeout can be in force on queue 'vibey.bus.q'")
     assert notes == [
-        "head-message age of queue 'vibey.bus.q' is not reported by the broker (no queue type "
-        "listed, as on LavinMQ); stale-ready not measured"
+        "head-message age of queue 'vibey.bus.q' is not reported by the broker (LavinMQ 2.1.0 "
+        "reports no head_message_timestamp), and nothing was observed across passes this time; "
+        "stale-ready not measured"
     ]
 
 

@@ -133,6 +133,17 @@ def read_plan(
         if exchange is not None
         else "reading could drop a dead letter"
     )
+    if facts.product.lower() == "lavinmq":
+        # Measured on LavinMQ 2.9.1: a requeueing HTTP read spends x-delivery-limit, and a
+        # delivery-limit -1 policy empties the queue instead of lifting the limit.
+        return ReadPlan(
+            0,
+            f"{label} {name} has {_limit_named(bound.value, bound.source)} in force, and on "
+            f"{facts.name} every requeueing read spends one delivery of it: {consequence}. "
+            f"Nothing lifts it there (a delivery-limit -1 policy empties the queue), so it is "
+            "not read: declare the dead-letter queue without x-delivery-limit",
+            bound.value,
+        )
     if facts.unlimited_delivery_limit:
         remedy = "the reconciled dead-letter policy (delivery-limit -1) is not in force"
     else:
@@ -145,6 +156,15 @@ def read_plan(
         f"requeueing read counts as a delivery: {consequence}; {remedy}"
     )
     return ReadPlan(0, blocked, bound.value)
+
+
+def _limit_named(value: int, source: str) -> str:
+    """``x-delivery-limit: 3`` where one setting gives the limit, else the value and where."""
+    named = {
+        "argument x-delivery-limit": "x-delivery-limit",
+        "policy delivery-limit": "policy delivery-limit",
+    }.get(source)
+    return f"{named}: {value}" if named else f"a delivery limit of {value} ({source})"
 
 
 def within_budget(letters: Sequence[DeadLetter], limit: int, margin: int = BUDGET_MARGIN) -> bool:

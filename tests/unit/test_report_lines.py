@@ -1,0 +1,73 @@
+"""The human report's lines say only what happened: a cleared finding's line does not end at a
+colon, a dry run's dead-letter line does not claim a read, a parked letter's line does not
+quote its queue's depth as if it were the letter's."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from reaper.core.domain import Action, BrokerFacts, Condition, Source, Unit, Verdict
+from reaper.edges.report import render_text
+from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.progress import RecordedVerdict
+from reaper.reap.result import PassResult
+
+T0 = datetime(2026, 12, 1, 22, 0, tzinfo=UTC)
+FACTS = BrokerFacts("LavinMQ", "2.9.1", False, True, False, None)
+
+
+def _result(*verdicts: Verdict, dry_run: bool = False, **extra: object) -> PassResult:
+    return PassResult(
+        dry_run=dry_run,
+        started_at=T0,
+        finished_at=T0 + timedelta(seconds=1),
+        broker=FACTS,
+        verdicts=tuple(RecordedVerdict(v, True) for v in verdicts),
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _line(text: str, needle: str) -> str:
+    [line] = [line for line in text.splitlines() if needle in line]
+    return line
+
+
+def test_a_cleared_finding_ends_with_its_queue_not_a_colon() -> None:
+    cleared = Verdict(
+        Source.BROKER,
+        "vibey.jobs.got",
+        Condition.HOLDER_GONE,
+        None,
+        None,
+        Unit.MESSAGES,
+        Action.CLEARED,
+        queue="vibey.jobs.got",
+    )
+    line = _line(render_text(_result(cleared)), "cleared")
+    assert line.rstrip().endswith("queue vibey.jobs.got"), line
+
+
+def test_a_parked_letter_does_not_quote_its_queues_depth() -> None:
+    parked = Verdict(
+        Source.BROKER,
+        "0b7c4c1e-3f7a-4e39-9a67-2d6f1f0f6a11",
+        Condition.DEAD_LETTER,
+        4,
+        1,
+        Unit.MESSAGES,
+        Action.PARK,
+        queue="vibey.jobs.dead",
+    )
+    line = _line(render_text(_result(parked)), "park ")
+    assert "from queue vibey.jobs.dead" in line
+    assert "4 messages" not in line and "threshold" not in line, line
+
+
+def test_a_dry_runs_dead_letter_line_says_nothing_was_read() -> None:
+    outcome = DeadLetterOutcome("vibey.jobs.dead", 4, 0, 0, 4, None)
+    text = render_text(_result(dry_run=True, dead_letters=(outcome,)))
+    line = _line(text, "vibey.jobs.dead: depth 4")
+    assert "read safely" not in line
+    assert "not read (a dry run reads nothing)" in line
+    real = _line(render_text(_result(dead_letters=(outcome,))), "vibey.jobs.dead: depth 4")
+    assert real.endswith("read safely")
