@@ -424,6 +424,9 @@ class Gate:
     identity: str | None
     created_at: datetime
     answered_by: str | None = None
+    #: The job's later gate, when the job has been parked again since: this one answers
+    #: nothing any more (a gate answers only itself). Filled in by a listing.
+    superseded_by: UUID | None = None
 
     @property
     def is_open(self) -> bool:
