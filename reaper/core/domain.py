@@ -427,6 +427,8 @@ class Gate:
     #: The job's later gate, when the job has been parked again since: this one answers
     #: nothing any more (a gate answers only itself). Filled in by a listing.
     superseded_by: UUID | None = None
+    #: The kind of the job it parks (filled in by a listing).
+    job_kind: str | None = None
 
     @property
     def is_open(self) -> bool:

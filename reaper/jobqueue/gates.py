@@ -202,4 +202,5 @@ def gate_of(row: Record) -> Gate:
         created_at=row["created_at"],
         answered_by=row["answered_by"],
         superseded_by=row.get("superseded_by"),
+        job_kind=row.get("job_kind"),
     )

@@ -256,7 +256,12 @@ class Records:
         if gate.job_id is None:
             return gate
         latest = max((g for g in self.gates.values() if g.job_id == gate.job_id), key=_raised)
-        return replace(gate, superseded_by=None if latest.id == gate.id else latest.id)
+        job = self.jobs.get(gate.job_id)
+        return replace(
+            gate,
+            superseded_by=None if latest.id == gate.id else latest.id,
+            job_kind=None if job is None else job.kind,
+        )
 
     def _gate_for_answer(self, gate_id: UUID, choice: str) -> Gate:
         self._open()
@@ -283,7 +288,7 @@ class Records:
         self.gates[gate.id] = answered
         payload = answered_payload(gate, choice, answered_by, reason, published)
         self._append(gate.project_id, payload, published is None, now, GATE_ANSWERED)
-        return answered
+        return self._with_latest(answered)
 
     @staticmethod
     def _settle(job: JobRow | None, state: str, now: datetime) -> None:

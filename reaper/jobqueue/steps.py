@@ -262,6 +262,7 @@ _DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
         ("index_event_created", IndexValid("event_created_idx", "event")),
         ("index_event_project_created", IndexValid("event_project_created_idx", "event")),
         ("index_event_object", IndexValid("event_object_idx", "event")),
+        ("index_event_condition", IndexValid("event_condition_idx", "event")),
         ("index_event_answers", IndexValid("event_not_verdict_idx", "event")),
     ),
 }

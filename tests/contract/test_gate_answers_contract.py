@@ -196,6 +196,7 @@ async def test_gates_are_listed_by_project_age_and_kind(subject: Subject) -> Non
     store = subject.store
 
     assert [g.id for g in await store.list_gates(project_id=project)] == [mine.id]
+    assert mine.job_kind == "build"
     assert [g.id for g in await store.list_gates(kind=GATE_DELIVERY_EXHAUSTED)] == sorted(
         [mine.id, theirs.id], key=str
     )

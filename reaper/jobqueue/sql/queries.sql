@@ -359,11 +359,13 @@ ORDER BY created_at, project_id, seq;
 
 -- name: list_gates --
 -- Gates, oldest first; only open ones when $1, only one kind when $2, one project when $3,
--- raised before $4 when given; each with its job's later gate, if the job was parked again.
+-- raised before $4 when given; each with its job's kind and its later gate, if the job was
+-- parked again.
 SELECT g.id, g.project_id, g.job_id, g.kind, g.prompt, g.choices::text AS choices, g.answer,
        g.answered_at, g.answered_by, g.identity, g.created_at,
-       nullif(l.id, g.id) AS superseded_by
+       nullif(l.id, g.id) AS superseded_by, j.kind AS job_kind
 FROM human_gate AS g
+LEFT JOIN job AS j ON j.id = g.job_id
 LEFT JOIN LATERAL (
     SELECT h.id FROM human_gate AS h
     WHERE h.job_id = g.job_id
@@ -381,8 +383,9 @@ ORDER BY g.created_at, g.id;
 -- id: a probe of the primary key), at most $3, each with its job's later gate, if any.
 SELECT g.id, g.project_id, g.job_id, g.kind, g.prompt, g.choices::text AS choices, g.answer,
        g.answered_at, g.answered_by, g.identity, g.created_at,
-       nullif(l.id, g.id) AS superseded_by
+       nullif(l.id, g.id) AS superseded_by, j.kind AS job_kind
 FROM human_gate AS g
+LEFT JOIN job AS j ON j.id = g.job_id
 LEFT JOIN LATERAL (
     SELECT h.id FROM human_gate AS h
     WHERE h.job_id = g.job_id
@@ -434,7 +437,8 @@ UPDATE human_gate
 SET answer = $3::text, answered_at = $1::timestamptz, answered_by = $4::text
 WHERE id = $2::uuid AND answered_at IS NULL
 RETURNING id, project_id, job_id, kind, prompt, choices::text AS choices, answer,
-          answered_at, answered_by, identity, created_at;
+          answered_at, answered_by, identity, created_at,
+          (SELECT j.kind FROM job AS j WHERE j.id = human_gate.job_id) AS job_kind;
 
 -- name: latest_gate_of_job --
 -- The job's latest gate, of any kind (the one it is parked behind, if it is parked).

@@ -22,6 +22,11 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS event_project_created_idx
 CREATE INDEX CONCURRENTLY IF NOT EXISTS event_object_idx
     ON event ((payload ->> 'object'), created_at, project_id, seq);
 
+-- name: index_event_condition --
+-- One condition's records newest first (`reaper events --condition`), however rare it is.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS event_condition_idx
+    ON event ((payload ->> 'condition'), created_at, project_id, seq);
+
 -- name: index_event_answers --
 -- The events that are not verdicts (gate answers, and the host's own kinds), newest first:
 -- few beside the verdicts, so `reaper events --kind GateAnswered` never walks past those.
