@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 from reaper.core.enforcement import TimeoutEnforcement
@@ -50,6 +50,15 @@ class Condition(StrEnum):
     UNBOUNDED = "unbounded"
     #: A ready job whose dispatch message was never sent (the host's outbox relay is down).
     LOST_DISPATCH = "lost_dispatch"
+
+
+#: The conditions each source can surface (an open finding): the judge's surface verdicts. A
+#: lease is requeued or parked, never surfaced, and a job queue has no holder, unbounded queue
+#: or dead letter: ``reaper_conditions_open`` exports only these pairs.
+SURFACED_CONDITIONS: Final = {
+    "job_queue": ("stale_ready", "lost_dispatch"),
+    "broker": ("hung_handler", "holder_gone", "stale_ready", "dead_letter", "unbounded"),
+}
 
 
 class Dispatch(StrEnum):

@@ -13,10 +13,12 @@ from uuid import UUID
 from reaper.config import LoadedConfig
 from reaper.core.domain import Dispatch
 from reaper.demo.run import run_demo
+from reaper.edges.gate_board import read_board
 from reaper.edges.hook import QueueReaper
 from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.report import render_text, write_json
 from reaper.edges.serve import serve as serve_http
+from reaper.edges.status_page import page_target
 from reaper.errors import MigrationStopped, PassFailed, ReaperError
 from reaper.jobqueue.migrations import MigrationRun, one_line
 from reaper.jobqueue.postgres import PostgresStore
@@ -181,6 +183,8 @@ async def serve(loaded: LoadedConfig, listen: str) -> int:
             turn,
             ReaperMetrics(),
             next_in=reaper.seconds_until_due,
+            gates=lambda: read_board(loaded.settings),
+            target=page_target(loaded.settings),
         )
     finally:
         await reaper.aclose()
