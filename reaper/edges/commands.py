@@ -13,7 +13,7 @@ from uuid import UUID
 from reaper.config import LoadedConfig
 from reaper.core.domain import Dispatch
 from reaper.demo.run import run_demo
-from reaper.edges.gate_board import read_board
+from reaper.edges.gate_board import clear_notes, read_board
 from reaper.edges.hook import QueueReaper
 from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.report import render_text, write_json
@@ -53,6 +53,8 @@ async def reap(
         write_json(result, sys.stdout)  # every verdict, streamed from the pass's log
     else:
         print(render_text(result))
+        for line in await clear_notes(loaded.settings, result):  # what waits for a person
+            print(line)
     code = EXIT_OK if result.ok else EXIT_NOT_OK
     if metrics_textfile or pushgateway:
         metrics = ReaperMetrics()

@@ -18,9 +18,10 @@ from uuid import UUID
 
 from reaper.config import Settings
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Gate
-from reaper.errors import StoreUnavailable
+from reaper.errors import ReaperError, StoreUnavailable
 from reaper.jobqueue.port import GateCount, JobQueue, ParkedDeadLetter
 from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.result import PassResult
 from reaper.reap.sources import open_sources
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "GateBoard",
     "SafeToClear",
     "board_of",
+    "clear_notes",
     "kinds_in",
     "purge_command",
     "read_board",
@@ -114,3 +116,20 @@ async def read_board(settings: Settings) -> GateBoard:
 def kinds_in(counts: Sequence[GateCount]) -> list[str]:
     """Every kind to export: the reaper's own, and any other a host raised."""
     return sorted({*GATE_KINDS, *(c.kind for c in counts)})
+
+
+async def clear_notes(settings: Settings, result: PassResult) -> list[str]:
+    """The report's lines for the dead-letter queues a person may clear now. The gates are
+    read only when a queue of the pass could be one (every letter on it already parked)."""
+    could = [d for d in result.dead_letters if d.depth > 0 and d.parked_new == 0 and d.unread == 0]
+    if not could or result.dry_run:
+        return []
+    try:
+        board = await read_board(settings)
+    except ReaperError as exc:
+        return [f"Whether a dead-letter queue may be cleared is not known: {exc}"]
+    return [
+        f"Safe to clear: {s.queue} ({s.letters} letter(s), every one parked and answered): "
+        f"`{s.command}` (an act left to you: the reaper never clears a queue)"
+        for s in safe_to_clear(could, board.waiting, settings.bus.vhost)
+    ]
