@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 from reaper.core.enforcement import TimeoutEnforcement
@@ -50,6 +50,15 @@ class Condition(StrEnum):
     UNBOUNDED = "unbounded"
     #: A ready job whose dispatch message was never sent (the host's outbox relay is down).
     LOST_DISPATCH = "lost_dispatch"
+
+
+#: The conditions each source can surface (an open finding): the judge's surface verdicts. A
+#: lease is requeued or parked, never surfaced, and a job queue has no holder, unbounded queue
+#: or dead letter: ``reaper_conditions_open`` exports only these pairs.
+SURFACED_CONDITIONS: Final = {
+    "job_queue": ("stale_ready", "lost_dispatch"),
+    "broker": ("hung_handler", "holder_gone", "stale_ready", "dead_letter", "unbounded"),
+}
 
 
 class Dispatch(StrEnum):
@@ -458,6 +467,11 @@ class Gate:
     identity: str | None
     created_at: datetime
     answered_by: str | None = None
+    #: The job's later gate, when the job has been parked again since: this one answers
+    #: nothing any more (a gate answers only itself). Filled in by a listing.
+    superseded_by: UUID | None = None
+    #: The kind of the job it parks (filled in by a listing).
+    job_kind: str | None = None
 
     @property
     def is_open(self) -> bool:

@@ -13,8 +13,9 @@ It makes a database and a vhost of its own on the configured PostgreSQL server a
    dispatch generation, published again by the host's relay and run by another worker.
 
 Each pass's report is printed as ``reaper reap`` prints it, with the ledger's event count
-before and after. The database and vhost are kept for a person to look at, and the end says
-where to look and how to remove them.
+before and after. By default the database and vhost are kept for a person to look at, and the
+end says where to look and how to remove them; with ``cleanup`` (``reaper demo --cleanup``)
+both are removed at the end, and the end says so.
 
 Exit 0 when the demo ran (its passes find problems on purpose); 1, with a one-line reason,
 when a service cannot be reached or the scenario cannot be seeded.
@@ -65,7 +66,9 @@ def _banner(title: str) -> str:
     return f"\n{'=' * 3} {title} {'=' * max(3, _WIDTH - len(title) - 5)}"
 
 
-async def run_demo(settings: Settings, *, out: Callable[[str], None] = print) -> int:
+async def run_demo(
+    settings: Settings, *, out: Callable[[str], None] = print, cleanup: bool = False
+) -> int:
     """Run the demo against the services ``settings`` names; see the module docstring."""
     started = time.monotonic()
     name = f"queue_reaper_demo_{secrets.token_hex(3)}"
@@ -147,14 +150,47 @@ async def run_demo(settings: Settings, *, out: Callable[[str], None] = print) ->
         await outbox_step(demo, client, password, out)
     except ReaperError as exc:
         print(f"reaper demo: the outbox step failed: {exc.reason}", file=sys.stderr)
+        if cleanup:
+            await _remove(settings, client, name, password, out)
         return EXIT_NOT_OK
     finally:
-        await client.aclose()
+        if not cleanup:
+            await client.aclose()
 
+    if cleanup:
+        try:
+            return await _remove(settings, client, name, password, out)
+        finally:
+            await client.aclose()
     out(_banner("Where to look"))
     for line in _where_to_look(settings, name, dsn, counts, time.monotonic() - started):
         out(line)
     return EXIT_OK
+
+
+async def _remove(
+    settings: Settings,
+    client: ManagementClient,
+    name: str,
+    password: str | None,
+    out: Callable[[str], None],
+) -> int:
+    """``--cleanup``: drop the demo's database and delete its vhost; 1 if either remains."""
+    out(_banner("Cleanup: --cleanup removes the demo's database and vhost"))
+    removed = True
+    try:
+        await drop_database(settings.database.dsn, name, password=password)
+        out(f"database {name}: dropped")
+    except ReaperError as exc:
+        removed = False
+        print(f"reaper demo: could not drop database {name}: {exc.reason}", file=sys.stderr)
+    try:
+        await delete_vhost(client, name)
+        out(f"vhost {name}: deleted")
+    except ReaperError as exc:
+        removed = False
+        print(f"reaper demo: could not delete vhost {name}: {exc.reason}", file=sys.stderr)
+    return EXIT_OK if removed else EXIT_NOT_OK
 
 
 async def _check_administrator(client: ManagementClient) -> None:
@@ -207,19 +243,14 @@ def _where_to_look(
     env = f"REAPER_DATABASE__DSN={shlex.quote(dsn)} REAPER_BUS__VHOST={name}"
     url = settings.bus.urls_in_force()[0].rstrip("/")
     admin = shlex.quote(settings.database.dsn)
-    ledger_sql = (
-        "SELECT project_id, seq, payload->>'condition' AS condition, "
-        "payload->>'action' AS action, payload->>'object' AS object FROM event "
-        "ORDER BY created_at, project_id, seq"
-    )
     dry, first, second = (after - before for before, after in counts)
     return [
         f"Ledger events written: dry run {dry}, first pass {first}, second pass {second}.",
         f"Finished in {elapsed:.1f} s. The demo database and vhost are kept, both named {name}:",
         "",
-        "  the ledger (append-only QueueReaped events):",
-        f'    psql {shlex.quote(dsn)} -c "{ledger_sql}"',  # no $, ` or " in it
-        "  what waits for a person (the poison job, the dead letters):",
+        "  the ledger (append-only events), newest last:",
+        f"    {env} reaper events",
+        "  what waits for a person (the poison job, the dead letters), with each answer:",
         f"    {env} reaper gates list",
         "  another pass, with its metrics as node-exporter's textfile collector reads them:",
         f"    {env} reaper reap --metrics-textfile /tmp/queue-reaper-demo.prom",
@@ -227,7 +258,7 @@ def _where_to_look(
         "  the broker's side:",
         f"    {url}/#/queues/{quote(name, safe='')}",
         "",
-        "  to remove them:",
+        "  to remove them (or run `reaper demo --cleanup` next time):",
         f"    psql {admin} -c {shlex.quote(f'DROP DATABASE {name} WITH (FORCE)')}",
         f"    curl -u {shlex.quote(settings.bus.username)} -X DELETE "
         f"{url}/api/vhosts/{quote(name, safe='')}",

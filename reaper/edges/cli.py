@@ -18,7 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from reaper.config import LoadedConfig, load_config, show
-from reaper.edges import commands, doctor, production
+from reaper.edges import commands, doctor, gate_commands, production
 from reaper.edges.commands import EXIT_NOT_OK, EXIT_OK, EXIT_USAGE
 from reaper.errors import ConfigError, GateError, ReaperError, scrub
 from reaper.version import __version__
@@ -40,8 +40,9 @@ EPILOG = """\
 examples:
   reaper reap --dry-run          judge everything, write nothing, print the report
   reaper reap --json             one real pass, the report as JSON (exit 0/1/2)
-  reaper gates list              what waits for a person (poison jobs, dead letters)
-  reaper gates answer GATE --choice retry
+  reaper gates list              what waits for a person, oldest first, with each command
+  reaper gates answer 1a2b3c4d --choice retry
+  reaper events --since 1h       the ledger, newest last
   reaper db migrate --dry-run    the schema statements a migration would run, none run
   reaper policies plan           desired broker policies against what is in force
   reaper serve                   a pass every interval_seconds, /metrics on 127.0.0.1:9464
@@ -95,13 +96,6 @@ def _project(value: str) -> UUID:
         return UUID(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a project id (a UUID): {value!r}") from None
-
-
-def _gate(value: str) -> UUID:
-    try:
-        return UUID(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a gate id (a UUID): {value!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -191,20 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--json", action="store_true")
 
-    gates = commands.add_parser("gates", help="what waits for a person")
-    gate_commands = gates.add_subparsers(dest="gates_command", required=True)
-    gates_list = gate_commands.add_parser("list", help="open gates (--all: answered ones too)")
-    gates_list.add_argument("--json", action="store_true")
-    gates_list.add_argument("--all", action="store_true", help="include answered gates")
-    answer = gate_commands.add_parser(
-        "answer",
-        help="answer a gate",
-        description="Answer a gate. delivery_exhausted: retry (the job is re-readied with one "
-        "more delivery). bus_dead_lettered: replay (publish the body back to the owned queue "
-        "it died on) or dismiss (settle it, send nothing). The broker's copy stays either way.",
-    )
-    answer.add_argument("gate", type=_gate, metavar="GATE", help="the gate id")
-    answer.add_argument("--choice", required=True, help="one of the gate's choices")
+    # what waits for a person, and the ledger (reaper.edges.gate_commands)
+    gate_commands.add_parsers(commands)
 
     serve = commands.add_parser(
         "serve", help="a pass every interval_seconds; /metrics and /healthz over HTTP"
@@ -213,9 +195,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--listen", default="127.0.0.1:9464", metavar="HOST:PORT", help="default %(default)s"
     )
 
-    commands.add_parser(
+    demo = commands.add_parser(
         "demo",
         help="seed a realistic scenario in its own database and vhost, then audit and reap it",
+    )
+    demo.add_argument(
+        "--cleanup",
+        action="store_true",
+        help="remove the demo's database and vhost at the end (default: keep them, and say how)",
     )
     return parser
 
@@ -297,14 +284,12 @@ async def _run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
         return await commands.migrate(loaded, dry_run=args.dry_run, outbox=args.outbox)
     if args.command == "policies":
         return await commands.policies_plan(loaded, as_json=args.json)
-    if args.command == "gates" and args.gates_command == "list":
-        return await commands.gates_list(loaded, as_json=args.json, include_answered=args.all)
-    if args.command == "gates":
-        return await commands.gates_answer(loaded, args.gate, args.choice)
+    if args.command in gate_commands.COMMANDS:
+        return await gate_commands.run(args, loaded)
     if args.command == "serve":
         return await commands.serve(loaded, args.listen)
     if args.command == "demo":
-        return await commands.demo(loaded)
+        return await commands.demo(loaded, cleanup=args.cleanup)
     raise AssertionError(f"unhandled command {args.command}")
 
 

@@ -13,11 +13,12 @@ from uuid import UUID
 from reaper.config import LoadedConfig
 from reaper.core.domain import Dispatch
 from reaper.demo.run import run_demo
-from reaper.edges.gates import answer_gate
+from reaper.edges.gate_board import clear_notes, read_board
 from reaper.edges.hook import QueueReaper
 from reaper.edges.metrics import ReaperMetrics
-from reaper.edges.report import gate_json, render_text, write_json
+from reaper.edges.report import render_text, write_json
 from reaper.edges.serve import serve as serve_http
+from reaper.edges.status_page import page_target
 from reaper.errors import MigrationStopped, PassFailed, ReaperError
 from reaper.jobqueue.migrations import MigrationRun, one_line
 from reaper.jobqueue.postgres import PostgresStore
@@ -52,6 +53,8 @@ async def reap(
         write_json(result, sys.stdout)  # every verdict, streamed from the pass's log
     else:
         print(render_text(result))
+        for line in await clear_notes(loaded.settings, result):  # what waits for a person
+            print(line)
     code = EXIT_OK if result.ok else EXIT_NOT_OK
     if metrics_textfile or pushgateway:
         metrics = ReaperMetrics()
@@ -155,42 +158,6 @@ def _dry_run_script(plan: SchemaPlan, lock_timeout: float) -> str:
     return "\n".join(lines)
 
 
-async def gates_list(loaded: LoadedConfig, *, as_json: bool, include_answered: bool) -> int:
-    sources = await open_sources(loaded.settings, broker=False)
-    try:
-        if sources.store is None:
-            print(f"reaper: cannot list gates: {sources.store_error}", file=sys.stderr)
-            return EXIT_NOT_OK
-        gates = await sources.store.list_gates(open_only=not include_answered)
-    finally:
-        await sources.close()
-    if as_json:
-        print(json.dumps([gate_json(g) for g in gates], indent=2))
-        return EXIT_OK
-    if not gates:
-        print("no open gates" if not include_answered else "no gates")
-        return EXIT_OK
-    for g in gates:
-        state = f"answered {g.answer!r}" if g.answer else "open"
-        print(f"{g.id}  {g.kind}  {state}  choices: {', '.join(g.choices)}")
-        for line in g.prompt.splitlines():
-            print(f"    {line}")
-    return EXIT_OK
-
-
-async def gates_answer(loaded: LoadedConfig, gate_id: UUID, choice: str) -> int:
-    sources = await open_sources(loaded.settings)
-    try:
-        if sources.store is None:
-            print(f"reaper: cannot answer: {sources.store_error}", file=sys.stderr)
-            return EXIT_NOT_OK
-        outcome = await answer_gate(sources, loaded.settings, gate_id, choice)
-    finally:
-        await sources.close()
-    print(outcome)
-    return EXIT_OK
-
-
 async def policies_plan(loaded: LoadedConfig, *, as_json: bool) -> int:
     sources = await open_sources(loaded.settings, store=False)
     try:
@@ -218,10 +185,12 @@ async def serve(loaded: LoadedConfig, listen: str) -> int:
             turn,
             ReaperMetrics(),
             next_in=reaper.seconds_until_due,
+            gates=lambda: read_board(loaded.settings),
+            target=page_target(loaded.settings),
         )
     finally:
         await reaper.aclose()
 
 
-async def demo(loaded: LoadedConfig) -> int:
-    return await run_demo(loaded.settings)
+async def demo(loaded: LoadedConfig, *, cleanup: bool = False) -> int:
+    return await run_demo(loaded.settings, cleanup=cleanup)

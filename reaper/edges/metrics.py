@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import urllib.error
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Mapping
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from http.client import HTTPException
 from urllib.parse import urlsplit, urlunsplit
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import (
     basic_auth_handler,
@@ -40,9 +41,13 @@ from prometheus_client.exposition import (
     write_to_textfile,
 )
 
-from reaper.core.domain import Action, Condition, Source
+from reaper.core.domain import SURFACED_CONDITIONS, Action, Source
+from reaper.edges.gate_board import GateBoard, kinds_in
 from reaper.errors import ReaperError, scrub
 from reaper.reap.result import PassResult
+
+# A counter's ``*_created`` series repeats its help and says nothing a scrape needs (SPEC §6).
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 __all__ = ["DEFAULT_PUSH_JOB", "MetricsExportError", "PassCollector", "ReaperMetrics"]
 
@@ -67,6 +72,9 @@ class _Last:
 
     result: PassResult | None
     ok: bool | None
+    #: The open gates read after the last pass, and time.monotonic() when they were read.
+    board: GateBoard | None = None
+    board_read_at: float = 0.0
 
 
 def _flag(value: bool) -> float:
@@ -76,16 +84,23 @@ def _flag(value: bool) -> float:
 class PassCollector:
     """Yields the gauges that describe the last pass, from the last :class:`PassResult`."""
 
-    def __init__(self) -> None:
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._last = _Last(result=None, ok=None)
+        self._monotonic = monotonic
 
     def update(self, result: PassResult) -> None:
-        self._last = _Last(result=result, ok=result.ok)
+        last = self._last
+        self._last = _Last(result, result.ok, last.board, last.board_read_at)
+
+    def update_gates(self, board: GateBoard) -> None:
+        last = self._last
+        self._last = _Last(last.result, last.ok, board, self._monotonic())
 
     def mark_failed(self) -> None:
         """A pass raised before it produced a result: the last result's gauges stay (they are
         still the latest known), but the last pass is not ok."""
-        self._last = _Last(result=self._last.result, ok=False)
+        last = self._last
+        self._last = _Last(last.result, False, last.board, last.board_read_at)
 
     @property
     def last_result(self) -> PassResult | None:
@@ -101,6 +116,10 @@ class PassCollector:
             families["last_pass_ok"].add_metric([], _flag(last.ok))
         if last.result is not None:
             _fill(families, last.result)
+        if last.board is not None:
+            # the oldest gate keeps ageing between passes: the age at the read, plus since
+            since = max(0.0, self._monotonic() - last.board_read_at)
+            _fill_gates(families, last.board, since)
         return list(families.values())
 
 
@@ -112,7 +131,8 @@ def _families() -> dict[str, GaugeMetricFamily]:
         "conditions_open": gauge(
             "conditions_open",
             "Surfaced conditions the last pass observed, by source and condition (0 for every "
-            "condition of a source that was read; no series for a source that was not).",
+            "condition the source can surface, when it was read; no series for a source that "
+            "was not, nor for a pair that cannot occur).",
             ("source", "condition"),
         ),
         "dead_letter_queue_depth": gauge(
@@ -198,7 +218,27 @@ def _families() -> dict[str, GaugeMetricFamily]:
             "last_pass_dry_run",
             "1 when the last pass was a dry-run audit (nothing moved, nothing recorded).",
         ),
+        "gates_open": gauge(
+            "gates_open",
+            "Gates waiting for a person's answer, by kind (from the gates table after the last "
+            "pass; 0 for a kind with none).",
+            ("kind",),
+        ),
+        "gate_oldest_open_age_seconds": gauge(
+            "gate_oldest_open_age_seconds",
+            "How long the oldest open gate of each kind has waited, by the database's clock "
+            "(0 when none is open).",
+            ("kind",),
+        ),
     }
+
+
+def _fill_gates(families: Mapping[str, GaugeMetricFamily], board: GateBoard, since: float) -> None:
+    for kind in kinds_in(board.counts):
+        count = board.open_of(kind)
+        age = 0.0 if count is None else (board.now - count.oldest).total_seconds() + since
+        families["gates_open"].add_metric([kind], 0 if count is None else count.open)
+        families["gate_oldest_open_age_seconds"].add_metric([kind], max(0.0, age))
 
 
 def _fill(families: Mapping[str, GaugeMetricFamily], result: PassResult) -> None:
@@ -207,8 +247,8 @@ def _fill(families: Mapping[str, GaugeMetricFamily], result: PassResult) -> None
 
     open_now: Tally[tuple[str, str]] = Tally()
     for source in read:
-        for condition in Condition:
-            open_now[(source.value, condition.value)] += 0
+        for condition in SURFACED_CONDITIONS.get(source.value, ()):
+            open_now[(source.value, condition)] += 0
     for rv in result.surfaced():
         open_now[(str(rv.verdict.source), str(rv.verdict.condition))] += 1
     for (source_name, condition_name), count in sorted(open_now.items()):
@@ -348,6 +388,11 @@ class ReaperMetrics:
             self.passes.labels("ok" if result.ok else "not_ok").inc()
             self.pass_duration.observe(max(0.0, result.duration_seconds))
             self.collector.update(result)
+
+    def observe_gates(self, board: GateBoard) -> None:
+        """Make ``board`` the open gates the gate gauges describe."""
+        with self._lock:
+            self.collector.update_gates(board)
 
     def observe_failure(self) -> None:
         """A pass raised instead of returning a result: ``reaper_last_pass_ok`` becomes 0 and

@@ -1,4 +1,10 @@
-"""``reaper serve``: a pass every ``interval_seconds``, ``/metrics`` and ``/healthz`` on a port.
+"""``reaper serve``: a pass every ``interval_seconds``, ``/metrics``, ``/healthz`` and a read-only
+status page at ``/`` on a port.
+
+``/healthz`` is liveness: 200 while the loop completed a pass (or checked the fleet's turn)
+within two intervals, else 503; its body says whether the last pass was ok, and never calls a
+pass ok that was not. After each pass the open gates are read (``gates``) for the gate gauges
+and the page.
 
 It shares the fleet's turn with the workers' hooks (:mod:`reaper.edges.hook`): when another
 reaper has the turn, ``run_once`` answers None, nothing is measured and the metrics stay those
@@ -28,7 +34,9 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
 
+from reaper.edges.gate_board import GateBoard
 from reaper.edges.metrics import ReaperMetrics
+from reaper.edges.status_page import PageTarget, render_page
 from reaper.errors import ReaperError, scrub
 from reaper.reap.result import PassResult
 
@@ -41,7 +49,7 @@ __all__ = ["DEFAULT_LISTEN", "STALE_AFTER_INTERVALS", "ListenError", "parse_list
 DEFAULT_LISTEN = "127.0.0.1:9464"
 
 #: ``/healthz`` turns 503 when the last completed pass is older than this many intervals.
-STALE_AFTER_INTERVALS = 3
+STALE_AFTER_INTERVALS = 2
 
 _log = logging.getLogger("reaper.serve")
 
@@ -83,6 +91,16 @@ class _Health:
     elsewhere_at: float | None = None
     turns_elsewhere: int = 0
 
+    #: The open gates read after the last pass, or why they could not be.
+    board: GateBoard | None = None
+    board_error: str | None = None
+
+    def last_pass(self) -> str:
+        """What the last pass was, in words: never "ok" about one that was not."""
+        if self.last_ok is None:
+            return "none yet"
+        return "ok" if self.last_ok else "not ok"
+
     def answer(self) -> tuple[int, dict[str, Any]]:
         last_ok = self.last_ok
         completed_at = max(
@@ -91,13 +109,16 @@ class _Health:
         if completed_at is None:
             return 503, {
                 "status": "starting",
+                "last_pass": self.last_pass(),
                 "last_pass_ok": last_ok,
                 "last_pass_age_seconds": None,
             }
         age = round(time.monotonic() - completed_at, 3)
         stale = age > STALE_AFTER_INTERVALS * self.interval_seconds
         body = {
-            "status": "stale" if stale else "ok",
+            # liveness only: "alive" says the loop runs, last_pass says how the pass went
+            "status": "stale" if stale else "alive",
+            "last_pass": self.last_pass(),
             "last_pass_ok": last_ok,
             "last_pass_age_seconds": age,
             "interval_seconds": self.interval_seconds,
@@ -120,7 +141,9 @@ class _QuietHandler(WSGIRequestHandler):
         _log.debug("http: " + format, *args)
 
 
-def _app(metrics: ReaperMetrics, health: _Health) -> Callable[..., Iterable[bytes]]:
+def _app(
+    metrics: ReaperMetrics, health: _Health, target: PageTarget | None = None
+) -> Callable[..., Iterable[bytes]]:
     metrics_app = make_wsgi_app(metrics.registry)
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
@@ -133,6 +156,12 @@ def _app(metrics: ReaperMetrics, health: _Health) -> Callable[..., Iterable[byte
             payload = (json.dumps(body) + "\n").encode()
             start_response(status, [("Content-Type", "application/json")])
             return [payload]
+        if path == "/" and target is not None:
+            page = render_page(
+                metrics.last_result, health.board, target, board_error=health.board_error
+            )
+            start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
+            return [page.encode("utf-8")]
         if path == "/":
             start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
             return [b"queue-reaper: /metrics /healthz\n"]
@@ -182,6 +211,8 @@ async def serve(
     log: logging.Logger | logging.LoggerAdapter[logging.Logger] = _log,
     on_listening: Callable[[str, int], None] | None = None,
     next_in: Callable[[], float] | None = None,
+    gates: Callable[[], Awaitable[GateBoard]] | None = None,
+    target: PageTarget | None = None,
 ) -> int:
     """Serve ``/metrics`` and ``/healthz`` on ``listen`` and run a pass every
     ``interval_seconds`` (the first at once, start to start) until ``stop`` is set or the
@@ -190,7 +221,9 @@ async def serve(
 
     ``run_once`` answers None when another reaper had the fleet's turn; ``next_in`` then says
     how long until it is free (by default the rest of the interval). A pass that left expired
-    leases (its lease reap's budget spent) is followed by the next at once.
+    leases (its lease reap's budget spent) is followed by the next at once. ``gates`` reads
+    the open gates after each pass (for the gate gauges and the page); ``target`` is what
+    the page names (without it, ``/`` only lists the endpoints).
 
     A pass that raises is logged and counted (``reaper_last_pass_ok`` 0); the loop goes on.
     """
@@ -199,7 +232,7 @@ async def serve(
     host, port = parse_listen(listen)
     stop = stop if stop is not None else asyncio.Event()
     health = _Health(interval_seconds=interval_seconds)
-    server = _bind(host, port, _app(metrics, health), listen)
+    server = _bind(host, port, _app(metrics, health, target), listen)
     bound_host, bound_port = server.server_address[:2]
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="reaper-http", daemon=True
@@ -219,6 +252,8 @@ async def serve(
         while not stop.is_set():
             started = loop.time()
             result = await _one_pass(run_once, metrics, health, log)
+            if gates is not None:
+                await _read_gates(gates, metrics, health, log)
             remaining = (
                 next_in() if next_in is not None else interval_seconds - (loop.time() - started)
             )
@@ -279,3 +314,20 @@ async def _one_pass(
             "; ".join(problems) or "see `reaper reap` for the report",
         )
     return result
+
+
+async def _read_gates(
+    gates: Callable[[], Awaitable[GateBoard]],
+    metrics: ReaperMetrics,
+    health: _Health,
+    log: logging.Logger | logging.LoggerAdapter[logging.Logger],
+) -> None:
+    # the gauges keep the last board read; the page says why a read failed
+    try:
+        board = await gates()
+    except ReaperError as exc:
+        health.board_error = scrub(str(exc))
+        log.warning("open gates not read: %s", health.board_error)
+        return
+    metrics.observe_gates(board)
+    health.board, health.board_error = board, None

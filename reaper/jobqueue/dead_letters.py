@@ -257,6 +257,13 @@ def _as_found(state: str | None, generation: int | None) -> str:
     return f"is {state} at generation {generation}"
 
 
+async def parked_letters_of(db: Database, job_ids: Sequence[UUID]) -> dict[UUID, ParkedDeadLetter]:
+    """What each of these parked dead-letter jobs keeps of its letter, by job."""
+    async with db.session("reading parked dead letters") as conn:
+        rows = await conn.fetch(QUERIES["dead_letters_of_jobs"], list(job_ids))
+    return {r["job_id"]: _parked(r) for r in rows}
+
+
 async def answer_gate(
     db: Database,
     gate_id: UUID,
@@ -265,16 +272,18 @@ async def answer_gate(
     *,
     replay: ReplaySender | None,
     answered_by: str | None,
+    reason: str | None = None,
 ) -> tuple[Gate, ParkedDeadLetter | None]:
     """Answer a ``bus_dead_lettered`` gate, with the gate row locked throughout.
 
     ``dismiss``: the answer is recorded and the parked job settles ``cancelled``; nothing is
     sent. ``replay``: ``replay(gate, letter)`` runs first, still under the lock (so a second
     answer waits, then finds the gate answered: one replay, never two); it publishes the body
-    or raises (a :class:`GateError` saying why), and only when it returns are the answer
-    recorded and the job settled ``succeeded``. If it raises, nothing is recorded. ``replay``
-    None refuses a replay. Refused like any gate answer: an unknown gate, one already
-    answered, a choice it does not offer, and a gate of another kind.
+    and returns its message id, or raises (a :class:`GateError` saying why), and only when it
+    returns are the answer, its ``GateAnswered`` event (with the queue and message id) and the
+    job settled ``succeeded`` recorded. If it raises, nothing is recorded. ``replay`` None
+    refuses a replay. Refused like any gate answer: an unknown gate, one already answered, a
+    choice it does not offer, and a gate of another kind.
     """
     async with db.session("answering a dead-letter gate") as conn, conn.transaction():
         gate = await open_gate_for_answer(conn, gate_id, choice)
@@ -286,9 +295,11 @@ async def answer_gate(
         if gate.job_id is not None:
             found = await conn.fetchrow(QUERIES["dead_letter_of_job"], gate.job_id)
             parked = None if found is None else _parked(found)
+        published = None
         if choice == DEAD_LETTER_REPLAY:
             send, letter = replay_parts(gate, replay, parked)
-            await send(gate, letter)
+            message_id = await send(gate, letter)
+            published = (letter.letter.origin_queue or "", message_id)
             await conn.fetchval(
                 QUERIES["settle_parked_job"],
                 now,
@@ -297,7 +308,8 @@ async def answer_gate(
             )
         else:
             await settle_dead_letter(conn, gate, choice, now, Dispatch.POLLING)
-        return await record_answer(conn, gate_id, choice, now, answered_by), parked
+        answered = await record_answer(conn, gate, choice, now, answered_by, reason, published)
+        return answered, parked
 
 
 def _letter_columns(kept: dead_letters.ParkedLetter) -> tuple[object, ...]:

@@ -1,11 +1,13 @@
 """Gates: questions a person answers (SPEC §1). Listing them, and answering one: the answer is
-recorded and what it means for its kind is done, in one transaction, with the gate row locked
-so two people answering at once cannot both act.
+recorded, its ``GateAnswered`` event appended to the gate's project stream and what it means
+for its kind done, in one transaction, with the gate row locked so two people answering at
+once cannot both act.
 
 What an answer does, by kind (:data:`ANSWERS`):
 
 - ``delivery_exhausted``, ``retry``: the parked job is re-readied for exactly one more delivery
-  (the attempt refunded when it was parked pays for it);
+  (the attempt refunded when it was parked pays for it); ``cancel``: the job is given up
+  (``cancelled``, finished, never delivered again; no outbox row);
 - ``bus_dead_lettered``, ``dismiss``: the parked ``bus.dead_letter`` job settles ``cancelled``;
   ``replay`` needs the broker and is taken by :func:`reaper.jobqueue.dead_letters.answer_gate`.
 """
@@ -18,13 +20,19 @@ from datetime import datetime
 from typing import Final
 from uuid import UUID
 
+from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Dispatch, Gate
 from reaper.errors import GateError
+from reaper.jobqueue import ledger
 from reaper.jobqueue.database import Connection, Database, Record
+from reaper.jobqueue.port import GateCount
 from reaper.jobqueue.rules import (
     DEAD_LETTER_REPLAY,
     DEAD_LETTER_SETTLED,
+    DELIVERY_CANCEL,
+    GATE_ANSWERED,
     REPLAY_NEEDS_BROKER,
+    answered_payload,
     check_answerable,
     not_the_latest,
 )
@@ -34,8 +42,12 @@ __all__ = [
     "ANSWERS",
     "answer_gate",
     "gate_of",
+    "gates_between",
     "list_gates",
+    "open_dead_letter_gates",
+    "open_gate_counts",
     "open_gate_for_answer",
+    "record_answer",
 ]
 
 #: What answering a gate does beyond recording the answer: runs inside the answer's
@@ -43,10 +55,35 @@ __all__ = [
 Answer = Callable[[Connection, Gate, str, datetime, Dispatch], Awaitable[None]]
 
 
-async def list_gates(db: Database, *, open_only: bool, kind: str | None) -> list[Gate]:
+async def list_gates(
+    db: Database,
+    *,
+    open_only: bool,
+    kind: str | None,
+    project_id: UUID | None = None,
+    raised_before: datetime | None = None,
+) -> list[Gate]:
     async with db.session("listing gates") as conn:
-        rows = await conn.fetch(QUERIES["list_gates"], open_only, kind)
+        rows = await conn.fetch(QUERIES["list_gates"], open_only, kind, project_id, raised_before)
     return [gate_of(r) for r in rows]
+
+
+async def gates_between(db: Database, low: UUID, high: UUID, limit: int) -> list[Gate]:
+    async with db.session("finding a gate") as conn:
+        rows = await conn.fetch(QUERIES["gates_between"], low, high, limit)
+    return [gate_of(r) for r in rows]
+
+
+async def open_gate_counts(db: Database) -> list[GateCount]:
+    async with db.session("counting open gates") as conn:
+        rows = await conn.fetch(QUERIES["open_gate_counts"])
+    return [GateCount(r["kind"], r["open"], r["oldest"]) for r in rows]
+
+
+async def open_dead_letter_gates(db: Database) -> dict[str, int]:
+    async with db.session("counting open dead-letter gates") as conn:
+        rows = await conn.fetch(QUERIES["open_dead_letter_gates"])
+    return {r["queue"]: r["waiting"] for r in rows}
 
 
 async def answer_gate(
@@ -57,17 +94,18 @@ async def answer_gate(
     *,
     answered_by: str | None,
     dispatch: Dispatch,
+    reason: str | None = None,
 ) -> Gate:
-    """Answer a gate and do what the answer means for its kind (:data:`ANSWERS`), in one
-    transaction. Raises :class:`GateError` for an unknown gate, one already answered, a
-    choice it does not offer, or a kind this store cannot answer."""
+    """Answer a gate and do what the answer means for its kind (:data:`ANSWERS`), with its
+    ``GateAnswered`` event, in one transaction. Raises :class:`GateError` for an unknown gate,
+    one already answered, a choice it does not offer, or a kind this store cannot answer."""
     async with db.session("answering a gate") as conn, conn.transaction():
         gate = await open_gate_for_answer(conn, gate_id, choice)
         answer = ANSWERS.get(gate.kind)
         if answer is None:
             raise GateError(f"gate {gate.id} is a {gate.kind} gate: this store cannot answer it")
         await answer(conn, gate, choice, now, dispatch)
-        return await record_answer(conn, gate_id, choice, now, answered_by)
+        return await record_answer(conn, gate, choice, now, answered_by, reason)
 
 
 async def open_gate_for_answer(conn: Connection, gate_id: UUID, choice: str) -> Gate:
@@ -89,19 +127,39 @@ async def open_gate_for_answer(conn: Connection, gate_id: UUID, choice: str) -> 
 
 
 async def record_answer(
-    conn: Connection, gate_id: UUID, choice: str, now: datetime, answered_by: str | None
+    conn: Connection,
+    gate: Gate,
+    choice: str,
+    now: datetime,
+    answered_by: str | None,
+    reason: str | None,
+    published: tuple[str, str] | None = None,
 ) -> Gate:
-    """Record the answer of a gate locked by :func:`open_gate_for_answer`."""
-    return gate_of(await conn.fetchrow(QUERIES["answer_gate"], now, gate_id, choice, answered_by))
+    """Record the answer of a gate locked by :func:`open_gate_for_answer`, and its
+    ``GateAnswered`` event on the gate's project stream (``published``: the queue and message
+    id a replay sent; the queue came from the letter's headers, so that event is untrusted)."""
+    answered = gate_of(
+        await conn.fetchrow(QUERIES["answer_gate"], now, gate.id, choice, answered_by)
+    )
+    canonical = canonical_json(answered_payload(gate, choice, answered_by, reason, published))
+    event = ledger.Event(
+        gate.project_id, canonical, digest_of(canonical), published is None, GATE_ANSWERED
+    )
+    await ledger.append(conn, [event], now)
+    return answered
 
 
-async def _retry_delivery(
+async def _answer_delivery(
     conn: Connection, gate: Gate, choice: str, now: datetime, dispatch: Dispatch
 ) -> None:
-    # The attempt refunded at the park buys exactly one more delivery; a job no longer
+    # retry: the attempt refunded at the park buys exactly one more delivery; a job no longer
     # awaiting a human (cancelled meanwhile) is left as it is. With outbox dispatch the job
     # made ready starts a new dispatch episode: a worker receives it at a new generation.
+    # cancel: the job ends, and no episode starts.
     if gate.job_id is None:
+        return
+    if choice == DELIVERY_CANCEL:
+        await conn.fetchval(QUERIES["cancel_parked_job"], now, gate.job_id)
         return
     readied = await conn.fetchval(QUERIES["ready_parked_job"], now, gate.job_id)
     if readied is not None and dispatch is Dispatch.OUTBOX:
@@ -123,7 +181,7 @@ async def settle_dead_letter(
 
 #: What answering a gate of each kind does; a kind without an entry cannot be answered here.
 ANSWERS: Final[Mapping[str, Answer]] = {
-    GATE_DELIVERY_EXHAUSTED: _retry_delivery,
+    GATE_DELIVERY_EXHAUSTED: _answer_delivery,
     GATE_BUS_DEAD_LETTERED: settle_dead_letter,
 }
 
@@ -143,4 +201,6 @@ def gate_of(row: Record) -> Gate:
         identity=row["identity"],
         created_at=row["created_at"],
         answered_by=row["answered_by"],
+        superseded_by=row.get("superseded_by"),
+        job_kind=row.get("job_kind"),
     )

@@ -1,5 +1,5 @@
-"""The ledger (SPEC §3, §10): append-only ``QueueReaped`` events, gapless per stream, on
-streams the host appends to as well.
+"""The ledger (SPEC §3, §10): append-only ``QueueReaped`` and ``GateAnswered`` events, gapless
+per stream, on streams the host appends to as well.
 
 The reaper is never the only writer. An event's number is the stream's last number plus one,
 read from the ledger itself in the statement that inserts it: never from a counter of the
@@ -24,12 +24,22 @@ from typing import Final
 from uuid import UUID
 
 from reaper.core.canonical import canonical_json, digest_of
-from reaper.core.domain import LedgerEvent, Verdict
+from reaper.core.domain import EVENT_KIND, LedgerEvent, Verdict
 from reaper.errors import StoreUnavailable
 from reaper.jobqueue.database import Connection
+from reaper.jobqueue.port import EventFilter
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["ROUNDS", "Event", "LedgerContention", "append", "event_of", "lock_streams", "stream"]
+__all__ = [
+    "ROUNDS",
+    "Event",
+    "LedgerContention",
+    "append",
+    "event_of",
+    "lock_streams",
+    "read",
+    "stream",
+]
 
 #: How many rounds of appending one set of events may take before giving up. A round writes
 #: every event whose number no host writer took first; the rest go in the next round, after
@@ -50,6 +60,7 @@ class Event:
     canonical: str
     digest: str
     trusted: bool
+    kind: str = EVENT_KIND
 
 
 def event_of(verdict: Verdict) -> Event:
@@ -66,7 +77,7 @@ async def lock_streams(conn: Connection, streams: Sequence[UUID]) -> None:
 async def append(
     conn: Connection, events: Sequence[Event], now: datetime, *, locked: bool = False
 ) -> None:
-    """Append ``events`` as ``QueueReaped`` inside the caller's transaction, in order but for
+    """Append ``events`` inside the caller's transaction, in order but for
     those whose numbers a host writer took first, which follow. ``locked``: the caller already
     holds the streams' locks."""
     if not events:
@@ -82,6 +93,7 @@ async def append(
             [e.digest for e in pending],
             [e.trusted for e in pending],
             now,
+            [e.kind for e in pending],
         )
         if not unwritten:
             return
@@ -98,4 +110,18 @@ async def append(
 async def stream(conn: Connection, project_id: UUID) -> list[LedgerEvent]:
     """One stream's events, in sequence order."""
     rows = await conn.fetch(QUERIES["ledger_events"], project_id)
+    return [LedgerEvent(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
+
+
+async def read(conn: Connection, chosen: EventFilter) -> list[LedgerEvent]:
+    """The newest ``chosen.limit`` events ``chosen`` selects, across streams, oldest first."""
+    rows = await conn.fetch(
+        QUERIES["read_events"],
+        chosen.since,
+        chosen.project_id,
+        chosen.kind,
+        chosen.condition,
+        chosen.object,
+        chosen.limit,
+    )
     return [LedgerEvent(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]

@@ -22,11 +22,14 @@ from reaper.core.domain import (
 )
 from reaper.core.observation import Observation
 from reaper.errors import GateError, StoreUnavailable
-from reaper.jobqueue.port import ParkedDeadLetter, ReplaySender
+from reaper.jobqueue.port import EventFilter, GateCount, ParkedDeadLetter, ReplaySender
 from reaper.jobqueue.rules import (
     DEAD_LETTER_REPLAY,
     DEAD_LETTER_SETTLED,
+    DELIVERY_CANCEL,
+    GATE_ANSWERED,
     REPLAY_NEEDS_BROKER,
+    answered_payload,
     check_answerable,
     not_the_latest,
     replay_parts,
@@ -136,16 +139,55 @@ class Records:
 
     # ----------------------------------------------------------------------- gates
 
-    async def list_gates(self, *, open_only: bool = True, kind: str | None = None) -> list[Gate]:
+    async def list_gates(
+        self,
+        *,
+        open_only: bool = True,
+        kind: str | None = None,
+        project_id: UUID | None = None,
+        raised_before: datetime | None = None,
+    ) -> list[Gate]:
         self._open()
-        return sorted(
-            (
-                g
-                for g in self.gates.values()
-                if (not open_only or g.is_open) and (kind is None or g.kind == kind)
-            ),
-            key=lambda g: (g.created_at, str(g.id)),
+        chosen = (
+            g
+            for g in self.gates.values()
+            if (not open_only or g.is_open)
+            and (kind is None or g.kind == kind)
+            and (project_id is None or g.project_id == project_id)
+            and (raised_before is None or g.created_at < raised_before)
         )
+        return [self._with_latest(g) for g in sorted(chosen, key=_raised)]
+
+    async def gates_between(self, low: UUID, high: UUID, limit: int) -> list[Gate]:
+        self._open()
+        found = sorted((g for g in self.gates.values() if low <= g.id <= high), key=lambda g: g.id)
+        return [self._with_latest(g) for g in found[:limit]]
+
+    async def open_gate_counts(self) -> list[GateCount]:
+        self._open()
+        by_kind: dict[str, list[datetime]] = {}
+        for g in self.gates.values():
+            if g.is_open:
+                by_kind.setdefault(g.kind, []).append(g.created_at)
+        return [GateCount(k, len(v), min(v)) for k, v in sorted(by_kind.items())]
+
+    async def open_dead_letter_gates(self) -> dict[str, int]:
+        self._open()
+        waiting: dict[str, int] = {}
+        for g in self.gates.values():
+            if not g.is_open or g.job_id is None:
+                continue
+            for letter in self.letters.values():
+                if letter.job_id == g.job_id:
+                    queue = letter.letter.queue
+                    waiting[queue] = waiting.get(queue, 0) + 1
+        return dict(sorted(waiting.items()))
+
+    async def parked_dead_letters(self, job_ids: Sequence[UUID]) -> dict[UUID, ParkedDeadLetter]:
+        self._open()
+        return {
+            job_id: parked for job_id in job_ids if (parked := self._parked_of(job_id)) is not None
+        }
 
     async def answer_gate(
         self,
@@ -155,11 +197,14 @@ class Records:
         *,
         answered_by: str | None = None,
         dispatch: Dispatch = Dispatch.POLLING,
+        reason: str | None = None,
     ) -> Gate:
         gate = self._gate_for_answer(gate_id, choice)
         job = self.jobs.get(gate.job_id) if gate.job_id else None
         if gate.kind == GATE_DELIVERY_EXHAUSTED:
-            if job is not None and job.state == "awaiting_human":
+            if choice == DELIVERY_CANCEL:
+                self._settle(job, "cancelled", now)
+            elif job is not None and job.state == "awaiting_human":
                 job.state, job.run_after, job.updated_at = "ready", now, now
                 if dispatch is Dispatch.OUTBOX:
                     self._dispatch(job, now)
@@ -169,7 +214,7 @@ class Records:
             self._settle(job, DEAD_LETTER_SETTLED[choice], now)
         else:
             raise GateError(f"gate {gate.id} is a {gate.kind} gate: this store cannot answer it")
-        return self._answer(gate, choice, now, answered_by)
+        return self._answer(gate, choice, now, answered_by, reason)
 
     async def answer_dead_letter_gate(
         self,
@@ -179,6 +224,7 @@ class Records:
         *,
         replay: ReplaySender | None = None,
         answered_by: str | None = None,
+        reason: str | None = None,
     ) -> tuple[Gate, ParkedDeadLetter | None]:
         gate = self._gate_for_answer(gate_id, choice)
         if gate.kind != GATE_BUS_DEAD_LETTERED:
@@ -186,21 +232,38 @@ class Records:
                 f"gate {gate.id} is a {gate.kind} gate, not a {GATE_BUS_DEAD_LETTERED} gate"
             )
         job = self.jobs.get(gate.job_id) if gate.job_id else None
+        parked = self._parked_of(gate.job_id) if gate.job_id else None
+        published = None
+        if choice == DEAD_LETTER_REPLAY:
+            send, letter = replay_parts(gate, replay, parked)
+            published = (letter.letter.origin_queue or "", await send(gate, letter))
+        self._settle(job, DEAD_LETTER_SETTLED[choice], now)
+        return self._answer(gate, choice, now, answered_by, reason, published), parked
+
+    def _parked_of(self, job_id: UUID) -> ParkedDeadLetter | None:
+        job = self.jobs.get(job_id)
         parked = next(
             (
                 p
                 for identity, p in self.letters.items()
-                if p.job_id == gate.job_id and self.dispositions.get(identity) == "parked"
+                if p.job_id == job_id and self.dispositions.get(identity) == "parked"
             ),
             None,
         )
         if parked is not None and job is not None:
             parked = replace(parked, job_state=job.state)
-        if choice == DEAD_LETTER_REPLAY:
-            send, letter = replay_parts(gate, replay, parked)
-            await send(gate, letter)
-        self._settle(job, DEAD_LETTER_SETTLED[choice], now)
-        return self._answer(gate, choice, now, answered_by), parked
+        return parked
+
+    def _with_latest(self, gate: Gate) -> Gate:
+        if gate.job_id is None:
+            return gate
+        latest = max((g for g in self.gates.values() if g.job_id == gate.job_id), key=_raised)
+        job = self.jobs.get(gate.job_id)
+        return replace(
+            gate,
+            superseded_by=None if latest.id == gate.id else latest.id,
+            job_kind=None if job is None else job.kind,
+        )
 
     def _gate_for_answer(self, gate_id: UUID, choice: str) -> Gate:
         self._open()
@@ -209,18 +272,25 @@ class Records:
             raise GateError(f"gate {gate_id} does not exist")
         check_answerable(gate, choice)
         if gate.job_id is not None:
-            latest = max(
-                (g for g in self.gates.values() if g.job_id == gate.job_id),
-                key=lambda g: (g.created_at, str(g.id)),
-            )
+            latest = max((g for g in self.gates.values() if g.job_id == gate.job_id), key=_raised)
             if latest.id != gate.id:
                 raise GateError(not_the_latest(gate, latest.id, latest.kind, latest.created_at))
         return gate
 
-    def _answer(self, gate: Gate, choice: str, now: datetime, answered_by: str | None) -> Gate:
+    def _answer(
+        self,
+        gate: Gate,
+        choice: str,
+        now: datetime,
+        answered_by: str | None,
+        reason: str | None,
+        published: tuple[str, str] | None = None,
+    ) -> Gate:
         answered = replace(gate, answer=choice, answered_at=now, answered_by=answered_by)
         self.gates[gate.id] = answered
-        return answered
+        payload = answered_payload(gate, choice, answered_by, reason, published)
+        self._append(gate.project_id, payload, published is None, now, GATE_ANSWERED)
+        return self._with_latest(answered)
 
     @staticmethod
     def _settle(job: JobRow | None, state: str, now: datetime) -> None:
@@ -249,16 +319,34 @@ class Records:
         self._open()
         return list(self.ledger.get(project_id, ()))
 
+    async def read_events(self, chosen: EventFilter) -> list[LedgerEvent]:
+        self._open()
+        found = [
+            e
+            for events in self.ledger.values()
+            for e in events
+            if (chosen.since is None or e.created_at >= chosen.since)
+            and (chosen.project_id is None or e.project_id == chosen.project_id)
+            and (chosen.kind is None or e.kind == chosen.kind)
+            and (chosen.condition is None or e.payload.get("condition") == chosen.condition)
+            and (chosen.object is None or e.payload.get("object") == chosen.object)
+        ]
+        found.sort(key=lambda e: (e.created_at, str(e.project_id), e.seq))
+        return found[-chosen.limit :] if chosen.limit > 0 else []
+
     def _append(
-        self, stream: UUID, payload: dict[str, object], trusted: bool, now: datetime
+        self,
+        stream: UUID,
+        payload: dict[str, object],
+        trusted: bool,
+        now: datetime,
+        kind: str = EVENT_KIND,
     ) -> None:
         events = self.ledger.setdefault(stream, [])
         canonical = canonical_json(payload)
         digest = digest_of(canonical)
         stored = json.loads(canonical)  # as read back from the ledger
-        events.append(
-            LedgerEvent(stream, len(events) + 1, EVENT_KIND, stored, digest, trusted, now)
-        )
+        events.append(LedgerEvent(stream, len(events) + 1, kind, stored, digest, trusted, now))
 
     async def close(self) -> None:
         self.closed = True
@@ -266,3 +354,8 @@ class Records:
     def _open(self) -> None:
         if self.closed:
             raise StoreUnavailable("the in-memory job queue is closed")
+
+
+def _raised(gate: Gate) -> tuple[datetime, str]:
+    """Gates in the order they were raised (ties by id), as the store orders them."""
+    return (gate.created_at, str(gate.id))

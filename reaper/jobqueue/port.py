@@ -34,6 +34,8 @@ from reaper.errors import StoreUnavailable
 __all__ = [
     "DatabaseFacts",
     "DeadLetterParks",
+    "EventFilter",
+    "GateCount",
     "JobQueue",
     "LeaseMoves",
     "MovesInterrupted",
@@ -163,8 +165,31 @@ class ParkedDeadLetter:
     job_state: str
 
 
-#: Publishes a parked dead letter's body back (``reaper gates answer``); raises to refuse.
-ReplaySender = Callable[[Gate, ParkedDeadLetter], Awaitable[None]]
+#: Publishes a parked dead letter's body back (``reaper gates answer``) and returns the message
+#: id it was published with; raises to refuse.
+ReplaySender = Callable[[Gate, ParkedDeadLetter], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class GateCount:
+    """The open gates of one kind: how many, and when the oldest was raised."""
+
+    kind: str
+    open: int
+    oldest: datetime
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    """Which ledger events ``reaper events`` reads: each field narrows (None: any), newest
+    ``limit`` of them."""
+
+    since: datetime | None = None
+    project_id: UUID | None = None
+    kind: str | None = None
+    condition: str | None = None
+    object: str | None = None
+    limit: int = 100
 
 
 class JobQueue(Protocol):
@@ -311,8 +336,31 @@ class JobQueue(Protocol):
         lease expired), else record the pointer as stale; once per letter, with its event."""
         ...
 
-    async def list_gates(self, *, open_only: bool = True, kind: str | None = None) -> list[Gate]:
-        """Gates, oldest first."""
+    async def list_gates(
+        self,
+        *,
+        open_only: bool = True,
+        kind: str | None = None,
+        project_id: UUID | None = None,
+        raised_before: datetime | None = None,
+    ) -> list[Gate]:
+        """Gates, oldest first, each with the job's later gate where it has one."""
+        ...
+
+    async def gates_between(self, low: UUID, high: UUID, limit: int) -> list[Gate]:
+        """Gates whose ids lie between ``low`` and ``high`` (an id's prefix), by id."""
+        ...
+
+    async def open_gate_counts(self) -> list[GateCount]:
+        """Per kind, the open gates and the oldest's raising time."""
+        ...
+
+    async def open_dead_letter_gates(self) -> dict[str, int]:
+        """Per dead-letter queue, how many open gates wait on a letter read from it."""
+        ...
+
+    async def parked_dead_letters(self, job_ids: Sequence[UUID]) -> dict[UUID, ParkedDeadLetter]:
+        """What each of these parked dead-letter jobs keeps of its letter, by job."""
         ...
 
     async def answer_gate(
@@ -323,9 +371,10 @@ class JobQueue(Protocol):
         *,
         answered_by: str | None = None,
         dispatch: Dispatch = Dispatch.POLLING,
+        reason: str | None = None,
     ) -> Gate:
         """Answer a gate and do what the answer means for its kind (with outbox dispatch, a
-        job made ready again starts a new dispatch episode)."""
+        job made ready again starts a new dispatch episode), with its ``GateAnswered`` event."""
         ...
 
     async def answer_dead_letter_gate(
@@ -336,12 +385,17 @@ class JobQueue(Protocol):
         *,
         replay: ReplaySender | None = None,
         answered_by: str | None = None,
+        reason: str | None = None,
     ) -> tuple[Gate, ParkedDeadLetter | None]:
-        """Answer a ``bus_dead_lettered`` gate (``replay`` publishes first)."""
+        """Answer a ``bus_dead_lettered`` gate (``replay`` publishes first), with its event."""
         ...
 
     async def events(self, project_id: UUID) -> list[LedgerEvent]:
         """One stream's events, in sequence order."""
+        ...
+
+    async def read_events(self, chosen: EventFilter) -> list[LedgerEvent]:
+        """The newest ``chosen.limit`` events ``chosen`` selects, oldest first."""
         ...
 
     async def close(self) -> None: ...

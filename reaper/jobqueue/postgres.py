@@ -46,6 +46,8 @@ from reaper.jobqueue.migrations import DEFAULT_LOCK_TIMEOUT_SECONDS, MigrationRu
 from reaper.jobqueue.port import (
     DatabaseFacts,
     DeadLetterParks,
+    EventFilter,
+    GateCount,
     LeaseMoves,
     ParkedDeadLetter,
     ParkRules,
@@ -254,8 +256,33 @@ class PostgresStore:
 
     # ----------------------------------------------------------------------- gates
 
-    async def list_gates(self, *, open_only: bool = True, kind: str | None = None) -> list[Gate]:
-        return await gates.list_gates(self.database, open_only=open_only, kind=kind)
+    async def list_gates(
+        self,
+        *,
+        open_only: bool = True,
+        kind: str | None = None,
+        project_id: UUID | None = None,
+        raised_before: datetime | None = None,
+    ) -> list[Gate]:
+        return await gates.list_gates(
+            self.database,
+            open_only=open_only,
+            kind=kind,
+            project_id=project_id,
+            raised_before=raised_before,
+        )
+
+    async def gates_between(self, low: UUID, high: UUID, limit: int) -> list[Gate]:
+        return await gates.gates_between(self.database, low, high, limit)
+
+    async def open_gate_counts(self) -> list[GateCount]:
+        return await gates.open_gate_counts(self.database)
+
+    async def open_dead_letter_gates(self) -> dict[str, int]:
+        return await gates.open_dead_letter_gates(self.database)
+
+    async def parked_dead_letters(self, job_ids: Sequence[UUID]) -> dict[UUID, ParkedDeadLetter]:
+        return await dead_letters.parked_letters_of(self.database, job_ids)
 
     async def answer_gate(
         self,
@@ -265,9 +292,16 @@ class PostgresStore:
         *,
         answered_by: str | None = None,
         dispatch: Dispatch = Dispatch.POLLING,
+        reason: str | None = None,
     ) -> Gate:
         return await gates.answer_gate(
-            self.database, gate_id, choice, now, answered_by=answered_by, dispatch=dispatch
+            self.database,
+            gate_id,
+            choice,
+            now,
+            answered_by=answered_by,
+            dispatch=dispatch,
+            reason=reason,
         )
 
     async def answer_dead_letter_gate(
@@ -278,9 +312,16 @@ class PostgresStore:
         *,
         replay: ReplaySender | None = None,
         answered_by: str | None = None,
+        reason: str | None = None,
     ) -> tuple[Gate, ParkedDeadLetter | None]:
         return await dead_letters.answer_gate(
-            self.database, gate_id, choice, now, replay=replay, answered_by=answered_by
+            self.database,
+            gate_id,
+            choice,
+            now,
+            replay=replay,
+            answered_by=answered_by,
+            reason=reason,
         )
 
     # ----------------------------------------------------------------------- ledger
@@ -288,3 +329,7 @@ class PostgresStore:
     async def events(self, project_id: UUID) -> list[LedgerEvent]:
         async with self.database.session("reading the ledger") as conn:
             return await ledger.stream(conn, project_id)
+
+    async def read_events(self, chosen: EventFilter) -> list[LedgerEvent]:
+        async with self.database.session("reading the ledger") as conn:
+            return await ledger.read(conn, chosen)

@@ -5,12 +5,21 @@ what a gate's answers do to its job, a dead letter's key. Shared by
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Final, TypeVar
 from uuid import UUID
 
 from reaper.core.dead_letters import GATE_CHOICES
-from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, Action, Gate, HeldLease, Verdict
+from reaper.core.domain import (
+    GATE_BUS_DEAD_LETTERED,
+    GATE_DELIVERY_EXHAUSTED,
+    Action,
+    Condition,
+    Gate,
+    HeldLease,
+    Verdict,
+)
 from reaper.errors import GateError
 
 __all__ = [
@@ -18,12 +27,18 @@ __all__ = [
     "DEAD_LETTER_KEY_PREFIX",
     "DEAD_LETTER_REPLAY",
     "DEAD_LETTER_SETTLED",
+    "DELIVERY_CANCEL",
     "DELIVERY_EXHAUSTED_CHOICES",
+    "DELIVERY_RETRY",
+    "GATE_ANSWERED",
     "REPLAY_NEEDS_BROKER",
+    "answered_payload",
     "check_answerable",
     "check_lease_move",
     "dead_letter_key",
+    "gate_id_range",
     "not_the_latest",
+    "offered_choices",
     "park_identity",
     "park_prompt",
     "replay_parts",
@@ -32,8 +47,20 @@ __all__ = [
 _R = TypeVar("_R")
 _P = TypeVar("_P")
 
-#: The answers a ``delivery_exhausted`` gate offers.
-DELIVERY_EXHAUSTED_CHOICES: Final = ("retry",)
+#: The answers a ``delivery_exhausted`` gate offers: deliver it once more, or give it up.
+DELIVERY_RETRY, DELIVERY_CANCEL = DELIVERY_EXHAUSTED_CHOICES = ("retry", "cancel")
+
+#: The ledger event kind of an answer (SPEC §1): one per answer, with the job's move.
+GATE_ANSWERED: Final = "GateAnswered"
+
+#: The condition an answer closes, by gate kind (so ``reaper events --condition`` finds both
+#: the park and its answer).
+_CONDITION_OF_GATE: Final = {
+    GATE_DELIVERY_EXHAUSTED: Condition.POISON.value,
+    GATE_BUS_DEAD_LETTERED: Condition.DEAD_LETTER.value,
+}
+
+_HEX_PREFIX: Final = re.compile(r"[0-9a-f]{1,32}")
 
 #: The two answers of a ``bus_dead_lettered`` gate.
 DEAD_LETTER_REPLAY, DEAD_LETTER_DISMISS = GATE_CHOICES
@@ -75,9 +102,55 @@ def check_answerable(gate: Gate, choice: str) -> None:
             f"gate {gate.id} was already answered at {gate.answered_at.isoformat()} "
             f"with {gate.answer!r}"
         )
-    if choice not in gate.choices:
-        offered = ", ".join(repr(c) for c in gate.choices) or "nothing"
+    choices = offered_choices(gate)
+    if choice not in choices:
+        offered = ", ".join(repr(c) for c in choices) or "nothing"
         raise GateError(f"{choice!r} is not an answer gate {gate.id} offers: choose {offered}")
+
+
+def offered_choices(gate: Gate) -> tuple[str, ...]:
+    """The answers ``gate`` takes: those it was raised with, and for a ``delivery_exhausted``
+    gate ``cancel`` too (a gate raised before the job could be given up can still be)."""
+    if gate.kind == GATE_DELIVERY_EXHAUSTED and DELIVERY_CANCEL not in gate.choices:
+        return (*gate.choices, DELIVERY_CANCEL)
+    return gate.choices
+
+
+def answered_payload(
+    gate: Gate,
+    choice: str,
+    answered_by: str | None,
+    reason: str | None,
+    published: tuple[str, str] | None = None,
+) -> dict[str, object]:
+    """The ``GateAnswered`` event's payload: the gate, its job (the ``object``, as a park's
+    event names it), the choice, who answered and why, and for a replay the queue and message
+    id it published (``published``)."""
+    queue, message_id = published if published is not None else (None, None)
+    return {
+        "object": str(gate.job_id if gate.job_id is not None else gate.id),
+        "gate": str(gate.id),
+        "gate_kind": gate.kind,
+        "job": None if gate.job_id is None else str(gate.job_id),
+        "condition": _CONDITION_OF_GATE.get(gate.kind),
+        "choice": choice,
+        "by": answered_by,
+        "reason": reason,
+        "queue": queue,
+        "message_id": message_id,
+    }
+
+
+def gate_id_range(prefix: str) -> tuple[UUID, UUID]:
+    """The ids a gate id or prefix of one (hex, dashes anywhere) stands for, lowest and
+    highest, so a prefix is looked up on the primary key; ``GateError`` for what is not one."""
+    hex_digits = prefix.strip().lower().replace("-", "")
+    if _HEX_PREFIX.fullmatch(hex_digits) is None:
+        raise GateError(
+            f"not a gate id or a prefix of one (hex digits, e.g. the 8 `gates list` shows): "
+            f"{prefix!r}"
+        )
+    return UUID(hex_digits.ljust(32, "0")), UUID(hex_digits.ljust(32, "f"))
 
 
 def replay_parts(gate: Gate, replay: _R | None, parked: _P | None) -> tuple[_R, _P]:
@@ -116,5 +189,6 @@ def park_prompt(lease: HeldLease) -> str:
         f"its limit of {lease.max_attempts}, and its last lease, held by {owner}, expired at "
         f"{expired} without the job finishing. It is parked and will not be delivered again "
         f"on its own. Answer 'retry' to deliver it exactly once more (one attempt was "
-        f"refunded when it was parked); leave this gate open to keep it parked."
+        f"refunded when it was parked), or 'cancel' to give it up (it ends cancelled and is "
+        f"never delivered again); leave this gate open to keep it parked."
     )

@@ -258,6 +258,14 @@ _DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
     ),
     "0010_observations": (("create_observation", TableExists("reaper_observation")),),
     "0011_quiet_marks": (("create_quiet_mark", TableExists("reaper_quiet_mark")),),
+    "0012_reading_gates_and_ledger": (
+        ("index_human_gate_job", IndexValid("human_gate_job_idx", "human_gate")),
+        ("index_event_created", IndexValid("event_created_idx", "event")),
+        ("index_event_project_created", IndexValid("event_project_created_idx", "event")),
+        ("index_event_object", IndexValid("event_object_idx", "event")),
+        ("index_event_condition", IndexValid("event_condition_idx", "event")),
+        ("index_event_answers", IndexValid("event_not_verdict_idx", "event")),
+    ),
 }
 
 #: The optional outbox dispatch schema (``reaper db migrate --outbox``), by migration name.

@@ -159,7 +159,7 @@ async def test_a_requeue_and_a_park_each_commit_with_one_event(subject: Subject)
     assert (requeued.state, requeued.run_after, requeued.lease_owner) == ("ready", NOW, None)
     assert (parked.state, parked.attempts, parked.lease_expires_at) == ("awaiting_human", 6, None)
     [gate] = await store.list_gates(kind=GATE_DELIVERY_EXHAUSTED)
-    assert (gate.job_id, gate.choices, gate.is_open) == (poison.id, ("retry",), True)
+    assert (gate.job_id, gate.choices, gate.is_open) == (poison.id, ("retry", "cancel"), True)
     events = await store.events(project)
     assert [e.seq for e in events] == [1, 2]
     assert sorted(e.payload["action"] for e in events) == ["park", "requeue"]

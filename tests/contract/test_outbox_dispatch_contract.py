@@ -155,7 +155,11 @@ async def test_a_dead_lettered_dispatch_parks_its_job_once_while_it_is_current(
     assert (await outbox_subject.row(ready.id)).state == "awaiting_human"
     assert (await outbox_subject.row(moved_on.id)).state == "ready"
     [gate] = await store.list_gates()
-    assert (gate.kind, gate.job_id, gate.choices) == ("delivery_exhausted", ready.id, ("retry",))
+    assert (gate.kind, gate.job_id, gate.choices) == (
+        "delivery_exhausted",
+        ready.id,
+        ("retry", "cancel"),
+    )
     handled = await store.parked_identities([current.identity, stale.identity, "msg:other"])
     assert handled == {current.identity, stale.identity}
     assert await store.count_parked_dead_letters("vibey.jobs.dead") == 3

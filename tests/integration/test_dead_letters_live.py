@@ -18,7 +18,7 @@ import pytest
 from reaper.broker.client import ManagementClient
 from reaper.config import Settings, load_config
 from reaper.core.domain import FLEET_PROJECT_ID, GATE_BUS_DEAD_LETTERED, Gate
-from reaper.edges.gates import answer_gate
+from reaper.edges.gates import answer_gate, short_id
 from reaper.errors import GateError
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.result import PassResult
@@ -125,6 +125,11 @@ async def wait_for_depth(broker: BrokerUnderTest, queue: str, expected: int) -> 
 
 async def dead_letter_gates(store: PostgresStore) -> list[Gate]:
     return await store.list_gates(open_only=False, kind=GATE_BUS_DEAD_LETTERED)
+
+
+async def gate_by_id(store: PostgresStore, gate_id: Any) -> Gate:
+    [gate] = await store.gates_between(gate_id, gate_id, 1)
+    return gate
 
 
 def outcome_of(result: PassResult, queue: str) -> Any:
@@ -296,7 +301,16 @@ async def test_replay_publishes_the_body_back_and_the_dead_letter_stays(
 
     sources = await open_sources(settings)
     try:
-        outcome = await answer_gate(sources, settings, replayed.id, "replay")
+        would = await answer_gate(sources, settings, short_id(replayed.id), "replay", dry_run=True)
+        assert depth(broker, ORIGIN) == 0 and (await gate_by_id(store, replayed.id)).is_open
+        outcome = await answer_gate(
+            sources,
+            settings,
+            short_id(replayed.id),
+            "replay",
+            answered_by="ana@ops",
+            reason="consumer fixed",
+        )
         with pytest.raises(GateError, match="already answered"):
             await answer_gate(sources, settings, replayed.id, "replay")
         dismissal = await answer_gate(sources, settings, dismissed.id, "dismiss")
@@ -304,7 +318,17 @@ async def test_replay_publishes_the_body_back_and_the_dead_letter_stays(
         await sources.close()
 
     message_id = f"replay:msg:{ORIGIN}-0:{replayed.id}"
+    assert f"would be published to \"{ORIGIN}\" as message '{message_id}'" in would
     assert f"published to \"{ORIGIN}\" as message '{message_id}'" in outcome
+    answers = [e for e in await store.events(FLEET_PROJECT_ID) if e.kind == "GateAnswered"]
+    assert [(e.payload["gate"], e.payload["choice"]) for e in answers] == [
+        (str(replayed.id), "replay"),
+        (str(dismissed.id), "dismiss"),
+    ]
+    assert answers[0].payload["queue"] == ORIGIN and answers[0].trusted is False
+    assert answers[0].payload["message_id"] == message_id
+    assert (answers[0].payload["by"], answers[0].payload["reason"]) == ("ana@ops", "consumer fixed")
+    assert answers[1].payload["message_id"] is None
     assert "nothing was sent" in dismissal
     [back] = read_all(broker, ORIGIN)  # exactly one replay, for two answers
     assert back["payload"] == bodies[0]

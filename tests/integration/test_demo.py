@@ -84,3 +84,36 @@ async def _remove(names: set[str]) -> None:
     ) as client:
         for name in names:
             await client.delete(f"/api/vhosts/{quote(name, safe='')}")
+
+
+async def test_the_demo_with_cleanup_removes_its_database_and_vhost(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = {
+        "REAPER_DATABASE__DSN": PG_ADMIN_DSN,
+        "REAPER_BUS__MANAGEMENT_URL": DEFAULT_BROKER,
+        "REAPER_BUS__USERNAME": BROKER_USER,
+        "REAPER_BUS__PASSWORD": BROKER_PASSWORD,
+    }
+    code = await run_cli(monkeypatch, tmp_path, env, "demo", "--cleanup")
+    captured = capsys.readouterr()
+    names = set(re.findall(r"queue_reaper_demo_[0-9a-f]{6}", captured.out))
+    try:
+        assert code == 0, captured.err
+        [name] = names
+        assert f"database {name}: dropped" in captured.out
+        assert f"vhost {name}: deleted" in captured.out
+        assert "DROP DATABASE" not in captured.out  # nothing left to tell a person to remove
+        admin = await asyncpg.connect(PG_ADMIN_DSN)
+        try:
+            left = await admin.fetchval("SELECT count(*) FROM pg_database WHERE datname = $1", name)
+        finally:
+            await admin.close()
+        assert left == 0
+        async with httpx.AsyncClient(
+            base_url=DEFAULT_BROKER, auth=(BROKER_USER, BROKER_PASSWORD), timeout=60
+        ) as client:
+            vhost = await client.get(f"/api/vhosts/{quote(name, safe='')}")
+        assert vhost.status_code == 404
+    finally:
+        await _remove(names)

@@ -24,7 +24,9 @@ from reaper.core.domain import (
     Unit,
     Verdict,
 )
+from reaper.edges.gate_board import GateBoard
 from reaper.edges.metrics import ReaperMetrics
+from reaper.jobqueue.port import GateCount
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome
 from reaper.reap.progress import RecordedVerdict, Unreadable
@@ -91,6 +93,8 @@ def exported() -> set[str]:
     registry = CollectorRegistry()
     metrics = ReaperMetrics(registry)
     metrics.observe(every_series_pass())
+    now = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    metrics.observe_gates(GateBoard(now, (GateCount("delivery_exhausted", 1, now),)))
     families = list(registry.collect())
     empty = sorted(f.name for f in families if not f.samples)
     assert not empty, f"the pass leaves these families without a sample: {empty}"

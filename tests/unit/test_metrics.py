@@ -247,9 +247,14 @@ def test_conditions_open_counts_surfaced_and_zero_fills_the_sources_read(
 
     assert open_("job_queue", "stale_ready") == 2
     assert open_("broker", "holder_gone") == 1
-    assert open_("job_queue", "lease_expired") == 0  # requeued: acted on, not open
+    assert open_("job_queue", "lost_dispatch") == 0  # can occur: zero-filled
     assert open_("broker", "dead_letter") == 0  # cleared
     assert open_("broker", "unbounded") == 0
+    # pairs that cannot occur are not exported: a lease is requeued or parked, never
+    # surfaced, and the broker knows no poison
+    assert open_("job_queue", "lease_expired") is None
+    assert open_("broker", "poison") is None
+    assert open_("job_queue", "holder_gone") is None
 
 
 def test_an_unreadable_source_is_down_and_concludes_nothing(

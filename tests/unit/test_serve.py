@@ -11,18 +11,22 @@ import sys
 import textwrap
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reaper.core.domain import Action, Condition, Source, Unit, Verdict
+from reaper.core.domain import Action, Condition, Gate, Source, Unit, Verdict
+from reaper.edges.gate_board import GateBoard
 from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.serve import ListenError, parse_listen, serve
-from reaper.reap.progress import RecordedVerdict
+from reaper.edges.status_page import PageTarget
+from reaper.jobqueue.port import GateCount
+from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,6 +61,8 @@ class Passes:
     started: int = 0
     finished: int = 0
     fail: bool = False
+    #: Return a pass that ran but is not ok (the broker unreadable).
+    not_ok: bool = False
     first_started: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def __call__(self) -> PassResult:
@@ -67,6 +73,8 @@ class Passes:
         if self.fail:
             raise RuntimeError("boom at postgresql://reaper:hunter2@db/queue")
         self.finished += 1
+        if self.not_ok:
+            return replace(a_pass(), unreadable=(Unreadable("broker", "connection refused"),))
         return a_pass()
 
 
@@ -89,7 +97,7 @@ async def wait_until(predicate: Callable[[], Any]) -> None:
 async def start() -> AsyncIterator[Callable[..., Awaitable[Running]]]:
     running: list[Running] = []
 
-    async def _start(run_once: Passes, interval: float = 60.0) -> Running:
+    async def _start(run_once: Passes, interval: float = 60.0, **options: Any) -> Running:
         stop = asyncio.Event()
         metrics = ReaperMetrics(CollectorRegistry())
         bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -101,6 +109,7 @@ async def start() -> AsyncIterator[Callable[..., Awaitable[Running]]]:
                 metrics,
                 stop=stop,
                 on_listening=lambda host, port: bound.set_result(port),
+                **options,
             )
         )
         port = await asyncio.wait_for(bound, 5)
@@ -171,10 +180,75 @@ async def test_healthz_is_503_before_the_first_pass_and_200_after(
     after = await running.client.get("/healthz")
     assert after.status_code == 200
     body = after.json()
-    assert body["status"] == "ok"
+    assert (body["status"], body["last_pass"]) == ("alive", "ok")
     assert body["last_pass_ok"] is True
     assert 0 <= body["last_pass_age_seconds"] < 5
     assert after.text.count("\n") == 1
+
+
+async def test_healthz_is_liveness_and_never_calls_a_pass_ok_that_was_not(
+    start: Callable[..., Awaitable[Running]],
+) -> None:
+    passes = Passes(not_ok=True)
+    running = await start(passes)
+    await wait_until(lambda: running.metrics.last_result is not None)
+
+    response = await running.client.get("/healthz")
+
+    assert response.status_code == 200  # the loop is alive: that is what liveness asks
+    body = response.json()
+    assert (body["status"], body["last_pass"], body["last_pass_ok"]) == ("alive", "not ok", False)
+    assert "ok" not in (body["status"], body["last_pass"])
+
+
+GATE = Gate(
+    id=UUID("3f2a9c1e-0000-4000-8000-000000000001"),
+    project_id=UUID("00000000-0000-4000-8000-0000000000aa"),
+    job_id=UUID("00000000-0000-4000-8000-0000000000bb"),
+    kind="delivery_exhausted",
+    prompt="?",
+    choices=("retry",),
+    answer=None,
+    answered_at=None,
+    identity=None,
+    created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    job_kind="<script>alert(1)</script>",
+)
+
+TARGET = PageTarget(
+    database="postgresql://reaper@db/queue",
+    vhost="/",
+    management_urls=("http://rabbit:15672",),
+    owned_queue_pattern=r"^vibey\\.",
+    dead_letter_queue_pattern=r"\\.dead$",
+)
+
+
+async def test_the_gate_gauges_and_the_page_follow_the_gates_read_after_each_pass(
+    start: Callable[..., Awaitable[Running]],
+) -> None:
+    now = GATE.created_at + timedelta(hours=2)
+
+    async def gates() -> GateBoard:
+        return GateBoard(now, (GateCount(GATE.kind, 1, GATE.created_at),), (GATE,))
+
+    running = await start(Passes(), gates=gates, target=TARGET)
+    registry = running.metrics.registry
+    await wait_until(lambda: registry.get_sample_value("reaper_gates_open", {"kind": GATE.kind}))
+
+    assert registry.get_sample_value("reaper_gates_open", {"kind": "bus_dead_lettered"}) == 0
+    age = registry.get_sample_value("reaper_gate_oldest_open_age_seconds", {"kind": GATE.kind})
+    assert age is not None and 7200 <= age < 7260
+    metrics_text = (await running.client.get("/metrics")).text
+    assert "_created" not in metrics_text
+    page = await running.client.get("/")
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    assert "<code>3f2a9c1e</code>" in page.text
+    assert "reaper gates answer 3f2a9c1e --choice retry" in page.text
+    assert "reaper gates answer 3f2a9c1e --choice cancel" in page.text
+    assert "<script" not in page.text and "&lt;script&gt;" in page.text
+    assert '<a href="/metrics">' in page.text and '<a href="/healthz">' in page.text
+    assert "<form" not in page.text and "src=" not in page.text
 
 
 async def test_metrics_shows_the_verdict_metrics_after_the_first_pass(

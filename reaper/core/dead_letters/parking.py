@@ -139,7 +139,7 @@ def gate_prompt(
     lines += [
         "dismiss: settle this gate and send nothing.",
         f"Either way the broker's copy stays on {dlq}; clearing that queue is a person's act.",
-        f"Answer {' or '.join(GATE_CHOICES)}.",
+        f"Answer {' or '.join(GATE_CHOICES)}." if allowed else "Answer dismiss.",
     ]
     return "\n".join(lines)
 

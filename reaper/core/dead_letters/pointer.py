@@ -94,7 +94,8 @@ def pointer_prompt(letter: DeadLetter, pointer: DispatchPointer) -> str:
         "broker dead-lettered it after its consumers failed it, once per delivery, up to the "
         f"queue's delivery limit. The job is parked and will not be dispatched again on its "
         "own. Answer 'retry' to dispatch it once more at a new generation (a fresh message, "
-        "with a fresh delivery budget); leave this gate open to keep it parked. The dead "
+        "with a fresh delivery budget), or 'cancel' to give it up (it ends cancelled and is never "
+        "dispatched again); leave this gate open to keep it parked. The dead "
         f"letter stays on {quote_untrusted(letter.queue)}; clearing that queue is a person's act."
     )
 

@@ -260,14 +260,15 @@ SELECT count(pg_advisory_xact_lock(1818584167, hashtext(s::text)))
 FROM (SELECT DISTINCT s FROM unnest($1::uuid[]) AS u (s) ORDER BY s) AS sorted;
 
 -- name: append_events --
--- Append QueueReaped events ($1 stream, $2 canonical payload, $3 digest, $4 trusted), in
--- order, each stream continuing after its last event, whoever wrote it. The caller holds the
--- streams' locks; an event whose number a host writer took first is not written: the
--- positions (1-based) of those come back, for the caller to append again.
+-- Append events ($1 stream, $2 canonical payload, $3 digest, $4 trusted, $6 kind:
+-- QueueReaped or GateAnswered), in order, each stream continuing after its last event,
+-- whoever wrote it. The caller holds the streams' locks; an event whose number a host writer
+-- took first is not written: the positions (1-based) of those come back, for the caller to
+-- append again.
 WITH input AS (
     SELECT *
-    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bool[]) WITH ORDINALITY
-         AS i (project_id, payload, digest, trusted, ord)
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bool[], $6::text[]) WITH ORDINALITY
+         AS i (project_id, payload, digest, trusted, kind, ord)
 ),
 numbered AS (
     SELECT i.*, row_number() OVER (PARTITION BY i.project_id ORDER BY i.ord) AS n
@@ -281,7 +282,7 @@ last_seqs AS (
 ),
 written AS (
     INSERT INTO event (project_id, seq, kind, payload, digest, trusted, created_at)
-    SELECT nb.project_id, ls.last_seq + nb.n, 'QueueReaped', nb.payload::jsonb, nb.digest,
+    SELECT nb.project_id, ls.last_seq + nb.n, nb.kind, nb.payload::jsonb, nb.digest,
            nb.trusted, $5::timestamptz
     FROM numbered AS nb
     JOIN last_seqs AS ls USING (project_id)
@@ -349,14 +350,88 @@ FROM event
 WHERE project_id = $1::uuid
 ORDER BY seq;
 
+-- name: read_events --
+-- The newest $6 events, oldest first: since $1, of project $2, kind $3, condition $4, object
+-- $5 (each NULL: any); each narrowing read from its index (migration 0011).
+SELECT project_id, seq, kind, payload, digest, trusted, created_at
+FROM (
+    SELECT project_id, seq, kind, payload::text AS payload, digest, trusted, created_at
+    FROM event
+    WHERE ($1::timestamptz IS NULL OR created_at >= $1::timestamptz)
+      AND ($2::uuid IS NULL OR project_id = $2::uuid)
+      AND ($3::text IS NULL OR kind = $3::text)
+      AND ($4::text IS NULL OR (payload ->> 'condition') = $4::text)
+      AND ($5::text IS NULL OR (payload ->> 'object') = $5::text)
+    ORDER BY created_at DESC, project_id DESC, seq DESC
+    LIMIT $6::int
+) AS newest
+ORDER BY created_at, project_id, seq;
+
 -- name: list_gates --
--- Gates, oldest first; only open ones when $1, only one kind when $2 is given.
-SELECT id, project_id, job_id, kind, prompt, choices::text AS choices, answer, answered_at,
-       answered_by, identity, created_at
+-- Gates, oldest first; only open ones when $1, only one kind when $2, one project when $3,
+-- raised before $4 when given; each with its job's kind and its later gate, if the job was
+-- parked again.
+SELECT g.id, g.project_id, g.job_id, g.kind, g.prompt, g.choices::text AS choices, g.answer,
+       g.answered_at, g.answered_by, g.identity, g.created_at,
+       nullif(l.id, g.id) AS superseded_by, j.kind AS job_kind
+FROM human_gate AS g
+LEFT JOIN job AS j ON j.id = g.job_id
+LEFT JOIN LATERAL (
+    SELECT h.id FROM human_gate AS h
+    WHERE h.job_id = g.job_id
+    ORDER BY h.created_at DESC, h.id DESC
+    LIMIT 1
+) AS l ON true
+WHERE (NOT $1::bool OR g.answered_at IS NULL)
+  AND ($2::text IS NULL OR g.kind = $2::text)
+  AND ($3::uuid IS NULL OR g.project_id = $3::uuid)
+  AND ($4::timestamptz IS NULL OR g.created_at < $4::timestamptz)
+ORDER BY g.created_at, g.id;
+
+-- name: gates_between --
+-- The gates whose ids lie between $1 and $2 (a prefix of an id, as its lowest and highest
+-- id: a probe of the primary key), at most $3, each with its job's later gate, if any.
+SELECT g.id, g.project_id, g.job_id, g.kind, g.prompt, g.choices::text AS choices, g.answer,
+       g.answered_at, g.answered_by, g.identity, g.created_at,
+       nullif(l.id, g.id) AS superseded_by, j.kind AS job_kind
+FROM human_gate AS g
+LEFT JOIN job AS j ON j.id = g.job_id
+LEFT JOIN LATERAL (
+    SELECT h.id FROM human_gate AS h
+    WHERE h.job_id = g.job_id
+    ORDER BY h.created_at DESC, h.id DESC
+    LIMIT 1
+) AS l ON true
+WHERE g.id BETWEEN $1::uuid AND $2::uuid
+ORDER BY g.id
+LIMIT $3::int;
+
+-- name: open_gate_counts --
+-- Per kind, how many gates are open and when the oldest was raised (the open-gate index).
+SELECT kind, count(*) AS open, min(created_at) AS oldest
 FROM human_gate
-WHERE (NOT $1::bool OR answered_at IS NULL)
-  AND ($2::text IS NULL OR kind = $2::text)
-ORDER BY created_at, id;
+WHERE answered_at IS NULL
+GROUP BY kind
+ORDER BY kind;
+
+-- name: dead_letters_of_jobs --
+-- What the parked dead-letter jobs $1 keep of their letters, and each job's state.
+SELECT d.identity, d.job_id, d.queue, d.message_id, d.origin_queue, d.reason, d.body,
+       d.body_encoding, d.body_bytes, d.body_truncated, d.is_json_object, d.parked_at,
+       j.state AS job_state
+FROM dead_letter AS d
+JOIN job AS j ON j.id = d.job_id
+WHERE d.job_id = ANY ($1::uuid[]) AND d.disposition = 'parked';
+
+-- name: open_dead_letter_gates --
+-- Per dead-letter queue, how many open gates wait on a letter read from it (a parked dead
+-- letter, or a dispatch pointer's job): from the open gates, so the cost is what is open.
+SELECT d.queue, count(*) AS waiting
+FROM human_gate AS g
+JOIN dead_letter AS d ON d.job_id = g.job_id
+WHERE g.answered_at IS NULL
+GROUP BY d.queue
+ORDER BY d.queue;
 
 -- name: gate_for_answer --
 -- One gate, locked for the answer's transaction.
@@ -372,7 +447,8 @@ UPDATE human_gate
 SET answer = $3::text, answered_at = $1::timestamptz, answered_by = $4::text
 WHERE id = $2::uuid AND answered_at IS NULL
 RETURNING id, project_id, job_id, kind, prompt, choices::text AS choices, answer,
-          answered_at, answered_by, identity, created_at;
+          answered_at, answered_by, identity, created_at,
+          (SELECT j.kind FROM job AS j WHERE j.id = human_gate.job_id) AS job_kind;
 
 -- name: latest_gate_of_job --
 -- The job's latest gate, of any kind (the one it is parked behind, if it is parked).
@@ -381,6 +457,14 @@ FROM human_gate
 WHERE job_id = $1::uuid
 ORDER BY created_at DESC, id DESC
 LIMIT 1;
+
+-- name: cancel_parked_job --
+-- Give up a parked job: cancelled, finished, never delivered again; only if it is still
+-- awaiting a human. No dispatch episode starts, so no outbox row.
+UPDATE job
+SET state = 'cancelled', finished_at = $1::timestamptz, updated_at = $1::timestamptz
+WHERE id = $2::uuid AND state = 'awaiting_human'
+RETURNING id;
 
 -- name: ready_parked_job --
 -- Re-ready a parked job for one more delivery, only if it is still awaiting a human.

@@ -1,0 +1,135 @@
+"""What waits for a person, read once after a pass for the metrics and the status page: the
+open gates by kind (count, oldest), the oldest open gates themselves, and how many open gates
+wait on each dead-letter queue. Read from the open-gate index, so its cost is what is open.
+
+A dead-letter queue is **safe to clear** when the last pass read it safely and every letter on
+it is parked (none new, none unread), and no open gate waits on any of them: every letter
+has been answered. Clearing it stays a person's act; the reaper only says so, and how.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final
+from uuid import UUID
+
+from reaper.config import Settings
+from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Gate
+from reaper.errors import ReaperError, StoreUnavailable
+from reaper.jobqueue.port import GateCount, JobQueue, ParkedDeadLetter
+from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.result import PassResult
+from reaper.reap.sources import open_sources
+
+__all__ = [
+    "GATE_KINDS",
+    "GateBoard",
+    "SafeToClear",
+    "board_of",
+    "clear_notes",
+    "kinds_in",
+    "purge_command",
+    "read_board",
+    "safe_to_clear",
+]
+
+#: Every gate kind the reaper raises: the bounded label values of the gate gauges.
+GATE_KINDS: Final = (GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED)
+
+#: How many of the oldest open gates the board keeps for the status page.
+BOARD_GATES: Final = 50
+
+
+@dataclass(frozen=True)
+class GateBoard:
+    """The open gates as the database showed them at ``now`` (its clock)."""
+
+    now: datetime
+    counts: tuple[GateCount, ...]
+    #: The oldest open gates (at most :data:`BOARD_GATES`), oldest first.
+    oldest: tuple[Gate, ...] = ()
+    #: What the dead-letter gates among them keep of their letters, by job.
+    parked: Mapping[UUID, ParkedDeadLetter] = field(default_factory=dict)
+    #: Per dead-letter queue, the open gates waiting on a letter read from it.
+    waiting: Mapping[str, int] = field(default_factory=dict)
+
+    def open_of(self, kind: str) -> GateCount | None:
+        return next((c for c in self.counts if c.kind == kind), None)
+
+    @property
+    def total_open(self) -> int:
+        return sum(c.open for c in self.counts)
+
+
+@dataclass(frozen=True)
+class SafeToClear:
+    """A dead-letter queue every letter of which is parked and answered."""
+
+    queue: str
+    letters: int
+    command: str
+
+
+def purge_command(queue: str, vhost: str) -> str:
+    """The command a person runs to clear a dead-letter queue (never run by the reaper)."""
+    return f"rabbitmqctl purge_queue {shlex.quote(queue)} -p {shlex.quote(vhost)}"
+
+
+def safe_to_clear(
+    outcomes: Iterable[DeadLetterOutcome], waiting: Mapping[str, int], vhost: str
+) -> list[SafeToClear]:
+    """The dead-letter queues a person may clear now (see the module docstring)."""
+    found = []
+    for d in outcomes:
+        handled = d.already_parked + d.stale_pointers
+        whole = d.read_blocked is None and d.unread == 0 and d.parked_new == 0
+        if d.depth > 0 and whole and handled >= d.depth and waiting.get(d.queue, 0) == 0:
+            found.append(SafeToClear(d.queue, d.depth, purge_command(d.queue, vhost)))
+    return sorted(found, key=lambda s: s.queue)
+
+
+async def board_of(store: JobQueue) -> GateBoard:
+    """Read the board from ``store``."""
+    facts = await store.database_facts()
+    counts = await store.open_gate_counts()
+    oldest = (await store.list_gates(open_only=True))[:BOARD_GATES] if counts else []
+    letters = [g.job_id for g in oldest if g.kind == GATE_BUS_DEAD_LETTERED and g.job_id]
+    parked = await store.parked_dead_letters(letters) if letters else {}
+    waiting = await store.open_dead_letter_gates() if counts else {}
+    return GateBoard(facts.now, tuple(counts), tuple(oldest), dict(parked), dict(waiting))
+
+
+async def read_board(settings: Settings) -> GateBoard:
+    """Open the store, read the board, close it. Raises what the store raises."""
+    sources = await open_sources(settings, broker=False)
+    try:
+        if sources.store is None:
+            raise StoreUnavailable(sources.store_error or "the store is not connected")
+        return await board_of(sources.store)
+    finally:
+        await sources.close()
+
+
+def kinds_in(counts: Sequence[GateCount]) -> list[str]:
+    """Every kind to export: the reaper's own, and any other a host raised."""
+    return sorted({*GATE_KINDS, *(c.kind for c in counts)})
+
+
+async def clear_notes(settings: Settings, result: PassResult) -> list[str]:
+    """The report's lines for the dead-letter queues a person may clear now. The gates are
+    read only when a queue of the pass could be one (every letter on it already parked)."""
+    could = [d for d in result.dead_letters if d.depth > 0 and d.parked_new == 0 and d.unread == 0]
+    if not could or result.dry_run:
+        return []
+    try:
+        board = await read_board(settings)
+    except ReaperError as exc:
+        return [f"Whether a dead-letter queue may be cleared is not known: {exc}"]
+    return [
+        f"Safe to clear: {s.queue} ({s.letters} letter(s), every one parked and answered): "
+        f"`{s.command}` (an act left to you: the reaper never clears a queue)"
+        for s in safe_to_clear(could, board.waiting, settings.bus.vhost)
+    ]

@@ -1,0 +1,225 @@
+"""What a person sees of a gate (SPEC §1): its short id, age, project, kinds, the answers really
+possible now and the exact command for each, and for ``gates show`` the whole of it. Pure: the
+gates, the dead letters their jobs keep and ``now`` come in; text and JSON go out.
+
+A choice is offered only when taking it can succeed: an answered gate offers none, nor does a
+gate whose job has been parked again since (the later gate is the one to answer), and a dead
+letter's ``replay`` only where the replay rule allows it (it says why not otherwise).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final
+from uuid import UUID
+
+from reaper.core.dead_letters import decoded_body, quote_untrusted, replay_decision
+from reaper.core.domain import GATE_BUS_DEAD_LETTERED, Gate
+from reaper.edges.gates import short_id
+from reaper.errors import GateError
+from reaper.jobqueue.port import ParkedDeadLetter
+from reaper.jobqueue.rules import DEAD_LETTER_REPLAY, offered_choices
+
+__all__ = [
+    "GateView",
+    "answer_command",
+    "format_age",
+    "list_json",
+    "parse_duration",
+    "render_list",
+    "render_show",
+    "view_of",
+]
+
+#: How much of a dead letter's body ``gates show`` prints.
+BODY_PREVIEW_BYTES: Final = 200
+
+_DURATION: Final = re.compile(r"(?P<n>\d+)(?P<unit>[smhdw])")
+_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+@dataclass(frozen=True)
+class GateView:
+    """One gate as a person works through it."""
+
+    gate: Gate
+    age_seconds: float
+    #: The answers that can be taken now, in the gate's order.
+    choices: tuple[str, ...]
+    #: Why an answer the gate was raised with is not offered (empty: every one is).
+    withheld: tuple[str, ...]
+    parked: ParkedDeadLetter | None = None
+
+    @property
+    def short(self) -> str:
+        return short_id(self.gate.id)
+
+    def commands(self) -> list[str]:
+        return [answer_command(self.short, c) for c in self.choices]
+
+
+def answer_command(short: str, choice: str) -> str:
+    """The command a person pastes to answer."""
+    return f"reaper gates answer {short} --choice {choice}"
+
+
+def view_of(
+    gate: Gate,
+    parked: ParkedDeadLetter | None,
+    now: datetime,
+    *,
+    owned_queue_pattern: str,
+    dead_letter_queue_pattern: str,
+) -> GateView:
+    """What can be done with ``gate`` now, and why anything it was raised with cannot."""
+    age = max(0.0, (now - gate.created_at).total_seconds())
+    if not gate.is_open:
+        when = gate.answered_at.isoformat() if gate.answered_at else "?"
+        by = f" by {gate.answered_by}" if gate.answered_by else ""
+        return GateView(gate, age, (), (f"answered {gate.answer!r} at {when}{by}",), parked)
+    if gate.superseded_by is not None:
+        why = f"its job has been parked again since: answer gate {short_id(gate.superseded_by)}"
+        return GateView(gate, age, (), (why,), parked)
+    choices = list(offered_choices(gate))
+    withheld: list[str] = []
+    if gate.kind == GATE_BUS_DEAD_LETTERED and DEAD_LETTER_REPLAY in choices:
+        if parked is None:
+            allowed, why = False, "its job keeps no dead letter"
+        else:
+            allowed, why = replay_decision(
+                parked.letter, owned_queue_pattern, dead_letter_queue_pattern
+            )
+        if not allowed:
+            choices.remove(DEAD_LETTER_REPLAY)
+            withheld.append(f"replay: not possible, {why}")
+    return GateView(gate, age, tuple(choices), tuple(withheld), parked)
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``15m``, ``1h``, ``2d``, ``1w`` or a sum like ``1h30m``; ``GateError`` else."""
+    compact = text.strip().lower()
+    parts = list(_DURATION.finditer(compact))
+    if not parts or "".join(p.group(0) for p in parts) != compact:
+        raise GateError(f"not a duration: {text!r} (write e.g. 90s, 15m, 1h, 2d or 1h30m)")
+    return timedelta(seconds=sum(int(p["n"]) * _SECONDS[p["unit"]] for p in parts))
+
+
+def format_age(seconds: float) -> str:
+    """An age as a person reads it at a glance: ``45s``, ``12m``, ``3h05m``, ``2d04h``."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def render_list(views: Sequence[GateView], *, open_only: bool, filters: str = "") -> str:
+    """``gates list``: one block per gate, oldest first, and a count line."""
+    lines: list[str] = []
+    for v in views:
+        g = v.gate
+        state = "open" if g.is_open else f"answered {g.answer!r}"
+        lines.append(
+            f"{v.short}  {format_age(v.age_seconds):>6}  project {g.project_id}  {g.kind}  "
+            f"job {quote_untrusted(g.job_kind) if g.job_kind else '-'}  {state}"
+        )
+        lines.extend(f"    {command}" for command in v.commands())
+        lines.extend(f"    ({why})" for why in v.withheld if g.is_open)
+    what = "open gate" if open_only else "gate"
+    count = f"{len(views)} {what}{'' if len(views) == 1 else 's'}"
+    if views and open_only:
+        count += f", the oldest {format_age(max(v.age_seconds for v in views))} old"
+    lines.append(count + (f" ({filters})" if filters else ""))
+    if views:
+        lines.append("`reaper gates show ID` prints one whole; any unique prefix of an id works")
+    return "\n".join(lines)
+
+
+def render_show(view: GateView) -> str:
+    """``gates show``: one gate whole."""
+    g = view.gate
+    lines = [
+        f"gate {g.id} (short {view.short})",
+        f"  kind:     {g.kind}",
+        f"  project:  {g.project_id}",
+        f"  job:      {g.job_id or '-'}"
+        + (f" ({quote_untrusted(g.job_kind)})" if g.job_kind else ""),
+        f"  raised:   {g.created_at.isoformat()} ({format_age(view.age_seconds)} ago)",
+        f"  identity: {quote_untrusted(g.identity) if g.identity else '-'}",
+    ]
+    if g.is_open:
+        lines.append("  state:    open")
+    else:
+        at = g.answered_at.isoformat() if g.answered_at else "?"
+        lines.append(
+            f"  state:    answered {g.answer!r} at {at} by {g.answered_by or 'nobody named'}"
+        )
+    if view.parked is not None:
+        lines.extend(_letter_lines(view.parked))
+    lines.append("  question:")
+    lines.extend(f"    {line}" for line in g.prompt.splitlines())
+    if view.choices:
+        lines.append("  answers:")
+        lines.extend(f"    {command}" for command in view.commands())
+    lines.extend(f"  {why}" for why in view.withheld)
+    return "\n".join(lines)
+
+
+def _letter_lines(parked: ParkedDeadLetter) -> list[str]:
+    letter = parked.letter
+    body = decoded_body(letter)[:BODY_PREVIEW_BYTES].decode("utf-8", "replace")
+    cut = " (first bytes)" if letter.body_bytes > BODY_PREVIEW_BYTES else ""
+    return [
+        "  dead letter (its headers are untrusted: quoted and cut to 200 characters):",
+        f"    read from:  {quote_untrusted(letter.queue)}",
+        f"    origin:     {quote_untrusted(letter.origin_queue)}",
+        f"    reason:     {quote_untrusted(letter.reason)}",
+        f"    message id: {quote_untrusted(letter.message_id)}",
+        f"    body:       {letter.body_bytes} bytes"
+        + (", cut short by the broker" if letter.body_truncated else "")
+        + (", a JSON object" if letter.is_json_object else ", not a JSON object"),
+        f"    body{cut}: {quote_untrusted(body, BODY_PREVIEW_BYTES)}",
+        f"    parked:     {parked.parked_at.isoformat()}; job {parked.job_state}",
+    ]
+
+
+def list_json(views: Sequence[GateView]) -> list[dict[str, object]]:
+    """``gates list --json`` / ``gates show --json``: each gate with what can be done now."""
+    return [_json(v) for v in views]
+
+
+def _json(view: GateView) -> dict[str, object]:
+    g = view.gate
+    return {
+        "id": str(g.id),
+        "short_id": view.short,
+        "project_id": str(g.project_id),
+        "job_id": _text(g.job_id),
+        "job_kind": g.job_kind,
+        "kind": g.kind,
+        "prompt": g.prompt,
+        "created_at": g.created_at.isoformat(),
+        "age_seconds": round(view.age_seconds, 3),
+        "answer": g.answer,
+        "answered_at": g.answered_at.isoformat() if g.answered_at else None,
+        "answered_by": g.answered_by,
+        "choices": list(view.choices),
+        "commands": view.commands(),
+        "not_offered": list(view.withheld),
+        "superseded_by": _text(g.superseded_by),
+    }
+
+
+def _text(value: UUID | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def by_job(parked: Mapping[UUID, ParkedDeadLetter], gate: Gate) -> ParkedDeadLetter | None:
+    """The dead letter ``gate``'s job keeps, if any."""
+    return None if gate.job_id is None else parked.get(gate.job_id)

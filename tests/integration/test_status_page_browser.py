@@ -1,0 +1,144 @@
+"""``reaper serve``'s status page in a real headless Chromium (Debian's ``chromium``), on every
+broker: a real pass parks a poison job and dead letters; once the letters are answered, the
+page shows the open poison gate's short id and its commands, and says the dead-letter queue is
+safe to clear, with the command a person runs. Nothing on the page writes."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+from test_dead_letters_live import (
+    DLQ,
+    dead_letter_through,
+    parked_after_passes,
+    read_all,
+    settings_for,
+    wait_for_depth,
+)
+from test_store_support import insert_jobs, leased
+
+from reaper.config import Settings
+from reaper.edges.gate_board import clear_notes, read_board
+from reaper.edges.gates import answer_gate, short_id
+from reaper.edges.metrics import ReaperMetrics
+from reaper.edges.serve import serve
+from reaper.edges.status_page import page_target
+from reaper.jobqueue.postgres import PostgresStore
+from reaper.reap.result import PassResult
+from reaper.reap.run import reap_once
+from reaper.reap.sources import open_sources
+from tests.conftest import BrokerUnderTest
+
+pytestmark = [pytest.mark.broker, pytest.mark.postgres]
+
+#: Flags for a headless run that reaches nothing but the page (a fresh profile each time).
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+)
+
+
+def dump_dom(url: str, profile: Path) -> str:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("chromium is not installed: run scripts/services (Debian's chromium package)")
+    done = subprocess.run(
+        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", url],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.fixture
+def settings(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path) -> Settings:
+    config_dir = tmp_path / "conf.d"
+    config_dir.mkdir()
+    return settings_for(broker, pg_dsn, config_dir)
+
+
+async def test_the_status_page_shows_what_waits_in_a_real_browser(
+    broker: BrokerUnderTest,
+    settings: Settings,
+    store: PostgresStore,
+    pg_dsn: str,
+    tmp_path: Path,
+) -> None:
+    poison = leased(uuid.uuid4(), attempts=7, max_attempts=7)
+    await insert_jobs(pg_dsn, [replace(poison, kind="render.video")])
+    broker.declare_queue(DLQ, queue_type="quorum")
+    dead_letter_through(broker, DLQ, ['{"task": 1}', "not json"])
+    await wait_for_depth(broker, DLQ, 2)
+    await parked_after_passes(settings, DLQ, 2)
+    sources = await open_sources(settings, broker=False)
+    try:
+        for gate in await store.list_gates(kind="bus_dead_lettered"):
+            await answer_gate(sources, settings, gate.id, "dismiss", answered_by="ana")
+    finally:
+        await sources.close()
+    [poison_gate] = await store.list_gates(kind="delivery_exhausted")
+    short = short_id(poison_gate.id)
+    purge = f"rabbitmqctl purge_queue {DLQ} -p {broker.vhost}"
+    # the text report says the same as the page
+    notes = await clear_notes(settings, await reap_once(settings))
+    assert notes == [
+        f"Safe to clear: {DLQ} (2 letter(s), every one parked and answered): `{purge}` (an act "
+        "left to you: the reaper never clears a queue)"
+    ]
+
+    async def one_pass() -> PassResult:
+        return await reap_once(settings)
+
+    metrics = ReaperMetrics(CollectorRegistry())
+    stop = asyncio.Event()
+    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(
+        serve(
+            "127.0.0.1:0",
+            60,
+            one_pass,
+            metrics,
+            stop=stop,
+            on_listening=lambda host, port: bound.set_result(port),
+            gates=lambda: read_board(settings),
+            target=page_target(settings),
+        )
+    )
+    try:
+        port = await asyncio.wait_for(bound, 10)
+        registry = metrics.registry
+        open_poison = {"kind": "delivery_exhausted"}
+        async with asyncio.timeout(60):
+            # the board is read on the serve loop after its pass: poll the gauge it sets
+            while registry.get_sample_value("reaper_gates_open", open_poison) != 1:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        dom = await asyncio.to_thread(dump_dom, f"http://127.0.0.1:{port}/", tmp_path / "profile")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+
+    assert "<title>queue-reaper status</title>" in dom
+    assert f"<code>{short}</code>" in dom
+    assert f"reaper gates answer {short} --choice retry" in dom
+    assert f"reaper gates answer {short} --choice cancel" in dom
+    assert "&quot;render.video&quot;" in dom or '"render.video"' in dom
+    assert "Safe to clear" in dom and purge in dom
+    assert "<script" not in dom and "<form" not in dom
+    assert registry.get_sample_value("reaper_gates_open", {"kind": "bus_dead_lettered"}) == 0
+    # the page says the queue may be cleared; the reaper never clears it
+    assert len(read_all(broker, DLQ)) == 2
