@@ -195,9 +195,8 @@ async def _run(
     written: set[str] = set()
     if not dry_run:
         for s in states:
-            if s.desired.writable and s.diff and await _write(client, s, vhost):
-                written.add(s.desired.name)
-            elif _to_delete(s) and await _delete(client, s, vhost):
+            writing = s.desired.writable and bool(s.diff)
+            if await _write(client, s, vhost) if writing else await _delete_stale(client, s, vhost):
                 written.add(s.desired.name)
     if written:
         held = _by_name(await client.list_policies(vhost))
@@ -287,7 +286,10 @@ def _to_delete(s: _PolicyState) -> bool:
     )
 
 
-async def _delete(client: Broker, s: _PolicyState, vhost: str | None) -> bool:
+async def _delete_stale(client: Broker, s: _PolicyState, vhost: str | None) -> bool:
+    """Delete our policy where :func:`_to_delete` says; True when it was deleted."""
+    if not _to_delete(s):
+        return False
     try:
         await client.delete_policy(s.desired.name, vhost=vhost)
     except BrokerRefused as exc:
