@@ -22,7 +22,7 @@ from reaper.core.domain import Action, Condition, Verdict
 from reaper.edges.report_json import gate_json, iso, render_json, to_json, verdict_json, write_json
 from reaper.edges.wording import LEASE_CONDITIONS, age, measure, next_step, plural, short, where
 from reaper.reap.progress import SIGHTINGS_WRITE, RecordedVerdict
-from reaper.reap.result import PassResult
+from reaper.reap.result import PassResult, Problem
 
 __all__ = [
     "LEDGER_POINTER",
@@ -118,10 +118,12 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
     problems = result.problems()
     if problems:
         lines += ["", f"NOT OK ({len(problems)}):"]
-        for p in problems:
-            lines.append(f"  {p.label:<11} {p.subject}: {p.detail}")
-            if p.fix:
-                lines.append(f"  {'':<11} fix: {p.fix}")
+        fixes: set[str] = set()
+        for label, subject, detail, fix in _grouped(problems, wide):
+            lines.append(f"  {label:<11} {subject}: {detail}")
+            if fix and fix not in fixes:  # a fix said once
+                fixes.add(fix)
+                lines.append(f"  {'':<11} fix: {fix}")
 
     findings = result.findings()
     if findings:
@@ -177,6 +179,31 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
     if not result.dry_run and _ledger_read(result) and len(result.verdicts):
         lines += [f"Every verdict is a QueueReaped event in the ledger: {LEDGER_POINTER}."]
     return "\n".join(lines)
+
+
+def _grouped(problems: Sequence[Problem], wide: bool) -> list[tuple[str, str, str, str]]:
+    """The problems as lines: jobs that failed for the same reason are one line."""
+    out: list[tuple[str, str, str, str]] = []
+    jobs: dict[tuple[str, str], list[str]] = {}
+    for p in problems:
+        if p.kind == "row_not_moved" and p.subject.startswith("job ") and not wide:
+            key = (p.detail, p.fix)
+            if key not in jobs:
+                jobs[key] = []
+                out.append((p.label, "", p.detail, p.fix))
+            jobs[key].append(short(p.subject.removeprefix("job ")))
+        else:
+            out.append((p.label, p.subject, p.detail, p.fix))
+    grouped = iter(jobs.values())
+    return [
+        (label, subject or _jobs(next(grouped)), detail, fix)
+        for label, subject, detail, fix in out
+    ]
+
+
+def _jobs(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    return f"job {shown}" if len(ids) == 1 else f"{len(ids)} jobs ({shown})"
 
 
 def _dead_letter_lines(result: PassResult, wide: bool) -> list[str]:
