@@ -59,7 +59,7 @@ async def outbox_step(
         message = await _take(client, requeue=True)
         claimed = await _claim(store, message, "worker-a", now + _LEASE)
         out(
-            f"worker-a took generation {message['dispatch_seq']} of job {job}: "
+            f"worker-a took generation {message['dispatch_seq']} of job {str(job)[:8]}: "
             f"{'claimed' if claimed else 'NOT claimed'}, then died holding its lease "
             "(the broker keeps the message for redelivery)"
         )
@@ -74,7 +74,8 @@ async def outbox_step(
         dispatch = result.dispatch.why if result.dispatch else "unknown"
         out(f"reaper reap (dispatch in force: {dispatch}):")
         for verdict in moved:
-            out(f"  {verdict.action.value} {verdict.condition.value} {job}: {verdict.detail}")
+            what = f"{verdict.action.value} {verdict.condition.value} {str(job)[:8]}"
+            out(f"  {what}: {verdict.detail}")
         await _relay(store, client, out)
 
         for _ in range(2):
@@ -101,7 +102,7 @@ async def outbox_step(
             "events": int(row["events"]),
         }
         out(
-            f"job {job}: {summary['state']} on attempt {summary['attempts']}, "
+            f"job {str(job)[:8]}: {summary['state']} on attempt {summary['attempts']}, "
             f"{summary['generations']} dispatch episodes, {summary['outbox_rows']} outbox rows, "
             f"{summary['events']} ledger event(s) (the requeue)"
         )

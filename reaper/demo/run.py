@@ -85,8 +85,7 @@ async def run_demo(
     where_db = urlsplit(db.dsn).netloc or "the configured server"
 
     out(_banner("queue-reaper demo"))
-    out(f"PostgreSQL {where_db}: database {name}")
-    out(f"RabbitMQ {bus.urls_in_force()[0]}: vhost {name}")
+    out(f"PostgreSQL {where_db}, RabbitMQ {bus.urls_in_force()[0]}: database and vhost {name}")
 
     try:
         await create_database(db.dsn, name, password=password)
@@ -118,8 +117,9 @@ async def run_demo(
     finally:
         await client.aclose()
 
-    out(f"\nSeeded in {time.monotonic() - started:.1f} s:")
-    for line in seeded.describe():
+    first, *rest = seeded.describe()
+    out(f"\nSeeded in {time.monotonic() - started:.1f} s: {first}")
+    for line in rest:
         out(f"  {line}")
 
     steps = (
@@ -134,8 +134,9 @@ async def run_demo(
         result = await reap_once(demo, dry_run=dry_run)
         after = await _event_count(dsn, password)
         counts.append((before, after))
-        out(render_text(result))
-        out("")
+        text = render_text(result)
+        # the second pass finds what the first did: its status says so, and the ledger line
+        out(text if dry_run or len(counts) == 2 else text.splitlines()[0])
         out(_ledger_line(before, after, result))
 
     out(_banner("4. Outbox dispatch: a requeued job is dispatched again and runs"))
@@ -240,27 +241,23 @@ def _ledger_line(before: int, after: int, result: PassResult) -> str:
 def _where_to_look(
     settings: Settings, name: str, dsn: str, counts: list[tuple[int, int]], elapsed: float
 ) -> list[str]:
-    env = f"REAPER_DATABASE__DSN={shlex.quote(dsn)} REAPER_BUS__VHOST={name}"
+    env = f"export REAPER_DATABASE__DSN={shlex.quote(dsn)} REAPER_BUS__VHOST={name}"
     url = settings.bus.urls_in_force()[0].rstrip("/")
     admin = shlex.quote(settings.database.dsn)
     dry, first, second = (after - before for before, after in counts)
     return [
-        f"Ledger events written: dry run {dry}, first pass {first}, second pass {second}.",
-        f"Finished in {elapsed:.1f} s. The demo database and vhost are kept, both named {name}:",
-        "",
-        "  the ledger (append-only events), newest last:",
-        f"    {env} reaper events",
-        "  what waits for a person (the poison job, the dead letters), with each answer:",
-        f"    {env} reaper gates list",
-        "  another pass, with its metrics as node-exporter's textfile collector reads them:",
-        f"    {env} reaper reap --metrics-textfile /tmp/queue-reaper-demo.prom",
-        "    cat /tmp/queue-reaper-demo.prom",
-        "  the broker's side:",
-        f"    {url}/#/queues/{quote(name, safe='')}",
-        "",
+        f"Finished in {elapsed:.1f} s; ledger events written: dry run {dry}, first pass {first}, "
+        f"second pass {second}. The database and vhost {name} are kept:",
+        f"  {env}",
+        "  reaper events          the ledger: every verdict, as QueueReaped events",
+        "  reaper gates list      what waits for a person (the poison job, the dead letters)",
+        "  reaper reap -o wide --metrics-textfile /tmp/queue-reaper-demo.prom   another pass, "
+        "every detail, its metrics",
+        f"  the broker's side:    {url}/#/queues/{quote(name, safe='')}",
         "  to remove them (or run `reaper demo --cleanup` next time):",
-        f"    psql {admin} -c {shlex.quote(f'DROP DATABASE {name} WITH (FORCE)')}",
-        f"    curl -u {shlex.quote(settings.bus.username)} -X DELETE "
+        f"                        psql {admin} -c "
+        f"{shlex.quote(f'DROP DATABASE {name} WITH (FORCE)')}",
+        f"                        curl -u {shlex.quote(settings.bus.username)} -X DELETE "
         f"{url}/api/vhosts/{quote(name, safe='')}",
     ]
 

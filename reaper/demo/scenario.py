@@ -158,41 +158,48 @@ class Scenario:
         """A few lines saying what was seeded, for a person."""
         worker = [p.name for p in self.projects if p.has_worker]
         idle = [p.name for p in self.projects if not p.has_worker]
-        broker_lines = [
-            f"  {name} ({kind}): {self.messages.get(name, 0)} message(s)" + _queue_role(self, name)
+        queues = [
+            f"{name} ({kind}, {self.messages.get(name, 0)}{_queue_role(self, name)})"
             for name, kind in self.queues.items()
         ]
         return [
             f"PostgreSQL: {self.jobs} jobs in {len(self.projects)} projects "
-            f"({', '.join(worker)} with workers; {', '.join(idle)} with none)",
-            "  "
-            + ", ".join(
-                f"{p.name} = {p.id}" + ("" if p.has_worker else " (no worker)")
-                for p in self.projects
-            ),
-            f"  {len(self.expired_leases)} expired lease(s), {len(self.poison)} poison job(s), "
-            f"{len(self.live_leases)} live lease(s), {len(self.fresh_ready)} fresh ready job(s)",
-            f"  {len(self.stale_heads)} project(s) with stale claimable work (one behind a "
-            f"dependency that succeeded long ago), {len(self.not_claimable)} job(s) waiting on a "
-            "dependency still running",
-            f"RabbitMQ {self.broker.version}, vhost {self.vhost!r}: {len(self.queues)} queues",
-            *broker_lines,
+            f"({', '.join(worker)} with workers; {', '.join(idle)} with none): "
+            + ", ".join(f"{p.name} {str(p.id)[:8]}" for p in self.projects),
+            f"  {len(self.expired_leases)} expired leases, {len(self.poison)} poison, "
+            f"{len(self.live_leases)} live leases, {len(self.fresh_ready)} fresh ready, "
+            f"{len(self.stale_heads)} stale claimable heads (one behind an old dependency), "
+            f"{len(self.not_claimable)} waiting on a running dependency",
+            f"RabbitMQ {self.broker.version}, vhost {self.vhost!r}: {len(self.queues)} queues "
+            "(type, messages, role):",
+            *_wrapped(queues, "  "),
             "  policies: "
             + (", ".join(self.policies_written) or "none writable on this version")
             + (f"; drifted by hand: {self.drift}" if self.drifted_policy else ""),
         ]
 
 
+def _wrapped(items: list[str], pad: str, width: int = 156) -> list[str]:
+    """``items`` joined by ``; `` on as few lines of ``width`` as they fit."""
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + 2 + len(item) <= width:
+            lines[-1] += f"; {item}"
+        else:
+            lines.append(pad + item)
+    return lines
+
+
 def _queue_role(scenario: Scenario, name: str) -> str:
     if name == scenario.dead_letter_queue:
-        return ", owned dead-letter queue (x-death headers; JSON and non-JSON bodies)"
+        return ", owned dead letters, JSON and not"
     if name == scenario.foreign_dead_letter_queue:
-        return ", a foreign tenant's dead-letter queue"
+        return ", foreign dead letters"
     if name in scenario.foreign_queues:
-        return ", a foreign tenant's queue, no consumer, old messages"
+        return ", foreign, no consumer, old"
     if name == scenario.delay_queue:
-        return f", delay tier (x-message-ttl {DELAY_TTL_MS} ms), messages younger than it"
+        return f", delay tier, ttl {DELAY_TTL_MS // 1000} s"
     if name in scenario.stale_queues:
-        return ", owned, no consumer, old messages"
+        return ", owned, no consumer, old"
     idle = scenario.no_worker_project.work_queue
-    return ", work queue of the project with no worker" if name == idle else ", work queue"
+    return ", work, no worker" if name == idle else ", work"

@@ -1,8 +1,10 @@
 """The ``reaper`` command.
 
-Exit codes (SPEC §5): 0 the pass is ok; 1 the pass ran but is not ok (a source unreadable, a
-policy not verified or refused, a dead-letter queue that could not be read safely, a row that
-could not be moved); 2 usage or configuration error.
+Exit codes (SPEC §5): 0 the pass is ok (findings may be listed: ``OK, N findings``); 1 the
+pass ran but is not ok (a source unreadable, a write not done, a policy not in force, a queue
+of ours that would drop messages, a dead-letter queue that could not be read safely); 2 usage
+or configuration error. The global options (``--config-dir``, ``-v``, ``-q``) are taken before
+or after the command.
 """
 
 from __future__ import annotations
@@ -11,15 +13,17 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 from reaper.config import LoadedConfig, load_config, show
 from reaper.edges import commands, doctor, gate_commands, production
 from reaper.edges.commands import EXIT_NOT_OK, EXIT_OK, EXIT_USAGE
+from reaper.edges.serve import ListenError, parse_listen
 from reaper.errors import ConfigError, GateError, ReaperError, scrub
 from reaper.version import __version__
 
@@ -48,7 +52,45 @@ examples:
   reaper serve                   a pass every interval_seconds, /metrics on 127.0.0.1:9464
   reaper demo                    a realistic pass against the local services
 
-exit codes: 0 ok, 1 the pass ran but is not ok, 2 usage or configuration error
+exit codes:
+  0  the pass is ok: every source read, every write committed, every declared policy the
+     broker accepts and enforces in force, no queue of ours that would drop a message
+     (the report may still list findings: "OK, 3 findings")
+  1  the pass ran but is NOT OK: the header says why (a source unreadable, a write not done,
+     a policy not in force, a queue that would drop messages, a dead-letter queue not read)
+  2  usage or configuration error: nothing was run
+
+the report: see the README's "Reading the report" for every status, heading and code
+(KeyUnsupported, InSync, NotEnforced, DeliveryLimitWithheld, [new], [seen], ...).
+"""
+
+#: The report's codes, as `reaper reap --help` explains them.
+REAP_EPILOG = """the report, top to bottom:
+  status       OK | OK, N findings | NOT OK: <why>; exit 0, 0, 1
+  Database, Broker, Read   the target (host:port/database, vhost, management URLs that
+               answered, dispatch) and what was read (leases, projects, owned/foreign/
+               dead-letter queues): a pass against the wrong vhost shows it here
+  NOT OK       what made the pass not ok, each with its fix: UNREADABLE (a source, or a queue
+               on a node that is down), NOT DONE (a write the database refused: its reason and
+               the privilege needed), UNKNOWN (a commit with no answer), POLICY (a policy not
+               in force), DEAD LETTER (a queue not read safely), WOULD DROP (a queue of ours
+               whose delivery limit would delete messages: declare x-dead-letter-exchange)
+  Findings     what the pass found, worst first, one line each: the measurement against its
+               threshold, the next step, and the sighting: [new] recorded now, [seen] already
+               open in the ledger, [would record] in a dry run, [not recorded] ledger not
+               written. Nothing is moved for a finding; unbounded = no bound the broker
+               enforces (the reaper's own observation is the guard)
+  Done / Would do   what committed (a dry run: what it would do); a park names its gate and
+               the command that answers it
+  Policies     one line each: action (unchanged, created, updated, deleted, refused,
+               unsupported, planned), in force or not, and the reason code: InSync, Created,
+               Updated, Deleted, WouldCreate, WouldUpdate, WouldDelete, KeyUnsupported (the
+               version refuses a key; the fallback in force is said once), NoOwnedQueues,
+               NotEnforced (accepted, not enforced on that queue type: the queue is an
+               unbounded finding), DeliveryLimitWithheld (a queue has no dead-letter target),
+               Refused, DefinitionRejected, ReadBackMismatch, ShadowedBy, FiniteDeliveryLimit,
+               NotInForce, QueueNotCarrying, CarriedOutsideScope, StalePolicy, FallbackUnproven
+  -o wide      every detail in full; --json (or -o json) every verdict, with applied
 """
 
 
@@ -106,20 +148,17 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"queue-reaper {__version__}")
-    parser.add_argument(
-        "--config-dir",
-        type=Path,
-        help="directory of *.toml drop-ins (default: ./conf.d, then /etc/queue-reaper/conf.d; "
-        "none: environment only)",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    _global_options(parser, defaults=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     reap = commands.add_parser(
         "reap",
         help="run one whole pass and print its report",
-        description="Run one whole pass: measure both sources, judge, act, reconcile the "
-        "policies, record, report. Exit 0 when the pass is ok, 1 when it ran but is not ok.",
+        description="Run one whole pass: measure both sources, judge, act, reconcile the\n"
+        "policies, record, report. Exit 0 when the pass is ok, 1 when it ran but is not ok,\n"
+        "2 on a usage or configuration error.",
+        epilog=REAP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     reap.add_argument(
         "--dry-run",
@@ -131,8 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help=(
             "print the report as one JSON object, streamed, with every verdict (the text "
-            "report summarises lease moves above 10 per condition)"
+            "report summarises lease moves above 10 per condition); the same as -o json"
         ),
+    )
+    reap.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "wide", "json"),
+        default="text",
+        help="text (default: one line per finding), wide (every detail in full) or json",
     )
     reap.add_argument("--project", type=_project, help="only this project's job-queue work")
     reap.add_argument(
@@ -145,16 +191,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--pushgateway", metavar="URL", help="push the pass's metrics to a Pushgateway"
     )
 
-    config = commands.add_parser("config", help="check or show the effective configuration")
-    config_commands = config.add_subparsers(dest="config_command", required=True)
-    config_commands.add_parser("check", help="validate; exit 2 naming every problem, 0 when valid")
-    config_show = config_commands.add_parser(
-        "show", help="the effective configuration, secrets masked, with where each value came from"
+    config = commands.add_parser(
+        "config",
+        help="check or show the effective configuration",
+        description="Check or show the effective configuration.",
     )
-    config_show.add_argument("--json", action="store_true")
+    config_commands = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    config_commands.add_parser(
+        "check",
+        help="validate; exit 2 naming every problem, 0 when valid",
+        description="Validate the drop-ins and the environment: exit 0 when valid, 2 naming "
+        "every problem at once.",
+    )
+    config_show = config_commands.add_parser(
+        "show",
+        help="the effective configuration, secrets masked, with where each value came from",
+        description="Print every key in force, secrets masked, with the file or variable it "
+        "came from, the dispatch in force and the management URLs in order of preference.",
+    )
+    config_show.add_argument("--json", action="store_true", help="print it as one JSON object")
 
-    db = commands.add_parser("db", help="the PostgreSQL schema")
-    db_commands = db.add_subparsers(dest="db_command", required=True)
+    db = commands.add_parser(
+        "db", help="the PostgreSQL schema", description="The reaper's PostgreSQL schema."
+    )
+    db_commands = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     migrate = db_commands.add_parser(
         "migrate",
         help="bring the schema up to date, online: only what is missing, never a long lock",
@@ -178,33 +238,101 @@ def build_parser() -> argparse.ArgumentParser:
     production.add_db_commands(db_commands)
     doctor.add_command(commands)
 
-    policies = commands.add_parser("policies", help="the declared broker policies")
-    policy_commands = policies.add_subparsers(dest="policies_command", required=True)
-    plan = policy_commands.add_parser(
-        "plan", help="desired policies against what the broker has, per queue; writes nothing"
+    policies = commands.add_parser(
+        "policies",
+        help="the declared broker policies",
+        description="The declared broker policies (policies/*.json).",
     )
-    plan.add_argument("--json", action="store_true")
+    policy_commands = policies.add_subparsers(
+        dest="policies_command", required=True, metavar="ACTION"
+    )
+    plan = policy_commands.add_parser(
+        "plan",
+        help="desired policies against what the broker has, per queue; writes nothing",
+        description="Desired policies, rendered for this broker, against what it holds, and "
+        "each owned queue's bounds in force. Writes nothing.",
+    )
+    plan.add_argument("--json", action="store_true", help="print the plan as one JSON object")
 
     # what waits for a person, and the ledger (reaper.edges.gate_commands)
     gate_commands.add_parsers(commands)
 
     serve = commands.add_parser(
-        "serve", help="a pass every interval_seconds; /metrics and /healthz over HTTP"
+        "serve",
+        help="a pass every interval_seconds; /metrics and /healthz over HTTP",
+        description="Run a pass every [queue.reap] interval_seconds (the fleet's turn, shared "
+        "with the workers' hooks) and serve /metrics, /healthz and a status page at /.",
     )
     serve.add_argument(
-        "--listen", default="127.0.0.1:9464", metavar="HOST:PORT", help="default %(default)s"
+        "--listen",
+        default="127.0.0.1:9464",
+        type=_listen,
+        metavar="HOST:PORT",
+        help="where to listen (default %(default)s)",
     )
 
     demo = commands.add_parser(
         "demo",
         help="seed a realistic scenario in its own database and vhost, then audit and reap it",
+        description="Create a database and a vhost of its own on the configured services, "
+        "seed a realistic scenario, then run a dry-run audit and two real passes, printing "
+        "each report. Both are kept, and the end says where to look and how to remove them.",
     )
     demo.add_argument(
         "--cleanup",
         action="store_true",
         help="remove the demo's database and vhost at the end (default: keep them, and say how)",
     )
+    for sub in _subcommands(parser):
+        _global_options(sub, defaults=False)
     return parser
+
+
+def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """The options every command takes, before or after its name; given after it, they only
+    override (their defaults are the top-level parser's alone)."""
+    keep = {} if defaults else {"default": argparse.SUPPRESS}
+    group = parser.add_argument_group("global options")
+    group.add_argument(
+        "--config-dir",
+        type=Path,
+        help="directory of *.toml drop-ins (default: ./conf.d, then /etc/queue-reaper/conf.d; "
+        "none: environment only)",
+        **({"default": None} if defaults else keep),
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        help="-v: the reaper's own debug lines; -vv: the HTTP client's and asyncio's too",
+        **({"default": 0} if defaults else keep),
+    )
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="warnings and errors only; `reap` prints its status line alone",
+        **({"default": False} if defaults else keep),
+    )
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every command's parser, nested ones included."""
+    found: list[argparse.ArgumentParser] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                found.append(sub)
+                found += _subcommands(sub)
+    return found
+
+
+def _listen(value: str) -> str:
+    try:
+        parse_listen(value)
+    except ListenError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def _print_json(value: object) -> None:
@@ -271,7 +399,8 @@ async def _run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
         return await commands.reap(
             loaded,
             dry_run=args.dry_run,
-            as_json=args.json,
+            output="json" if args.json else args.output,
+            quiet=args.quiet,
             project_id=args.project,
             metrics_textfile=args.metrics_textfile,
             pushgateway=args.pushgateway,
@@ -293,16 +422,37 @@ async def _run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     raise AssertionError(f"unhandled command {args.command}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+#: Loggers that are not the reaper's: at WARNING unless -vv.
+THIRD_PARTY_LOGGERS: Final = ("httpx", "httpcore", "asyncio")
+
+
+def _logging(verbose: int, quiet: bool) -> None:
+    level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    # One line per HTTP request is noise at INFO; the report says what the pass saw.
-    logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+    # One line per HTTP request is noise; the report says what the pass saw.
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose >= 2 else logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader went away (`reaper reap | head -1`): end quietly, and keep the
+        # interpreter from failing again as it flushes stdout on the way out
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _logging(args.verbose, args.quiet)
     try:
         loaded = load_config(args.config_dir)
     except ConfigError as exc:
@@ -329,6 +479,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_NOT_OK
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        raise  # ended quietly by main
     except Exception as exc:  # the last line of defence: one line, scrubbed, never a traceback
         log.debug("unexpected error", exc_info=True)
         print(f"reaper: unexpected {type(exc).__name__}: {scrub(str(exc))}", file=sys.stderr)

@@ -43,16 +43,21 @@ async def reap(
     loaded: LoadedConfig,
     *,
     dry_run: bool,
-    as_json: bool,
+    output: str = "text",
     project_id: UUID | None,
     metrics_textfile: Path | None,
     pushgateway: str | None,
+    quiet: bool = False,
 ) -> int:
+    """One pass, its report printed as ``output`` says (``text``, ``wide`` or ``json``;
+    ``quiet``: the status line alone)."""
     result = await reap_once(loaded.settings, dry_run=dry_run, project_id=project_id)
-    if as_json:
+    if output == "json":
         write_json(result, sys.stdout)  # every verdict, streamed from the pass's log
+    elif quiet:
+        print(render_text(result).splitlines()[0])
     else:
-        print(render_text(result))
+        print(render_text(result, wide=output == "wide"))
         for line in await clear_notes(loaded.settings, result):  # what waits for a person
             print(line)
     code = EXIT_OK if result.ok else EXIT_NOT_OK

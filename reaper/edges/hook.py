@@ -32,6 +32,7 @@ true`` keeps its own pool open instead).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import random
@@ -55,6 +56,28 @@ from reaper.reap.sources import Sources, open_broker, open_store
 __all__ = ["TURN", "HookRun", "QueueReaper"]
 
 log = logging.getLogger("reaper.hook")
+
+#: Set while a pass of this process runs: the HTTP client's own INFO lines (one per request)
+#: are then not the worker's to read; the pass logs one line of its own instead.
+_IN_PASS: contextvars.ContextVar[bool] = contextvars.ContextVar("reaper_in_pass", default=False)
+
+
+class _QuietDuringPass(logging.Filter):
+    """Drops the HTTP client's records below WARNING made inside a reaper pass; the host's own
+    requests, and every warning, pass through."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or not _IN_PASS.get()
+
+
+_QUIET: Final = _QuietDuringPass()
+
+
+def _quiet_http_client() -> None:
+    http = logging.getLogger("httpx")
+    if _QUIET not in http.filters:
+        http.addFilter(_QUIET)
+
 
 #: The name of the fleet's one turn (``reaper_turn.name``): one whole pass per interval over
 #: the database, whoever takes it (a worker's hook or ``reaper serve``).
@@ -169,15 +192,26 @@ class QueueReaper:
 
     async def run_now(self, project_id: UUID | None = None) -> PassResult:
         """One whole pass now, turn or not (raises what it cannot report)."""
+        _quiet_http_client()
+        token = _IN_PASS.set(True)
         sources = await self._sources()
         try:
             return await self._pass(sources, project_id, whole=True)
         finally:
             await self._release(sources)
+            _IN_PASS.reset(token)
 
     async def _take_turn_and_run(self, project_id: UUID | None, *, serve: bool) -> HookRun:
         # Claimed before the first await, so a concurrent caller in the same loop sees it.
         self._running = True
+        _quiet_http_client()
+        token = _IN_PASS.set(True)
+        try:
+            return await self._turn_and_run(project_id, serve=serve)
+        finally:
+            _IN_PASS.reset(token)
+
+    async def _turn_and_run(self, project_id: UUID | None, *, serve: bool) -> HookRun:
         self._next_ask = self._monotonic() + self.interval_seconds  # until the turn says otherwise
         sources: Sources | None = None
         try:
@@ -282,26 +316,21 @@ class QueueReaper:
 
     @staticmethod
     def _log(result: PassResult, project_id: UUID | None) -> None:
-        for entry in result.unreadable:
-            what = entry.source if entry.queue is None else f"queue {entry.queue!r}"
-            log.warning("queue reap could not read %s: %s", what, entry.error)
-        for r in result.surfaced():
-            v = r.verdict
-            if r.recorded:
-                log.warning(
-                    "queue.stuck %s %s on %s: measured %s %s (threshold %s)",
-                    v.source.value,
-                    v.condition.value,
-                    v.queue or v.object,
-                    v.measured,
-                    v.unit.value,
-                    v.threshold,
-                )
-        log.info(
-            "queue reap %s in %.2f s: %d verdict(s)%s",
-            "ok" if result.ok else "NOT ok",
+        """One line per pass: INFO when ok with nothing new, WARNING when something new was
+        recorded or the pass is not ok (naming the first few)."""
+        new = [r.verdict for r in result.surfaced() if r.recorded]
+        problems = result.problems()
+        said = [f"{p.label} {p.subject}" for p in problems[:3]]
+        said += [f"new {v.condition.value} on {v.queue or v.object}" for v in new[:3]]
+        more = max(0, len(problems) - 3) + max(0, len(new) - 3)
+        log.log(
+            logging.WARNING if problems or new else logging.INFO,
+            "queue reap %s in %.2f s: %d verdict(s)%s%s%s",
+            result.status(),
             result.duration_seconds,
             len(result.verdicts),
+            f"; {'; '.join(said)}" if said else "",
+            f"; and {more} more" if more else "",
             f" (the turn fell to project {project_id}'s worker)" if project_id else "",
         )
 

@@ -160,8 +160,10 @@ def _families() -> dict[str, GaugeMetricFamily]:
         ),
         "policy_verified": gauge(
             "policy_verified",
-            "1 when the last pass verified a declared policy in force on every owned queue, 0 "
-            "when it did not or the write was refused; no series when not checked (dry-run).",
+            "1 when the last pass verified a declared policy in force on every owned queue where "
+            "the broker enforces it (queues where it cannot are unbounded conditions), 0 when it "
+            "did not or the write was refused; no series when not checked, nor for a dry run's "
+            "planned write.",
             ("policy",),
         ),
         "policy_outcome": gauge(
@@ -271,8 +273,10 @@ def _fill(families: Mapping[str, GaugeMetricFamily], result: PassResult) -> None
     for p in sorted(result.policies, key=lambda p: p.name):
         families["policy_outcome"].add_metric([p.name, p.action], 1)
         families["policy_queues_failing"].add_metric([p.name], len(p.queues_failing))
-        if p.action == "refused" or p.verified is not None:
-            families["policy_verified"].add_metric([p.name], _flag(bool(p.verified)))
+        if (p.action == "refused" or p.verified is not None) and not p.planned:
+            # what the broker cannot enforce is alerted on as an unbounded queue, not here
+            verified = bool(p.verified) or p.unenforceable
+            families["policy_verified"].add_metric([p.name], _flag(verified))
 
     for source in Source:
         families["source_up"].add_metric([source.value], _flag(source.value not in unreadable))

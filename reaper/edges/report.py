@@ -20,9 +20,9 @@ from uuid import UUID
 from reaper.core.cluster import node_summary
 from reaper.core.domain import Action, Condition, Verdict
 from reaper.edges.report_json import gate_json, iso, render_json, to_json, verdict_json, write_json
-from reaper.edges.wording import LEASE_CONDITIONS, measure, next_step, plural, short, where
+from reaper.edges.wording import LEASE_CONDITIONS, age, measure, next_step, plural, short, where
 from reaper.reap.progress import SIGHTINGS_WRITE, RecordedVerdict
-from reaper.reap.result import PassResult
+from reaper.reap.result import PassResult, Problem
 
 __all__ = [
     "LEDGER_POINTER",
@@ -73,15 +73,20 @@ def _header(result: PassResult, wide: bool) -> list[str]:
         f"({result.duration_seconds:.2f} s)"
     ]
     t = result.target
+    target: list[str] = []
     if t is not None:
-        dispatch = f", dispatch {result.dispatch.mode.value}" if result.dispatch else ""
-        lines.append(f"Database:    {t.database}{dispatch}")
+        dispatch = f" (dispatch {result.dispatch.mode.value})" if result.dispatch else ""
+        target.append(f"PostgreSQL {t.database}{dispatch}")
     if result.broker or t is not None:
         product = f"{result.broker.product} {result.broker.version}" if result.broker else "broker"
-        vhost = f", vhost {t.vhost!r}" if t is not None else ""
+        vhost = f" vhost {t.vhost!r}" if t is not None else ""
         urls = t.management_urls if t is not None else ()
         via = f" via {', '.join(urls)}" if urls else " (no management URL answered)"
-        lines.append(f"Broker:      {product}{vhost}{via}")
+        target.append(f"{product}{vhost}{via}")
+    if target and len("; ".join(target)) <= 146:
+        lines.append(f"Target:      {'; '.join(target)}")
+    else:
+        lines += [f"Target:      {part}" for part in target]
     if result.broker and result.broker.nodes is not None and len(result.broker.nodes) > 1:
         lines.append(f"Nodes:       {node_summary(result.broker.nodes)}")
     if len(result.management) > 1 and (wide or any(not e.answered for e in result.management)):
@@ -113,28 +118,29 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
     problems = result.problems()
     if problems:
         lines += ["", f"NOT OK ({len(problems)}):"]
-        for p in problems:
-            lines.append(f"  {p.label:<11} {p.subject}: {p.detail}")
-            if p.fix:
-                lines.append(f"  {'':<11} fix: {p.fix}")
+        fixes: set[str] = set()
+        for label, subject, detail, fix in _grouped(problems, wide):
+            lines.append(f"  {label:<11} {subject}: {detail}")
+            if fix and fix not in fixes:  # a fix said once
+                fixes.add(fix)
+                lines.append(f"  {'':<11} fix: {fix}")
 
     findings = result.findings()
     if findings:
         lines += ["", f"Findings ({len(findings)}), worst first:"]
         steps = [next_step(r.verdict) for r in findings]
+        thresholds: set[object] = set()
         for n, (r, step) in enumerate(zip(findings, steps, strict=True)):
             v = r.verdict
-            # a next step said once: on the first of the findings that share it
-            same = sum(1 for other in steps[n + 1 :] if other == step)
+            # a next step, and a condition's threshold, said once: on the first that has it
             said = step and step in steps[:n]
-            shown = (
-                ""
-                if not step or said
-                else f"; {step}" + (f" (also the {same} below)" if same else "")
-            )
+            shown = "" if not step or said else f"; {step}"
+            bound = (v.condition, v.threshold, v.unit)
+            first = wide or bound not in thresholds
+            thresholds.add(bound)
             lines.append(
-                f"  {v.condition.value:<12} {where(v, wide=wide)}: {measure(v)}{shown}"
-                f"  [{_state(r, result)}]"
+                f"  {v.condition.value:<12} {where(v, wide=wide)}: "
+                f"{measure(v, threshold=first)}{shown}  [{_state(r, result)}]"
             )
             if wide and v.detail:
                 lines.append(f"  {'':<12} {v.detail}")
@@ -163,18 +169,51 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
 
     lines += _dead_letter_lines(result, wide)
     lines += _policy_lines(result, wide)
-    if result.notes:
+    if len(result.notes) == 1:
+        lines += ["", f"Note: {result.notes[0]}"]
+    elif result.notes:
         lines += ["", "Notes:"]
         lines += [f"  - {n}" for n in result.notes]
     if not problems and not findings and not count:
         lines += ["", "Nothing found, nothing to do."]
     if not result.dry_run and _ledger_read(result) and len(result.verdicts):
-        lines += ["", f"Every verdict is a QueueReaped event in the ledger: {LEDGER_POINTER}."]
+        lines += [f"Every verdict is a QueueReaped event in the ledger: {LEDGER_POINTER}."]
     return "\n".join(lines)
 
 
+def _grouped(problems: Sequence[Problem], wide: bool) -> list[tuple[str, str, str, str]]:
+    """The problems as lines: jobs that failed for the same reason are one line."""
+    out: list[tuple[str, str, str, str]] = []
+    jobs: dict[tuple[str, str], list[str]] = {}
+    for p in problems:
+        if p.kind == "row_not_moved" and p.subject.startswith("job ") and not wide:
+            key = (p.detail, p.fix)
+            if key not in jobs:
+                jobs[key] = []
+                out.append((p.label, "", p.detail, p.fix))
+            jobs[key].append(short(p.subject.removeprefix("job ")))
+        else:
+            out.append((p.label, p.subject, p.detail, p.fix))
+    grouped = iter(jobs.values())
+    return [
+        (label, subject or _jobs(next(grouped)), detail, fix)
+        for label, subject, detail, fix in out
+    ]
+
+
+def _jobs(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    return f"job {shown}" if len(ids) == 1 else f"{len(ids)} jobs ({shown})"
+
+
 def _dead_letter_lines(result: PassResult, wide: bool) -> list[str]:
-    shown = [d for d in result.dead_letters if wide or d.parked_new or d.unread or d.read_blocked]
+    # parks are listed under Done: a queue read and emptied of news says nothing more here
+    # (a dry run reads none: its note says what a real pass would read)
+    shown = [
+        d
+        for d in result.dead_letters
+        if wide or d.read_blocked or (d.unread and not result.dry_run)
+    ]
     if not shown:
         return []
     lines = ["", "Dead-letter queues:"]
@@ -216,8 +255,38 @@ def _policy_lines(result: PassResult, wide: bool) -> list[str]:
         for fallback in p.fallbacks:
             if fallback not in said:
                 said.add(fallback)
-                lines.append(f"    {fallback}")
+                lines.append(f"    {brief(fallback)}")
     return lines
+
+
+def _joined(items: Sequence[str], head: str, pad: str, width: int = 150) -> list[str]:
+    """``items`` after ``head``, comma-separated, on as few lines of ``width`` as they fit."""
+    lines = [head]
+    for n, item in enumerate(items):
+        sep = ", " if n and not lines[-1].endswith(pad) else ""
+        if n and len(lines[-1]) + len(sep) + len(item) > width:
+            lines[-1] += ","
+            lines.append(pad)
+            sep = ""
+        lines[-1] += sep + item
+    return lines
+
+
+def brief(text: str) -> str:
+    """A sentence without its trailing evidence (a closing parenthetical, a ``, which``
+    clause): the short form says what holds; ``-o wide`` says how it is known."""
+    while text.endswith(")"):
+        depth, cut = 0, -1
+        for i in range(len(text) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(text[i], 0)
+            if depth == 0:
+                cut = i
+                break
+        if cut <= 0:
+            break
+        text = text[:cut].rstrip()
+    head, sep, _ = text.partition(", which ")
+    return head if sep else text
 
 
 def _acted_line(v: Verdict, wide: bool = False, gates: Mapping[str, UUID] | None = None) -> str:
@@ -291,8 +360,15 @@ class _LeaseMoves:
             if not count:
                 continue
             first = self.first[condition]
-            if count <= LISTED_MOVES:
+            if count <= LISTED_MOVES and (self.wide or count == 1 or condition is Condition.POISON):
                 out += [_acted_line(v, self.wide, self.gates) for v in first]
+                continue
+            if count <= LISTED_MOVES:
+                # a few requeues on one line: each job and how long ago its lease expired
+                shown = [f"{short(v.object)} {age(v.measured or 0)}" for v in first]
+                verb = first[0].action.value
+                head = f"  {verb:<8} {condition.value:<13} {count} jobs, expired ago: "
+                out += _joined(shown, head, " " * len(head))
                 continue
             action = first[0].action.value
             projects = self.projects[condition]

@@ -33,13 +33,14 @@ def _amount(value: float | int, unit: str) -> str:
     return f"{n} {unit[:-1] if n == 1 and unit.endswith('s') else unit}"
 
 
-def measure(verdict: Verdict) -> str:
-    """The measurement against its threshold, said once."""
+def measure(verdict: Verdict, *, threshold: bool = True) -> str:
+    """The measurement against its threshold, said once (``threshold`` false: the threshold
+    was said on a line above)."""
     unit = verdict.unit.value
     if verdict.measured is None:
         return ""
     shown = _amount(verdict.measured, unit)
-    if verdict.threshold is None:
+    if verdict.threshold is None or not threshold:
         return shown
     if verdict.condition in LEASE_CONDITIONS and unit == "attempts":
         return f"{display_number(verdict.measured)} of {display_number(verdict.threshold)} attempts"
@@ -71,7 +72,7 @@ def next_step(verdict: Verdict) -> str:
     if c is Condition.STALE_READY:
         if verdict.queue:
             return "no consumer takes it: start the queue's consumer"
-        return "no worker claims it: check that a worker serves this project"
+        return "no worker claims it: check the project's workers"
     if c is Condition.DEAD_LETTER:
         if "foreign" in d:
             return "foreign: never read; tell the queue's owner"

@@ -195,9 +195,8 @@ async def _run(
     written: set[str] = set()
     if not dry_run:
         for s in states:
-            if s.desired.writable and s.diff and await _write(client, s, vhost):
-                written.add(s.desired.name)
-            elif _to_delete(s) and await _delete(client, s, vhost):
+            writing = s.desired.writable and bool(s.diff)
+            if await _write(client, s, vhost) if writing else await _delete_stale(client, s, vhost):
                 written.add(s.desired.name)
     if written:
         held = _by_name(await client.list_policies(vhost))
@@ -279,15 +278,14 @@ async def _write(client: Broker, s: _PolicyState, vhost: str | None) -> bool:
 def _to_delete(s: _PolicyState) -> bool:
     """Our policy as the broker holds it carries a delivery limit this broker must no longer
     be given, and nothing else of it can be written: it goes, or its limit would drop."""
-    d = s.desired
-    return (
-        not d.writable
-        and s.actual is not None
-        and any(w.key in s.actual.definition for w in d.withheld)
-    )
+    held = s.actual.definition if s.actual is not None else {}
+    return not s.desired.writable and any(w.key in held for w in s.desired.withheld)
 
 
-async def _delete(client: Broker, s: _PolicyState, vhost: str | None) -> bool:
+async def _delete_stale(client: Broker, s: _PolicyState, vhost: str | None) -> bool:
+    """Delete our policy where :func:`_to_delete` says; True when it was deleted."""
+    if not _to_delete(s):
+        return False
     try:
         await client.delete_policy(s.desired.name, vhost=vhost)
     except BrokerRefused as exc:
@@ -360,12 +358,10 @@ def _outcome(
 
     if s.action == "deleted":
         action = "deleted"
-    elif dry_run and _to_delete(s):
+    elif dry_run and (d.writable or _to_delete(s)):
         action = "planned"
     elif not d.writable:
         action = "unsupported"
-    elif dry_run:
-        action = "planned"
     else:
         action = s.action
 

@@ -75,11 +75,10 @@ def write_fix(reason: str) -> str:
     names none (the next pass tries again)."""
     if "42501" in reason or "permission denied" in reason or "InsufficientPrivilege" in reason:
         table = re.search(r"permission denied for (?:table|relation|sequence) (\S+)", reason)
-        what = f"on {table[1]}" if table else "it was refused"
+        what = f"on {table[1]}" if table else "on the tables the reaper writes"
         return (
-            f"the reaper's database role lacks the privilege to write {what} (SQLSTATE 42501): "
-            "grant it INSERT, UPDATE on the tables the reaper writes, or run the pass as a "
-            "role that has them"
+            f"grant the reaper's database role INSERT and UPDATE {what} (it lacks the privilege: "
+            "SQLSTATE 42501), or run the pass as a role that has them"
         )
     return ""
 

@@ -636,19 +636,9 @@ class Run:
         return self.returncode == 0 and self.report is not None and bool(self.report["ok"])
 
     def ok_on(self, broker: BrokerUnderTest) -> bool:
-        """``ok``; except that a version enforcing no consumer timeout on classic queues (4.3)
-        never verifies the classic policy (``NotEnforced``), so a pass whose only problem is
-        that counts here: no pass can change it. Any other problem is still not ok."""
-        if self.ok or not broker.at_least(4, 3) or self.report is None or self.returncode != 1:
-            return self.ok
-        reasons = {p["name"]: p["reason"] for p in self.report["policies"]}
-        problems = self.report["problems"]
-        return bool(problems) and all(
-            p["kind"] == "policy"
-            and p["subject"] == "vibey-reap-classic"
-            and reasons.get(p["subject"]) == "NotEnforced"
-            for p in problems
-        )
+        """``ok`` on every version: what a version cannot enforce (4.3's classic queues,
+        ``NotEnforced``) is a finding, not a failed pass."""
+        return self.ok
 
     def describe(self) -> str:
         if self.report is None:

@@ -52,9 +52,19 @@ async def test_the_demo_runs_both_passes_and_the_second_records_nothing_new(
         assert "queue-reaper dry-run audit (nothing written)" in dry
         assert "Ledger: 0 event(s) before, 0 after: nothing written" in dry
         assert re.search(r"Ledger: 0 event\(s\) before, [1-9]\d* after: \d+ new event", first)
-        assert "queue-reaper pass:" in first and "requeue  lease_expired" in first
+        assert "queue-reaper pass: OK, " in first and "requeue  lease_expired" in first
         assert "park     poison" in first and "park     dead_letter" in first
-        assert "no new event" in second and "Done (0):" in second
+        assert re.search(r"park     poison .*; gate [0-9a-f]{8}: reaper gates answer", first)
+        # the second pass: its status line and that nothing new was recorded
+        assert "queue-reaper pass: OK, " in second and "no new event" in second
+        # read at 3 a.m.: the whole output short, no line too long, no sentence twice in a report
+        lines = out.splitlines()
+        assert len(lines) < 90, len(lines)
+        assert max(len(line) for line in lines) <= 160
+        for report in (dry, first):
+            said = [c for line in report.splitlines() for c in re.split(r"(?<=[.;:])\s+", line)]
+            long = [c.strip() for c in said if len(c.strip()) >= 25]
+            assert len(long) == len(set(long)), sorted(c for c in long if long.count(c) > 1)
         outbox = sections[4]
         assert "reaper db migrate --outbox: outbox_dispatch" in outbox
         assert "dispatch in force: detected: the schema has job.dispatch_seq" in outbox
@@ -64,7 +74,7 @@ async def test_the_demo_runs_both_passes_and_the_second_records_nothing_new(
         assert re.search(
             r"succeeded on attempt 2, 2 dispatch episodes, 2 outbox rows, 1 ledger event", outbox
         ), outbox
-        assert "reaper gates list" in out and "--metrics-textfile" in out
+        assert "reaper gates list" in out and "--metrics-textfile" in out and "reaper events" in out
         assert "DROP DATABASE" in out
         assert elapsed < 60, f"the demo took {elapsed:.1f} s"
     finally:

@@ -81,12 +81,13 @@ async def test_a_write_the_database_refuses_is_not_done_never_done_nor_unreadabl
     assert set(not_done) == {f"job {lease.id}", "the sightings' ledger events"}
     for problem in not_done.values():
         assert "permission denied" in problem.detail and "42501" in problem.fix
-        assert "privilege to write" in problem.fix
+        assert problem.fix.startswith("grant the reaper's database role INSERT and UPDATE on ")
 
     text = render_text(result)
     lines = text.splitlines()
     assert lines[0].startswith("queue-reaper pass: NOT OK: 1 source unreadable, 2 writes not done")
-    assert f"  NOT DONE    job {lease.id}: permission denied for table job" in text
+    assert f"  NOT DONE    job {str(lease.id)[:8]}: permission denied for table job" in text
+    assert "  fix: grant the reaper's database role INSERT and UPDATE on job (it lacks" in text
     assert "Done (" not in text
     assert "UNREADABLE  job_queue" not in text
     # the sighting could not be recorded, and the report does not pretend it was

@@ -26,7 +26,8 @@ def test_help_names_every_command_and_the_exit_codes(capsys: pytest.CaptureFixtu
     out = capsys.readouterr().out
     for command in ("reap", "config", "db", "policies", "gates", "serve", "demo"):
         assert command in out
-    assert "exit codes: 0 ok, 1 the pass ran but is not ok, 2 usage" in out
+    assert "exit codes:\n  0  the pass is ok" in out
+    assert "1  the pass ran but is NOT OK" in out and "2  usage or configuration error" in out
 
 
 def test_an_unknown_command_is_a_usage_error() -> None:

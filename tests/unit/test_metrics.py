@@ -501,3 +501,16 @@ def test_a_gateway_refusal_is_a_clear_error(
     handler.status = 400
     with pytest.raises(MetricsExportError, match=r"refused the metrics: HTTP 400"):
         metrics.push(f"http://{address}")
+
+
+def test_what_the_broker_cannot_enforce_is_not_an_unverified_policy_and_a_plan_is_no_failure(
+    metrics: ReaperMetrics, registry: CollectorRegistry
+) -> None:
+    unenforceable = PolicyOutcome(
+        "vibey-classic", "unchanged", False, 1, ("vibey.c",), "...", "NotEnforced", True
+    )
+    planned = PolicyOutcome("vibey-quorum", "planned", False, 3, (), "...", "WouldUpdate")
+    metrics.observe(replace(a_pass(), policies=(unenforceable,)))
+    assert registry.get_sample_value("reaper_policy_verified", {"policy": "vibey-classic"}) == 1
+    metrics.observe(replace(a_pass(dry_run=True), policies=(planned,)))
+    assert registry.get_sample_value("reaper_policy_verified", {"policy": "vibey-quorum"}) is None

@@ -112,7 +112,7 @@ def test_problems_come_first_and_name_numbers_against_thresholds() -> None:
     # the measurement against its threshold, said once, readable, with the next step
     assert lines[findings + 1] == (
         "  stale_ready  job job-1 (project 00000000): 20 m (threshold 15 m); no worker claims "
-        "it: check that a worker serves this project  [new]"
+        "it: check the project's workers  [new]"
     )
     assert (
         lines[done + 1] == "  requeue  lease_expired job job-2 (project 00000000): expired 30 s ago"

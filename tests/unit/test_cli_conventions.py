@@ -1,0 +1,153 @@
+"""Command-line habits (SPEC §5): global options before or after the command, -q, a closed
+pipe ends quietly, third-party loggers quiet unless -vv, help for every option and command,
+exit 2 for every usage error, and a worker's log gets one reaper line per pass."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reaper.edges.cli import _subcommands, build_parser, main
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for key in list(__import__("os").environ):
+        if key.startswith("REAPER_"):
+            monkeypatch.delenv(key)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--config-dir", "X", "-v", "reap", "--dry-run"],
+        ["reap", "--dry-run", "--config-dir", "X", "-v"],
+        ["reap", "-v", "--dry-run", "--config-dir", "X"],
+    ],
+)
+def test_global_options_are_taken_before_or_after_the_command(argv: list[str]) -> None:
+    args = build_parser().parse_args(argv)
+    assert (args.config_dir, args.verbose, args.dry_run, args.quiet) == (Path("X"), 1, True, False)
+
+
+def test_global_options_given_before_are_not_reset_by_the_command() -> None:
+    args = build_parser().parse_args(["-q", "--config-dir", "Y", "gates", "list"])
+    assert (args.quiet, args.config_dir, args.verbose) == (True, Path("Y"), 0)
+    assert build_parser().parse_args(["-vv", "db", "migrate"]).verbose == 2
+
+
+def test_every_command_and_option_has_help() -> None:
+    parser = build_parser()
+    missing = []
+    for sub in [parser, *_subcommands(parser)]:
+        if sub is not parser and not sub.description:
+            missing.append(sub.prog)
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                missing += [f"{sub.prog} {a.dest}" for a in action._choices_actions if not a.help]
+            elif not action.help:
+                missing.append(f"{sub.prog} {'/'.join(action.option_strings) or action.dest}")
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "--listen", "19466"],
+        ["serve", "--listen", "host:port"],
+        ["reap", "--output", "yaml"],
+        ["reap", "--no-such-option"],
+        ["gates"],
+    ],
+)
+def test_every_usage_error_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert "usage: reaper" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("verbose", "level"), [(0, logging.WARNING), (1, logging.WARNING), (2, logging.DEBUG)]
+)
+def test_third_party_loggers_stay_at_warning_unless_vv(verbose: int, level: int) -> None:
+    from reaper.edges.cli import THIRD_PARTY_LOGGERS, _logging
+
+    _logging(verbose, quiet=False)
+    assert {logging.getLogger(n).level for n in THIRD_PARTY_LOGGERS} == {level}
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    # `reaper config show | head -1` with a reader that is gone before the first write
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; r, w = os.pipe(); os.close(r); os.dup2(w, 1);"
+            "from reaper.edges.cli import main; sys.exit(main(['reap', '--help']))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**__import__("os").environ},
+        timeout=60,
+    )
+    assert "BrokenPipeError" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_worker_logging_at_info_gets_one_reaper_line_per_pass(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from datetime import UTC, datetime
+
+    from reaper.core.domain import Action, Condition, Source, Unit, Verdict
+    from reaper.edges import hook
+    from reaper.reap.progress import RecordedVerdict, Unreadable
+    from reaper.reap.result import PassResult
+
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    stuck = [
+        RecordedVerdict(
+            Verdict(
+                Source.BROKER,
+                f"q{n}",
+                Condition.STALE_READY,
+                2000,
+                900,
+                Unit.SECONDS,
+                Action.SURFACE,
+                queue=f"q{n}",
+            ),
+            True,
+        )
+        for n in range(5)
+    ]
+    result = PassResult(False, now, now, None, stuck, unreadable=(Unreadable("broker", "down"),))
+    caplog.set_level(logging.INFO)
+    hook.QueueReaper._log(result, None)
+    lines = [r for r in caplog.records if r.name.startswith("reaper")]
+    assert len(lines) == 1 and lines[0].levelno == logging.WARNING
+    message = lines[0].getMessage()
+    assert message.startswith("queue reap NOT OK: 1 source unreadable in ")
+    assert "UNREADABLE broker; new stale_ready on q0" in message and "and 2 more" in message
+
+    # the HTTP client's request lines made inside a pass are not the worker's to read
+    caplog.clear()
+    hook._quiet_http_client()
+    token = hook._IN_PASS.set(True)
+    try:
+        logging.getLogger("httpx").info("HTTP Request: GET http://broker/api/queues")
+        logging.getLogger("httpx").warning("a warning still shows")
+    finally:
+        hook._IN_PASS.reset(token)
+    logging.getLogger("httpx").info("the host's own request")
+    assert [r.getMessage() for r in caplog.records] == [
+        "a warning still shows",
+        "the host's own request",
+    ]
