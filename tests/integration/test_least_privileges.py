@@ -143,11 +143,14 @@ async def test_apply_names_a_role_that_does_not_exist(
 
 async def test_outbox_dispatch_adds_the_outbox_and_its_sequence(
     pg_dsn: str,
+    broker: BrokerUnderTest,
     role: str,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Where the host dispatches through an outbox, a requeue writes a ``job_outbox`` row: the
+    grants add the outbox and its id sequence, and a pass runs with them."""
     env = {"REAPER_DATABASE__DSN": pg_dsn}
     assert await run_cli(monkeypatch, tmp_path, env, "db", "migrate", "--outbox") == 0
     capsys.readouterr()
@@ -162,3 +165,14 @@ async def test_outbox_dispatch_adds_the_outbox_and_its_sequence(
         f'GRANT SELECT, INSERT ON TABLE "public"."job_outbox" TO "{role}";',
         f'GRANT USAGE ON SEQUENCE "public"."job_outbox_id_seq" TO "{role}";',
     ]
+    seeded = await seed_scenario(pg_dsn, broker)
+    assert await run_cli(monkeypatch, tmp_path, env, "db", "grants", role, "--apply") == 0
+    capsys.readouterr()
+    env = {**seeded.env, "REAPER_DATABASE__DSN": as_role(pg_dsn, role)}
+    code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
+    report = json.loads(capsys.readouterr().out)
+    assert_ok_but_for_what_the_version_does_not_enforce(code, report, broker)
+    requeued = verdicts(report, condition="lease_expired", action="requeue")
+    assert {v["object"] for v in requeued} == seeded.scenario.expected.requeued
+    rows = await query(pg_dsn, "SELECT job_id::text AS job FROM job_outbox")
+    assert {r["job"] for r in rows} >= seeded.scenario.expected.requeued
