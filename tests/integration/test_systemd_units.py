@@ -102,7 +102,7 @@ def test_the_reap_unit_writes_the_textfile() -> None:
     service = _service("queue-reaper-reap.service")
     assert service["Type"] == "oneshot"
     assert (
-        "reap --metrics-textfile /var/lib/node-exporter/queue-reaper.prom" in service["ExecStart"]
+        "reap --metrics-textfile /var/lib/prometheus/node-exporter/queue-reaper.prom" in service["ExecStart"]
     )
-    assert service["ReadWritePaths"] == "/var/lib/node-exporter"
+    assert service["ReadWritePaths"] == "/var/lib/prometheus/node-exporter"
     assert service["ProtectSystem"] == "strict"
