@@ -54,7 +54,7 @@ _VHOST_PATH: Final = re.compile(
 )
 #: The broker's reason when the credentials are right but the user's tags do not allow the
 #: API (RabbitMQ 3.10 to 4.3: "Not management user", "Not monitor user").
-_TAG_REASONS: Final = ("not management user", "not monitor user", "not administrator user")
+_TAG_REASONS: Final = ("not management user", "not monitor user")
 #: How the resolver says a name does not exist (glibc, musl, macOS).
 _UNRESOLVED: Final = ("name or service not known", "nodename nor servname", "no address")
 
@@ -359,6 +359,13 @@ class ManagementApi:
             return self.unavailable(
                 f"accepted the password of {user} but its tags do not allow {what} "
                 f"({status}{said}): {tags_fix(self.username)}",
+                status,
+                url=url,
+            )
+        if status == 401 and "not administrator user" in said.lower():
+            return self.unavailable(
+                f"answered {what} only to an administrator ({status}{said}): the reaper's "
+                f"user needs no such tag; {what} is not a request a pass makes",
                 status,
                 url=url,
             )

@@ -248,3 +248,40 @@ async def test_verify_off_is_a_loud_warning(
     code = await run_cli(monkeypatch, tmp_path, env, "reap", "--dry-run", "--json")
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert any(n.startswith("WARNING: bus.verify = false") for n in notes)
+
+
+async def test_healthy_as_the_least_privileged_user(
+    pg_dsn: str,
+    broker: BrokerUnderTest,
+    user: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A user with the README's tags and permissions, not an administrator: every check the
+    doctor makes is one such a user may ask."""
+    name, password = user
+    with broker.admin() as admin:
+        admin.put(
+            f"/api/users/{name}", json={"password": password, "tags": "monitoring,policymaker"}
+        ).raise_for_status()
+        admin.put(
+            f"/api/permissions/{broker.vhost_path}/{name}",
+            json={"configure": "^$", "write": "^amq\\.default$", "read": ".*"},
+        ).raise_for_status()
+    env = {
+        **reaper_env(pg_dsn, broker.management_url, broker.vhost, password=password),
+        "REAPER_BUS__USERNAME": name,
+    }
+    code, report, text = await doctor(monkeypatch, tmp_path, capsys, env)
+    assert code == 0, text
+    checks = by_name(report)
+    url = broker.management_url
+    assert checks[f"broker {url} vhost"]["status"] == "ok"
+    assert checks[f"broker {url} tags"]["detail"].startswith(
+        f"{name!r} has monitoring, policymaker"
+    )
+    assert checks[f"broker {url} permissions"]["detail"] == (
+        f"{name!r} has permissions on {broker.vhost!r} (their patterns are shown only to an "
+        "administrator)"
+    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -41,8 +41,32 @@ EXPECTED_GRANTS = [
 ]
 
 
+#: The RabbitMQ side (README, Permissions): tags to read everything and write policies; no
+#: configure, write only to the default exchange (a replay), read every queue (dead letters).
+BROKER_TAGS = "monitoring,policymaker"
+BROKER_PERMISSIONS = {"configure": "^$", "write": "^amq\\.default$", "read": ".*"}
+
+
 def as_role(dsn: str, role: str) -> str:
     return dsn.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
+
+
+@pytest.fixture
+def broker_user(broker: BrokerUnderTest) -> Iterator[tuple[str, str]]:
+    """A management user with only the tags and vhost permissions the README lists."""
+    name, password = f"qr-reaper-{uuid.uuid4().hex[:8]}", "pw-reaper"
+    with broker.admin() as admin:
+        admin.put(
+            f"/api/users/{name}", json={"password": password, "tags": BROKER_TAGS}
+        ).raise_for_status()
+        admin.put(
+            f"/api/permissions/{broker.vhost_path}/{name}", json=BROKER_PERMISSIONS
+        ).raise_for_status()
+    try:
+        yield name, password
+    finally:
+        with broker.admin() as admin:
+            admin.delete(f"/api/users/{name}")
 
 
 @pytest.fixture
@@ -84,6 +108,7 @@ async def test_a_whole_pass_runs_as_the_least_privileged_role(
     pg_dsn: str,
     broker: BrokerUnderTest,
     role: str,
+    broker_user: tuple[str, str],
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -95,11 +120,17 @@ async def test_a_whole_pass_runs_as_the_least_privileged_role(
     assert code == 0, capsys.readouterr()
     assert f"granted {role} the {len(EXPECTED_GRANTS)} privileges" in capsys.readouterr().out
 
-    env = {**seeded.env, "REAPER_DATABASE__DSN": as_role(pg_dsn, role)}
+    env = {
+        **seeded.env,
+        "REAPER_DATABASE__DSN": as_role(pg_dsn, role),
+        "REAPER_BUS__USERNAME": broker_user[0],
+        "REAPER_BUS__PASSWORD": broker_user[1],
+    }
     code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
     report = json.loads(capsys.readouterr().out)
     assert_ok_but_for_what_the_version_does_not_enforce(code, report, broker)
     assert report["unreadable"] == []
+    assert {p["action"] for p in report["policies"]} >= {"updated"}
     expected = seeded.scenario.expected
     assert {v["object"] for v in verdicts(report, condition="lease_expired", action="requeue")} == (
         expected.requeued
@@ -112,6 +143,26 @@ async def test_a_whole_pass_runs_as_the_least_privileged_role(
     assert all(v["recorded"] for v in parked)
     recorded = sum(1 for v in report["verdicts"] if v["recorded"])
     assert recorded > 0 and await event_count(pg_dsn) == recorded
+
+    # A replay, as that user and role: the one write it makes on the broker's default exchange.
+    gates = await query(
+        pg_dsn,
+        "SELECT g.id::text AS id FROM human_gate AS g JOIN job AS j ON j.id = g.job_id "
+        "WHERE g.kind = 'bus_dead_lettered' AND g.answer IS NULL ORDER BY g.id",
+    )
+    replayed = 0
+    for gate in gates:
+        code = await run_cli(
+            monkeypatch, tmp_path, env, "gates", "answer", gate["id"], "--choice", "replay"
+        )
+        out = capsys.readouterr()
+        if code == 0:
+            assert "answered 'replay'" in out.out and "published to" in out.out
+            replayed += 1
+            break
+        assert "permission" not in (out.out + out.err).lower(), out
+    assert replayed == 1
+    events = await event_count(pg_dsn)
 
     # The same role cannot rewrite or remove the ledger: no privilege to (42501).
     conn = await asyncpg.connect(as_role(pg_dsn, role))
@@ -126,7 +177,7 @@ async def test_a_whole_pass_runs_as_the_least_privileged_role(
             await conn.execute("DELETE FROM job")
     finally:
         await conn.close()
-    assert await event_count(pg_dsn) == recorded
+    assert await event_count(pg_dsn) == events >= recorded
 
 
 async def test_apply_names_a_role_that_does_not_exist(
@@ -143,11 +194,14 @@ async def test_apply_names_a_role_that_does_not_exist(
 
 async def test_outbox_dispatch_adds_the_outbox_and_its_sequence(
     pg_dsn: str,
+    broker: BrokerUnderTest,
     role: str,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Where the host dispatches through an outbox, a requeue writes a ``job_outbox`` row: the
+    grants add the outbox and its id sequence, and a pass runs with them."""
     env = {"REAPER_DATABASE__DSN": pg_dsn}
     assert await run_cli(monkeypatch, tmp_path, env, "db", "migrate", "--outbox") == 0
     capsys.readouterr()
@@ -162,3 +216,14 @@ async def test_outbox_dispatch_adds_the_outbox_and_its_sequence(
         f'GRANT SELECT, INSERT ON TABLE "public"."job_outbox" TO "{role}";',
         f'GRANT USAGE ON SEQUENCE "public"."job_outbox_id_seq" TO "{role}";',
     ]
+    seeded = await seed_scenario(pg_dsn, broker)
+    assert await run_cli(monkeypatch, tmp_path, env, "db", "grants", role, "--apply") == 0
+    capsys.readouterr()
+    env = {**seeded.env, "REAPER_DATABASE__DSN": as_role(pg_dsn, role)}
+    code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
+    report = json.loads(capsys.readouterr().out)
+    assert_ok_but_for_what_the_version_does_not_enforce(code, report, broker)
+    requeued = verdicts(report, condition="lease_expired", action="requeue")
+    assert {v["object"] for v in requeued} == seeded.scenario.expected.requeued
+    rows = await query(pg_dsn, "SELECT job_id::text AS job FROM job_outbox")
+    assert {r["job"] for r in rows} >= seeded.scenario.expected.requeued

@@ -101,8 +101,7 @@ def test_the_serve_unit() -> None:
 def test_the_reap_unit_writes_the_textfile() -> None:
     service = _service("queue-reaper-reap.service")
     assert service["Type"] == "oneshot"
-    assert (
-        "reap --metrics-textfile /var/lib/node-exporter/queue-reaper.prom" in service["ExecStart"]
-    )
-    assert service["ReadWritePaths"] == "/var/lib/node-exporter"
+    textfile = "/var/lib/prometheus/node-exporter/queue-reaper.prom"
+    assert f"reap --metrics-textfile {textfile}" in service["ExecStart"]
+    assert service["ReadWritePaths"] == "/var/lib/prometheus/node-exporter"
     assert service["ProtectSystem"] == "strict"
