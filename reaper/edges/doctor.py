@@ -62,7 +62,7 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "rights, the conf.d snippet on every node), and the dispatch mode. Exit 0 when all "
         "pass, 1 otherwise.",
     )
-    doctor.add_argument("--json", action="store_true")
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
 
 
 async def run(loaded: LoadedConfig, *, as_json: bool) -> int:

@@ -46,21 +46,41 @@ nothing."""
 
 def add_parsers(commands: Any) -> None:
     """Add ``gates`` and ``events`` to the CLI's subcommands."""
-    gates = commands.add_parser("gates", help="what waits for a person")
-    gate_commands = gates.add_subparsers(dest="gates_command", required=True)
-    listing = gate_commands.add_parser(
-        "list", help="open gates, oldest first, with the command for each answer"
+    gates = commands.add_parser(
+        "gates",
+        help="what waits for a person",
+        description="What waits for a person: poison jobs (delivery_exhausted) and dead "
+        "letters (bus_dead_lettered) parked as gates. Nothing is deleted; each answer is a "
+        "GateAnswered event on the ledger.",
     )
-    listing.add_argument("--json", action="store_true")
+    gate_commands = gates.add_subparsers(dest="gates_command", required=True, metavar="ACTION")
+    listing = gate_commands.add_parser(
+        "list",
+        help="open gates, oldest first, with the command for each answer",
+        description="The open gates, oldest first: short id, age, project, kind, job kind, "
+        "and the exact command for each answer really possible.",
+    )
+    listing.add_argument("--json", action="store_true", help="print them as JSON")
     listing.add_argument("--all", action="store_true", help="include answered gates")
-    listing.add_argument("--kind", choices=(GATE_DELIVERY_EXHAUSTED, GATE_BUS_DEAD_LETTERED))
-    listing.add_argument("--project", type=_uuid, metavar="PROJECT_ID")
+    listing.add_argument(
+        "--kind",
+        choices=(GATE_DELIVERY_EXHAUSTED, GATE_BUS_DEAD_LETTERED),
+        help="only gates of this kind",
+    )
+    listing.add_argument(
+        "--project", type=_uuid, metavar="PROJECT_ID", help="only this project's gates"
+    )
     listing.add_argument(
         "--older-than", metavar="AGE", help="only gates raised longer ago than AGE (e.g. 1h)"
     )
-    show = gate_commands.add_parser("show", help="one gate, whole")
+    show = gate_commands.add_parser(
+        "show",
+        help="one gate, whole",
+        description="One gate, whole: for a dead letter its quoted (untrusted) headers, its "
+        "origin, the body's first bytes and whether replay is possible.",
+    )
     show.add_argument("gate", metavar="GATE", help="the gate's id or a unique prefix of it")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("--json", action="store_true", help="print it as JSON")
     answer = gate_commands.add_parser(
         "answer",
         help="answer a gate",
@@ -76,14 +96,19 @@ def add_parsers(commands: Any) -> None:
     )
 
     events = commands.add_parser(
-        "events", help="the ledger, newest last, one line per event (read from its indexes)"
+        "events",
+        help="the ledger, newest last, one line per event (read from its indexes)",
+        description="The append-only ledger, newest last, one line per event: every verdict "
+        "(QueueReaped) and every gate answer (GateAnswered).",
     )
     events.add_argument("--since", metavar="AGE|ISO", help="e.g. 1h, or 2026-12-01T09:00Z")
-    events.add_argument("--project", type=_uuid, metavar="PROJECT_ID")
+    events.add_argument(
+        "--project", type=_uuid, metavar="PROJECT_ID", help="only this project's stream"
+    )
     events.add_argument("--kind", metavar="KIND", help="QueueReaped or GateAnswered")
     events.add_argument("--condition", metavar="CONDITION", help="e.g. poison, dead_letter")
     events.add_argument("--object", metavar="ID", help="a job id or a queue name")
-    events.add_argument("--json", action="store_true")
+    events.add_argument("--json", action="store_true", help="print them as a JSON array")
     events.add_argument("--limit", type=_positive, default=100, help="default %(default)s")
 
 
