@@ -65,7 +65,10 @@ def test_a_parked_letter_does_not_quote_its_queues_depth() -> None:
 
 def test_a_dry_runs_dead_letter_line_says_nothing_was_read() -> None:
     outcome = DeadLetterOutcome("vibey.jobs.dead", 4, 0, 0, 4, None)
-    text = render_text(_result(dry_run=True, dead_letters=(outcome,)))
+    # the short form lists no dead-letter queue in a dry run (its note says what a pass would
+    # read); the long form does, and must not claim a read
+    assert "vibey.jobs.dead" not in render_text(_result(dry_run=True, dead_letters=(outcome,)))
+    text = render_text(_result(dry_run=True, dead_letters=(outcome,)), wide=True)
     line = _line(text, "vibey.jobs.dead: depth 4")
     assert "read safely" not in line
     assert "not read (a dry run reads nothing)" in line
