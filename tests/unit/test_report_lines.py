@@ -67,7 +67,7 @@ def test_a_dry_runs_dead_letter_line_says_nothing_was_read() -> None:
     outcome = DeadLetterOutcome("vibey.jobs.dead", 4, 0, 0, 4, None)
     text = render_text(_result(dry_run=True, dead_letters=(outcome,)))
     line = _line(text, "vibey.jobs.dead: depth 4")
-    assert "read safely" not in line and "0 bodies read" in line
+    assert "read safely" not in line
     assert "not read (a dry run reads nothing)" in line
     real = _line(render_text(_result(dead_letters=(outcome,))), "vibey.jobs.dead: depth 4")
     assert real.endswith("read safely")
