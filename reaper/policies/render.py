@@ -323,10 +323,10 @@ def _consumer_timeout_fallback(value: object, facts: BrokerFacts, queue_type: st
         return Unsupported(
             "consumer-timeout",
             value,
-            f"{refused} that it applies (refused as a number, accepted as a string and never "
-            f"applied), so it is not written; {facts.name} enforces only the queue argument "
-            "x-consumer-timeout, checked on each queue from its arguments: a queue declared "
-            "without it is an unbounded finding",
+            f"{facts.name} does not apply the policy key consumer-timeout (refused as a "
+            "number, accepted as a string and never applied), so it is not written; it "
+            "enforces only the queue argument x-consumer-timeout, checked on each queue from "
+            "its arguments: a queue declared without it is an unbounded finding",
             True,
         )
     if enforcement is None or not enforcement.enforces(TimeoutSetting.BROKER_WIDE):
