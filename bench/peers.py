@@ -727,7 +727,8 @@ async def run_size(
             until = median([until_claimable(name, r) for r in runs[name]])
             if not math.isinf(until):
                 summary[f"{name}_until_s"] = round(until, 3)
-            summary[f"{name}_capped_rounds"] = sum(bool(r.get("capped")) for r in runs[name])
+            if name == "procrastinate":  # the only one with a budget
+                summary[f"{name}_capped_rounds"] = sum(bool(r.get("capped")) for r in runs[name])
     if "pgboss" in names:
         # Ahead: this reaper's time until all claimable below pg-boss's, in the same round.
         per_round = [
