@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -597,20 +598,28 @@ def row_for(
             longest_text,
         ]
     until = median([until_claimable(name, r) for r in runs])
-    work = median([float(str(r["seconds"])) for r in runs])
-    records = median([float(str(r.get("records", 0))) for r in runs])
     capped = [r for r in runs if r.get("capped")]
-    if capped:
+    finished = [r for r in runs if not r.get("capped")]
+    if math.isinf(until):  # too many rounds capped for a median
+        spent = median([float(str(r["seconds"])) for r in capped])
         retried = median([float(str(r["retried"])) for r in capped])
+        records = median([float(str(r.get("records", 0))) for r in capped])
         return [
             library.label,
-            f"not reached: capped at {work:.0f} s, {retried:,.0f} of {expired:,} retried",
-            f"{retried / work:,.0f} jobs/s",
+            f"not reached: capped at {spent:.0f} s, {retried:,.0f} of {expired:,} retried",
+            f"{retried / spent:,.0f} jobs/s",
             "",
             f"{library.record} ({records:,.0f})",
             longest_text,
         ]
+    work = median([float(str(r["seconds"])) for r in runs]) if name == "reaper" else until
+    records = median([float(str(r.get("records", 0))) for r in finished])
     measured = seconds_text(until)
+    if capped:
+        budget = float(str(capped[0]["seconds"]))
+        measured += (
+            f" ({len(capped)} of {len(runs)} rounds capped at {budget:.0f} s, counted as longer)"
+        )
     if name == "reaper":
         passes = int(median([float(str(r["passes"])) for r in runs]))
         if passes > 1:
@@ -633,7 +642,10 @@ def row_for(
 
 def until_claimable(name: str, figures: dict[str, object]) -> float:
     """Seconds from the rescue's start until the last job is claimable again: the reaper's
-    passes after the first each wait out the interval."""
+    passes after the first each wait out the interval; a capped run's is unknown (longer than
+    its budget: infinite, so that a median over rounds counts it as the longest)."""
+    if figures.get("capped"):
+        return math.inf
     seconds = float(str(figures["seconds"]))
     if name == "reaper":
         return seconds + (int(str(figures["passes"])) - 1) * INTERVAL_SECONDS
@@ -680,10 +692,11 @@ async def run_size(
                         f"pgqueuer dequeue {float(str(figures['dequeue_seconds'])) * 1000:.1f} ms"
                     )
                 else:
-                    line.append(
-                        f"{name} {seconds_text(until_claimable(name, figures))}"
-                        + (" (capped)" if figures.get("capped") else "")
+                    capped = bool(figures.get("capped"))
+                    shown = (
+                        float(str(figures["seconds"])) if capped else until_claimable(name, figures)
                     )
+                    line.append(f"{name} {seconds_text(shown)}" + (" (capped)" if capped else ""))
                 line[-1] += f", txn {float(str(figures['longest_transaction'])):.3f} s"
                 if "longest_client_transaction" in figures:
                     client = float(str(figures["longest_client_transaction"]))
@@ -710,10 +723,12 @@ async def run_size(
             median([float(str(r["longest_client_transaction"])) for r in runs["pgboss"]]), 3
         )
     for name in names:
-        if name not in ("reaper", "pgqueuer") and not any(r.get("capped") for r in runs[name]):
-            summary[f"{name}_until_s"] = round(
-                median([until_claimable(name, r) for r in runs[name]]), 3
-            )
+        if name not in ("reaper", "pgqueuer"):
+            until = median([until_claimable(name, r) for r in runs[name]])
+            if not math.isinf(until):
+                summary[f"{name}_until_s"] = round(until, 3)
+            if name == "procrastinate":  # the only one with a budget
+                summary[f"{name}_capped_rounds"] = sum(bool(r.get("capped")) for r in runs[name])
     if "pgboss" in names:
         # Ahead: this reaper's time until all claimable below pg-boss's, in the same round.
         per_round = [
