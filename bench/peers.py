@@ -399,48 +399,14 @@ async def seed_template(library: Library, database: str, expired: int, finished:
 
 
 async def reaper_lease_reap(dsn: str, ready: Callable[[], Awaitable[None]]) -> dict[str, object]:
-    """This reaper's lease reap as a pass runs it today: expired leases read in pages, judged,
-    moved with one event each, at most ``MAX_LEASES_PER_PASS`` a pass; pass after pass until
-    one finds none left. Returns the seconds and the passes until the last move (the pass
-    that finds nothing is not counted), and the moves."""
-    from reaper.core.domain import Dispatch, Thresholds
-    from reaper.jobqueue.postgres import PostgresStore
-    from reaper.reap.lease_log import LeaseLog
-    from reaper.reap.leases import reap_leases
-    from reaper.reap.measure import MAX_LEASES_PER_PASS
-    from reaper.reap.progress import Progress
+    """This reaper's lease reap as one ``reaper reap`` pass runs it (``reap_seeded`` of
+    bench/lease_reap.py: the pass's own code and sources, the default budget): every expired
+    lease read in pages, judged and moved with one event each, in one pass. Returns the pass's
+    seconds and the moves."""
+    from lease_reap import reap_seeded
 
-    store = await PostgresStore.connect(dsn)
-    try:
-        await asyncio.gather(*(store.count_expired_leases(NOW, 0) for _ in range(4)))
-        await ready()
-        started = time.perf_counter()
-        passes = moved = 0
-        seconds = 0.0
-        while True:
-            log, progress = LeaseLog(), Progress()
-            await reap_leases(
-                store,
-                Thresholds(),
-                NOW,
-                limit=MAX_LEASES_PER_PASS,
-                project_id=None,
-                dispatch=Dispatch.POLLING,
-                write=True,
-                log=log,
-                progress=progress,
-            )
-            log.close()
-            assert not progress.unreadable and not progress.not_moved, progress
-            now_moved = sum(n for (_, _, _, recorded), n in log.tally.items() if recorded)
-            if now_moved:
-                passes, moved = passes + 1, moved + now_moved
-                seconds = time.perf_counter() - started
-            if now_moved < MAX_LEASES_PER_PASS:
-                break
-        return {"seconds": seconds, "call_seconds": seconds, "passes": passes, "moved": moved}
-    finally:
-        await store.close()
+    seconds, _longest_batch, moved = await reap_seeded(dsn, ready)
+    return {"seconds": seconds, "call_seconds": seconds, "passes": 1, "moved": moved}
 
 
 async def reaper_driver(dsn: str) -> None:
