@@ -114,6 +114,7 @@ async def main() -> int:
     )
     seconds: list[float] = []
     longest: list[float] = []
+    shortfall: list[int] = []
     cli: dict[str, object] | None = None
     async with scratch_database("qr_bench_seed") as template:
         started = time.perf_counter()
@@ -122,7 +123,7 @@ async def main() -> int:
         for round_no in range(1, args.rounds + 1):
             async with scratch_database("qr_bench_copy", template=template) as copy:
                 elapsed, held, moved = await reap_seeded(dsn_for(copy))
-            assert moved == args.expired, (moved, args.expired)
+            shortfall.append(args.expired - moved)  # left by a spent budget: not one pass
             seconds.append(elapsed)
             longest.append(held)
             print(
@@ -135,11 +136,12 @@ async def main() -> int:
             print(f"  reaper reap (the CLI, a process): {cli}")
     load = os.getloadavg()
     worst = max(longest)
-    ok = worst <= LONGEST_TRANSACTION_S and (cli is None or bool(cli["ok"]))
+    ok = worst <= LONGEST_TRANSACTION_S and not any(shortfall) and (cli is None or bool(cli["ok"]))
     print(
         f"one pass: median {median(seconds):.3f} s ({args.expired / median(seconds):,.0f}/s), "
         f"longest lock-holding transaction {worst:.3f} s (target <= {LONGEST_TRANSACTION_S} s): "
         f"{'PASS' if ok else 'FAIL'}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+        + (f"; left by a spent budget in each round: {shortfall}" if any(shortfall) else "")
     )
     report_result(
         "mass_expiry",
@@ -150,6 +152,7 @@ async def main() -> int:
             "seconds_rounds": [round(s, 3) for s in seconds],
             "per_s": round(args.expired / median(seconds)),
             "longest_transaction_s": round(worst, 3),
+            "left_by_budget": shortfall,
             "cli": cli,
             "load": [round(x, 2) for x in load],
             "ok": ok,
