@@ -178,7 +178,13 @@ def through(url_or_dsn: str, p: Proxy) -> str:
     parts = urlsplit(url_or_dsn)
     netloc = parts.netloc.rsplit("@", 1)
     host = f"127.0.0.1:{p.port}"
-    return parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host).geturl()
+    parts = parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host)
+    if parts.scheme.startswith("postgres"):
+        # The proxy reads the statements it cuts at: the wire must be plain text, though the
+        # server offers TLS (asyncpg's default sslmode, prefer, would take it).
+        query = [q for q in parts.query.split("&") if q and not q.startswith("sslmode=")]
+        parts = parts._replace(query="&".join([*query, "sslmode=disable"]))
+    return parts.geturl()
 
 
 class Committed:
