@@ -5,10 +5,8 @@ listing that had counted the reaper's earlier gets."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -32,7 +30,6 @@ from tests.unit.test_quiet_dead_letters import message
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 DLQ = "vibey.jobs.dead"
-RECORDED = Path("/work/shared/recorded/lavinmq-2.9.1")
 
 
 def listed(
@@ -283,13 +280,27 @@ def test_the_listing_reads_counters_not_listed_as_unknown() -> None:
 
 
 def test_lavinmq_lists_the_counters_but_no_message_bytes() -> None:
-    """Recorded on LavinMQ 2.9.1 (its queue listing asked for top-level ``message_stats``):
-    the counters are there, ``message_bytes`` is not, so the rule reads it every pass."""
-    items = json.loads((RECORDED / "queues_columns_toplevel.json").read_text())["items"]
-    dead = next(queue_of(i, "vibey") for i in items if i["name"] == "vibey.jobs.dead")
+    """A queue as LavinMQ 2.9.1 lists it when asked for top-level ``message_stats`` (its
+    ``columns=`` keeps only top-level keys; recorded 2026-12-01, ``vibey.jobs.dead`` holding 4
+    dead letters, rates left out): the counters are there, ``message_bytes`` is not, so the
+    rule reads such a queue every pass."""
+    item = {
+        "name": "vibey.jobs.dead",
+        "state": "running",
+        "messages": 4,
+        "messages_ready": 4,
+        "messages_unacknowledged": 0,
+        "consumers": 0,
+        "policy": None,
+        "effective_policy_definition": {},
+        "arguments": {},
+        "message_stats": {"ack": 0, "deliver_get": 0, "get": 0, "publish": 4, "redeliver": 0},
+    }
+    dead = queue_of(item, "vibey")
     assert dead is not None
-    assert dead.counters.published == 4 and dead.counters.fetched == 0
-    assert dead.counters.message_bytes is None
+    assert dead.counters == QueueCounters(published=4, fetched=0, acknowledged=0)
+    mark = quiet_mark(dead, None, read=4, known_parked=4, fetched_by_pass=4, now=NOW)
+    assert not mark.proven
 
 
 # --------------------------------------------------------------------------- the pass

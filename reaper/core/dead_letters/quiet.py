@@ -25,7 +25,8 @@ What each part of the mark rules out, as measured on RabbitMQ 3.10, 4.0 and 4.3:
   below the mark, so it is read; the mark is taken from the listing *before* the read, so any
   letter it counts was on the queue when the read proved it parked. Every read leaves a mark,
   proven or not, whose ``fetched`` is the least the counter must show once the reaper's gets
-  so far are counted; a listing below it has not counted them, so it proves nothing.
+  so far are counted; a listing below it has not counted them, so it proves nothing. A change
+  in the last seconds before a pass is not listed yet: the next pass sees it and reads.
 
 One change no counter shows is a purge followed, before the next pass, by as many new letters
 of as many bytes. So a queue is read again at least every :data:`QUIET_PROOF_SECONDS`, however
