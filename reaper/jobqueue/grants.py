@@ -67,6 +67,12 @@ NEEDED: Final = (
         "what is measured across passes (a consumer holding deliveries); forgotten when gone",
     ),
     TableNeed(
+        "reaper_quiet_mark",
+        ("SELECT", "INSERT", "UPDATE"),
+        "what an owned dead-letter queue showed when its letters were last found parked, so "
+        "a quiet pass need not fetch them",
+    ),
+    TableNeed(
         "reaper_turn", ("SELECT", "INSERT", "UPDATE"), "the fleet's turn: one pass per interval"
     ),
     TableNeed("reaper_migration", ("SELECT",), "which migrations are applied (reaper doctor)"),

@@ -224,7 +224,14 @@ async def test_a_stopped_nodes_management_url_first_fails_over_and_is_named(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    cluster.declare_queue(QUORUM, on="qr1", queue_type="quorum")
+    # with a dead-letter target, as arrange() declares it: without one, its default delivery
+    # limit would drop, and the pass would rightly be not ok
+    cluster.declare_queue(
+        QUORUM,
+        on="qr1",
+        queue_type="quorum",
+        arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": f"{QUORUM}.dlq"},
+    )
     urls = cluster.urls("qr3", "qr1", "qr2")
     with cluster.node_stopped("qr3"):
         await measurable(cluster, {QUORUM: 0})

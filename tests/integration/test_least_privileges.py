@@ -36,6 +36,7 @@ EXPECTED_GRANTS = [
     'GRANT SELECT, INSERT, UPDATE ON TABLE "public"."dead_letter" TO "{role}";',
     'GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "public"."reaper_open_sighting" TO "{role}";',
     'GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "public"."reaper_observation" TO "{role}";',
+    'GRANT SELECT, INSERT, UPDATE ON TABLE "public"."reaper_quiet_mark" TO "{role}";',
     'GRANT SELECT, INSERT, UPDATE ON TABLE "public"."reaper_turn" TO "{role}";',
     'GRANT SELECT ON TABLE "public"."reaper_migration" TO "{role}";',
 ]

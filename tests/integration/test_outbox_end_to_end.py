@@ -266,7 +266,7 @@ async def test_an_exhausted_job_is_parked_without_a_dispatch_and_retried_at_a_ne
     assert (gate["kind"], gate["job_id"], gate["choices"], gate["answer"]) == (
         GATE_DELIVERY_EXHAUSTED,
         job,
-        ["retry"],
+        ["retry", "cancel"],
         None,
     )
 
@@ -339,7 +339,7 @@ async def test_a_dead_lettered_dispatch_parks_its_job_and_a_stale_one_moves_noth
     assert (gate["kind"], gate["job_id"], gate["choices"], gate["identity"]) == (
         GATE_DELIVERY_EXHAUSTED,
         current,
-        ["retry"],
+        ["retry", "cancel"],
         f"dead_letter:msg:{current}:1",
     )
     # ... and not as a bus.dead_letter job

@@ -109,7 +109,7 @@ async def test_poison_is_parked_with_one_gate_per_episode(
         GATE_DELIVERY_EXHAUSTED,
         job.id,
         project,
-        ("retry",),
+        ("retry", "cancel"),
     )
     assert gate.identity is not None and str(job.id) in gate.identity
     assert "retry" in gate.prompt and "worker-9" in gate.prompt and str(job.id) in gate.prompt
