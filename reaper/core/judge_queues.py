@@ -60,7 +60,7 @@ def judge_queue(
     unbounded: list[_Finding] = []
     if owned:
         if queue.counts_known:
-            timeout = _no_consumer_timeout(queue, broker, notes)
+            timeout = _no_consumer_timeout(queue, broker, notes, dead_letter)
             unbounded.extend([timeout] if timeout is not None else [])
         unbounded.extend(_delivery_limit_findings(queue, broker, dead_letter, notes))
     if unbounded:
@@ -145,7 +145,7 @@ class _Finding:
 
 
 def _no_consumer_timeout(
-    queue: QueueStats, broker: BrokerFacts | None, notes: list[str]
+    queue: QueueStats, broker: BrokerFacts | None, notes: list[str], dead_letter: bool = False
 ) -> _Finding | None:
     unacked = count(queue.messages_unacknowledged)
     bound = consumer_timeout_bound(queue, broker)
@@ -162,9 +162,10 @@ def _no_consumer_timeout(
         "the guard is the reaper's own observation across passes, which reports a consumer "
         "that holds deliveries without acknowledging"
     )
-    if unacked <= 0 and not bound.enforced:
+    if unacked <= 0 and not bound.enforced and not dead_letter:
         # What the broker cannot enforce is a finding whatever the queue holds now: the
-        # reaper's own observation across passes is the only guard (SPEC §4).
+        # reaper's own observation across passes is the only guard (SPEC §4). A dead-letter
+        # queue has no consumer of ours (the reaper reads it over HTTP): nothing to bound.
         return _Finding(
             0,
             None,
