@@ -60,7 +60,7 @@ def judge_queue(
     unbounded: list[_Finding] = []
     if owned:
         if queue.counts_known:
-            timeout = _no_consumer_timeout(queue, broker, thresholds, notes)
+            timeout = _no_consumer_timeout(queue, broker, thresholds, notes, dead_letter)
             unbounded.extend([timeout] if timeout is not None else [])
         unbounded.extend(_delivery_limit_findings(queue, broker, dead_letter, notes))
     if unbounded:
@@ -145,7 +145,11 @@ class _Finding:
 
 
 def _no_consumer_timeout(
-    queue: QueueStats, broker: BrokerFacts | None, thresholds: Thresholds, notes: list[str]
+    queue: QueueStats,
+    broker: BrokerFacts | None,
+    thresholds: Thresholds,
+    notes: list[str],
+    dead_letter: bool = False,
 ) -> _Finding | None:
     unacked = count(queue.messages_unacknowledged)
     bound = consumer_timeout_bound(queue, broker)
@@ -168,8 +172,8 @@ def _no_consumer_timeout(
         # What the broker cannot enforce (a 4.3 classic queue; LavinMQ without the queue
         # argument) is a finding whatever the work queue holds now: the reaper's own
         # observation across passes is the only guard (SPEC §4). A dead-letter queue has no
-        # consumer to bound.
-        if bound.enforced or is_dead_letter_queue(queue.name, thresholds):
+        # consumer of ours (the reaper reads it over HTTP): nothing to bound.
+        if bound.enforced or dead_letter:
             return None
         return _Finding(
             0,

@@ -145,6 +145,16 @@ class Scenario:
     def expected(self) -> Expected:
         surfaced = {("stale_ready", q) for q in self.stale_queues}
         surfaced.add(("dead_letter", self.foreign_dead_letter_queue))
+        # where the version enforces no consumer timeout on classic queues (4.3), each owned
+        # classic queue is unbounded: the reaper's own observation is its guard
+        enforcement = self.broker.timeout_enforcement("classic")
+        if enforcement is None or not enforcement.enforced:
+            foreign = {*self.foreign_queues, self.foreign_dead_letter_queue}
+            surfaced |= {
+                ("unbounded", name)
+                for name, kind in self.queues.items()
+                if kind == "classic" and name not in foreign
+            }
         return Expected(
             requeued=frozenset(str(j) for j in self.expired_leases),
             parked=frozenset(str(j) for j in self.poison),

@@ -80,7 +80,11 @@ def depth(broker: BrokerUnderTest, queue: str) -> int:
 async def listed_with_statistics(broker: BrokerUnderTest, queue: str) -> None:
     """Until the broker lists the queue's statistics (and so its policy): before that a pass
     concludes nothing about it."""
-    await poll_until(lambda: "messages" in broker.queue(queue), f"statistics of {queue}", 20)
+    def listed() -> bool:
+        shown = broker.queue(queue)
+        return "messages" in shown and "policy" in shown
+
+    await poll_until(listed, f"statistics of {queue}", 30)
 
 
 def quorum_policy(broker: BrokerUnderTest) -> dict[str, object] | None:

@@ -194,3 +194,51 @@ def test_the_json_report_lists_every_lease_verdict_and_streams_the_same_text() -
     assert len(report["verdicts"]) == 43
     assert [v["object"] for v in report["verdicts"]] == [str(UUID(int=1000 + n)) for n in range(43)]
     assert all(v["recorded"] for v in report["verdicts"])
+
+
+def test_text_and_json_list_the_same_findings_worst_first_and_a_drop_is_not_ok() -> None:
+    def broker(queue: str, condition: Condition, measured: int, **kw: object) -> RecordedVerdict:
+        unit = Unit.SECONDS if condition is Condition.STALE_READY else Unit.MESSAGES
+        v = Verdict(
+            Source.BROKER, queue, condition, measured, 900, unit, Action.SURFACE, queue=queue, **kw
+        )
+        return RecordedVerdict(v, False)
+
+    drops = Verdict(
+        Source.BROKER,
+        "vibey.jobs.main",
+        Condition.UNBOUNDED,
+        20,
+        None,
+        Unit.ATTEMPTS,
+        Action.SURFACE,
+        queue="vibey.jobs.main",
+        detail="a delivery limit of 20 would drop, not dead-letter; fix: declare it",
+        drops=True,
+    )
+    r = result(
+        verdicts=(
+            broker("vibey.a", Condition.STALE_READY, 1000),
+            broker("vibey.b", Condition.STALE_READY, 5000),
+            broker("vibey.c", Condition.HOLDER_GONE, 3),
+            RecordedVerdict(drops, True),
+        )
+    )
+    report = to_json(r)
+    jsonschema.validate(report, SCHEMA)
+    assert report["status"] == "NOT OK: 1 queue would drop messages"
+    [problem] = report["problems"]  # type: ignore[misc]
+    assert (problem["kind"], problem["fix"]) == ("would_drop", "declare it")
+    subjects = [f["subject"] for f in report["findings"]]  # type: ignore[union-attr]
+    assert subjects == ["vibey.c", "vibey.b", "vibey.a"]  # worst first; the drop is a problem
+
+    lines = render_text(r).splitlines()
+    start = lines.index("Findings (3), worst first:")
+    listed = [line.split()[2].rstrip(":") for line in lines[start + 1 : start + 4]]
+    assert listed == subjects
+    assert (
+        "  WOULD DROP  queue vibey.jobs.main: a delivery limit of 20 would drop, not dead-letter"
+    ) in lines
+    assert "              fix: declare it" in lines
+    # the threshold is said once per condition: on the first stale_ready line only
+    assert "(threshold 15 m)" in lines[start + 2] and "threshold" not in lines[start + 3]
