@@ -613,7 +613,7 @@ async def check_ledger(dsn: str) -> list[dict[str, Any]]:
     # a sighting is recorded when first seen and again only after it cleared
     sightings: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
     for event in events:
-        if event["payload"]["action"] in ("surface", "cleared"):
+        if event["kind"] == "QueueReaped" and event["payload"]["action"] in ("surface", "cleared"):
             sightings[sighting_key(event)].append(event["payload"]["action"])
     for key, actions in sightings.items():
         assert actions == ["surface", "cleared"] * (len(actions) // 2) + ["surface"] * (
@@ -629,9 +629,13 @@ def about(events: list[dict[str, Any]], *job_ids: uuid.UUID) -> list[dict[str, A
 
 
 def moves(events: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    """Each event's source, condition and action."""
+    """Each verdict's source, condition and action; a person's answer as ``("gate", its
+    kind, the choice)``."""
     return [
-        (e["payload"]["source"], e["payload"]["condition"], e["payload"]["action"]) for e in events
+        ("gate", e["payload"]["gate_kind"], e["payload"]["choice"])
+        if e["kind"] == "GateAnswered"
+        else (e["payload"]["source"], e["payload"]["condition"], e["payload"]["action"])
+        for e in events
     ]
 
 

@@ -295,8 +295,10 @@ async def test_an_exhausted_job_is_parked_without_a_dispatch_and_retried_at_a_ne
     assert (row["state"], row["dispatch_seq"], row["attempts"]) == ("succeeded", 2, 1)
 
     events = await check_world(world, dead_letters=0)
-    [move] = about(events, job)
+    [move, answer] = about(events, job)  # the park, then the person's answer
     assert moves([move]) == [("job_queue", "poison", "park")]
+    assert (answer["kind"], answer["payload"]["choice"]) == ("GateAnswered", "retry")
+    assert answer["project_id"] == world.project_id
     assert (move["project_id"], move["trusted"]) == (world.project_id, True)
     print(measured(world, "delivery_exhausted retry", events, {"job": job}, answer=said))
 

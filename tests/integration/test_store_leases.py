@@ -112,6 +112,7 @@ async def test_poison_is_parked_with_one_gate_per_episode(
         ("retry", "cancel"),
     )
     assert gate.identity is not None and str(job.id) in gate.identity
+    assert "'cancel' to give it up" in gate.prompt
     assert "retry" in gate.prompt and "worker-9" in gate.prompt and str(job.id) in gate.prompt
     assert len(await store.events(project)) == 1
 
@@ -137,7 +138,12 @@ async def test_poison_is_parked_with_one_gate_per_episode(
     )
     gates = await store.list_gates(open_only=False)
     assert len(gates) == 2 and len({g.identity for g in gates}) == 2
-    assert [e.seq for e in await store.events(project)] == [1, 2]
+    # the park, the answer (a GateAnswered event, gapless on the same stream), the second park
+    assert [(e.seq, e.kind) for e in await store.events(project)] == [
+        (1, "QueueReaped"),
+        (2, "GateAnswered"),
+        (3, "QueueReaped"),
+    ]
 
 
 @pytest.mark.parametrize(
