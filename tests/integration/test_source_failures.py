@@ -174,11 +174,16 @@ async def proxy(url_or_dsn: str, **options: Any) -> AsyncIterator[Proxy]:
 
 
 def through(url_or_dsn: str, p: Proxy) -> str:
-    """The same URL or DSN, pointed at the proxy."""
+    """The same URL or DSN, pointed at the proxy. A DSN's connection through it is plain
+    (``sslmode=disable``): the proxy reads what the client sends to know when to cut, and
+    PostgreSQL offers TLS, which asyncpg takes when it is offered."""
     parts = urlsplit(url_or_dsn)
     netloc = parts.netloc.rsplit("@", 1)
     host = f"127.0.0.1:{p.port}"
-    return parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host).geturl()
+    pointed = parts._replace(netloc=f"{netloc[0]}@{host}" if len(netloc) == 2 else host)
+    if parts.scheme.startswith("postgres") and "sslmode=" not in parts.query:
+        pointed = pointed._replace(query="&".join(q for q in (parts.query, "sslmode=disable") if q))
+    return pointed.geturl()
 
 
 class Committed:
