@@ -270,6 +270,8 @@ class Database:
                 f"{first_line(exc)}: the server does not offer TLS; turn ssl on in its "
                 "postgresql.conf (a reload applies it), or lower sslmode"
             )
+        elif isinstance(exc, asyncpg.InsufficientPrivilegeError):
+            hint = f"{first_line(exc)}: {self.privilege_fix()}"
         elif isinstance(exc, ConnectionRefusedError):
             hint = "connection refused: is PostgreSQL running and listening there?"
         elif isinstance(exc, TimeoutError):
@@ -291,7 +293,16 @@ class Database:
     def row_reason(self, exc: BaseException) -> str:
         """Why one row could not be written, for a person, scrubbed."""
         sqlstate = getattr(exc, "sqlstate", None) or "?"
-        return scrub(f"{first_line(exc)} (SQLSTATE {sqlstate})", [self.password])
+        fix = f": {self.privilege_fix()}" if sqlstate == "42501" else ""
+        return scrub(f"{first_line(exc)} (SQLSTATE {sqlstate}){fix}", [self.password])
+
+    def privilege_fix(self) -> str:
+        """What to do about a privilege the connected role lacks (SQLSTATE 42501)."""
+        role = _dsn_user(self._dsn) or "ROLE"
+        return (
+            f"the role lacks a privilege the reaper needs; run `reaper db grants {role} --apply` "
+            "as the tables' owner (`reaper doctor` lists what is missing)"
+        )
 
 
 def is_row_failure(exc: BaseException) -> bool:
@@ -323,6 +334,13 @@ def first_line_and_detail(exc: BaseException) -> str:
     """The server's message and, where it gave one, its DETAIL (which key is duplicated)."""
     detail = getattr(exc, "detail", None)
     return f"{first_line(exc)} ({detail})" if detail else first_line(exc)
+
+
+def _dsn_user(dsn: str) -> str | None:
+    try:
+        return urlsplit(dsn).username
+    except ValueError:
+        return None
 
 
 def _dsn_password(dsn: str) -> str | None:

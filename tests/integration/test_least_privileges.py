@@ -228,3 +228,25 @@ async def test_outbox_dispatch_adds_the_outbox_and_its_sequence(
     assert {v["object"] for v in requeued} == seeded.scenario.expected.requeued
     rows = await query(pg_dsn, "SELECT job_id::text AS job FROM job_outbox")
     assert {r["job"] for r in rows} >= seeded.scenario.expected.requeued
+
+
+async def test_a_read_only_role_is_told_which_command_grants_the_rest(
+    pg_dsn: str,
+    broker: BrokerUnderTest,
+    role: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seeded = await seed_scenario(pg_dsn, broker)
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
+    finally:
+        await conn.close()
+    env = {**seeded.env, "REAPER_DATABASE__DSN": as_role(pg_dsn, role)}
+    code = await run_cli(monkeypatch, tmp_path, env, "reap")
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "permission denied" in out
+    assert f"run `reaper db grants {role} --apply` as the tables' owner" in out

@@ -174,7 +174,9 @@ async def proxy(url_or_dsn: str, **options: Any) -> AsyncIterator[Proxy]:
 
 
 def through(url_or_dsn: str, p: Proxy) -> str:
-    """The same URL or DSN, pointed at the proxy."""
+    """The same URL or DSN, pointed at the proxy. A DSN's connection through it is plain
+    (``sslmode=disable``): the proxy reads what the client sends to know when to cut, and
+    PostgreSQL offers TLS, which asyncpg takes when it is offered."""
     parts = urlsplit(url_or_dsn)
     netloc = parts.netloc.rsplit("@", 1)
     host = f"127.0.0.1:{p.port}"

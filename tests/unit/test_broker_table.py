@@ -1,5 +1,5 @@
-"""The README's table of the three brokers and what each enforces is rendered from the pinned
-capability profiles (``capabilities_for``, itself pinned live by
+"""The table of the three brokers and what each enforces (``docs/brokers.md``) is rendered
+from the pinned capability profiles (``capabilities_for``, itself pinned live by
 ``tests/integration/test_consumer_timeout_enforcement.py``): the documentation cannot drift
 from what the code believes. Run this file's ``__main__`` to print the table after a change."""
 
@@ -54,10 +54,10 @@ def enforcement_table() -> str:
     return "\n".join(lines)
 
 
-def test_the_readme_carries_the_table_rendered_from_the_capabilities() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_broker_doc_carries_the_table_rendered_from_the_capabilities() -> None:
+    readme = (ROOT / "docs" / "brokers.md").read_text(encoding="utf-8")
     table = enforcement_table()
-    assert table in readme, f"README.md must carry, exactly:\n\n{table}"
+    assert table in readme, f"docs/brokers.md must carry, exactly:\n\n{table}"
     assert readme.count("| broker | queue type |") == 1  # one table, not two to keep in step
 
 
@@ -78,7 +78,7 @@ def test_the_other_docs_point_at_the_table() -> None:
     for doc in ("metrics/README.md", "policies/README.md"):
         text = (ROOT / doc).read_text(encoding="utf-8")
         assert "NotEnforced" in text, doc
-        assert "README.md#what-each-broker-enforces" in text, doc
+        assert "docs/brokers.md#what-each-broker-enforces" in text, doc
 
 
 if __name__ == "__main__":
