@@ -32,7 +32,13 @@ from reaper.core.domain import (
     Verdict,
 )
 from reaper.core.judge_leases import LeaseColumns, judge_lease_page
-from reaper.core.judge_queues import ceil_seconds, judge_held, judge_queue, num
+from reaper.core.judge_queues import (
+    ceil_seconds,
+    group_head_age_notes,
+    judge_held,
+    judge_queue,
+    num,
+)
 
 _Row = TypeVar("_Row", ClaimableHead, UnsentDispatch)
 
@@ -84,7 +90,7 @@ def judge(measurements: Measurements, thresholds: Thresholds, now: datetime) -> 
             listed = {q.name for q in measurements.queues}
             verdicts.extend(judge_held(observed.held, listed, thresholds))
     unique = dict.fromkeys(sorted(verdicts, key=_order))
-    return Judgement(verdicts=tuple(unique), notes=tuple(sorted(set(notes))))
+    return Judgement(verdicts=tuple(unique), notes=tuple(sorted(set(group_head_age_notes(notes)))))
 
 
 # --------------------------------------------------------------------------- job queue

@@ -5,6 +5,7 @@ listed; the small value helpers both halves share are here too."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -33,7 +34,7 @@ from reaper.core.domain import (
 from reaper.core.observation import Held, Stalled
 from reaper.core.values import count, finite
 
-__all__ = ["ceil_seconds", "judge_held", "judge_queue", "num", "quote"]
+__all__ = ["ceil_seconds", "group_head_age_notes", "judge_held", "judge_queue", "num", "quote"]
 
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -307,8 +308,7 @@ def _head_age_unreported(
     if stalled is not None:
         tail = (
             f"; observed across passes, nothing delivered from it for at least "
-            f"{num(stalled.seconds)}s so far, not past its threshold: stale-ready measured "
-            "only as that lower bound"
+            f"{num(stalled.seconds)}s so far"
         )
     elif observed:
         tail = (
@@ -318,9 +318,39 @@ def _head_age_unreported(
     else:
         tail = ", and nothing was observed across passes this time; stale-ready not measured"
     what = "quorum queue" if queue.kind == "quorum" else "queue"
-    return (
-        f"head-message age of {what} {quote(queue.name)} is not reported by the broker{why}{tail}"
-    )
+    return f"head-message age of {what} {quote(queue.name)}{_UNREPORTED}{why}{tail}"
+
+
+_UNREPORTED = " is not reported by the broker"
+_HEAD_AGE_NOTE = re.compile(
+    r"^head-message age of (quorum queue|queue) ('(?:[^'\\]|\\.)*')"
+    + re.escape(_UNREPORTED)
+    + r"(.*)$"
+)
+
+
+def group_head_age_notes(notes: Iterable[str]) -> list[str]:
+    """The head-age notes that give one reason for several queues, as one note naming them all
+    (a report says a reason once); every other note as it is."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    others: list[str] = []
+    for note in notes:
+        found = _HEAD_AGE_NOTE.match(note)
+        if found is None:
+            others.append(note)
+        else:
+            grouped.setdefault((found[1], found[3]), []).append(found[2])
+    for (what, reason), listed_names in grouped.items():
+        names = sorted(set(listed_names))
+        if len(names) == 1:
+            others.append(f"head-message age of {what} {names[0]}{_UNREPORTED}{reason}")
+        else:
+            each = reason.replace(" from it ", " from each ")
+            listed = ", ".join(names)
+            others.append(
+                f"head-message age of {what}s {listed} is not reported by the broker{each}"
+            )
+    return others
 
 
 def _stale_head(
