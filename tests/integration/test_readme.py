@@ -122,18 +122,6 @@ QUICK_START = re.search(
 )
 
 
-def _problems(report: str) -> list[str]:
-    """The lines under a text report's "Problems (N):" heading."""
-    lines = report.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("Problems ("))
-    found = []
-    for line in lines[start + 1 :]:
-        if not line.startswith("  "):
-            break
-        found.append(line.strip())
-    return found
-
-
 def _command(line: str) -> str:
     return line.split("  #", 1)[0].strip()
 
@@ -177,15 +165,10 @@ async def test_the_quick_start_runs_as_written(
             timeout=300,
             check=False,
         )
-        if command == "reaper reap --dry-run" and done.returncode == 1:
-            # As the README says: on a broker where the reaper never ran, the policies it
-            # would create, and nothing else, make the first audit not ok.
-            problems = _problems(done.stdout)
-            assert problems, done.stdout
-            assert all(
-                p.startswith("POLICY") and "NOT verified (WouldCreate)" in p for p in problems
-            ), done.stdout
-            continue
+        # As the README says: on a broker where the reaper never ran, the first audit lists
+        # the policies it would create and stays ok; a planned write is not a failure.
+        if command == "reaper reap --dry-run":
+            assert "Would do" in done.stdout and "WouldCreate" in done.stdout, done.stdout
         assert done.returncode == 0, f"{command}: {done.stdout}{done.stderr}"
     assert (
         "0 failed: ready"
