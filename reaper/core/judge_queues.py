@@ -306,10 +306,7 @@ def _head_age_unreported(
     else:
         why = ""
     if stalled is not None:
-        tail = (
-            f"; observed across passes, nothing delivered from it for at least "
-            f"{num(stalled.seconds)}s so far"
-        )
+        tail = f"; observed across passes (at least {num(stalled.seconds)}s so far)"
     elif observed:
         tail = (
             ", and the broker lists no delivery counter for it, so nothing is observed across "
@@ -345,11 +342,8 @@ def group_head_age_notes(notes: Iterable[str]) -> list[str]:
         if len(names) == 1:
             others.append(f"head-message age of {what} {names[0]}{_UNREPORTED}{reason}")
         else:
-            each = reason.replace(" from it ", " from each ")
             listed = ", ".join(names)
-            others.append(
-                f"head-message age of {what}s {listed} is not reported by the broker{each}"
-            )
+            others.append(f"head-message age of {what}s {listed}{_UNREPORTED}{reason}")
     return others
 
 
