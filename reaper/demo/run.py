@@ -84,7 +84,7 @@ async def run_demo(
     )
     where_db = urlsplit(db.dsn).netloc or "the configured server"
 
-    out(_banner("queue-reaper demo"))
+    out(_banner("queue-reaper demo").lstrip("\n"))  # the first line of the output, not a blank
     out(f"PostgreSQL {where_db}, RabbitMQ {bus.urls_in_force()[0]}: database and vhost {name}")
 
     try:
@@ -246,18 +246,13 @@ def _where_to_look(
     admin = shlex.quote(settings.database.dsn)
     dry, first, second = (after - before for before, after in counts)
     return [
-        f"Finished in {elapsed:.1f} s; ledger events written: dry run {dry}, first pass {first}, "
-        f"second pass {second}. The database and vhost {name} are kept:",
+        f"Finished in {elapsed:.1f} s; ledger events by pass: {dry}, {first}, {second}. Kept: "
+        f"database and vhost {name} (`reaper demo --cleanup` removes them)",
         f"  {env}",
-        "  reaper events          the ledger: every verdict, as QueueReaped events",
-        "  reaper gates list      what waits for a person (the poison job, the dead letters)",
-        "  reaper reap -o wide --metrics-textfile /tmp/queue-reaper-demo.prom   another pass, "
-        "every detail, its metrics",
-        f"  the broker's side:    {url}/#/queues/{quote(name, safe='')}",
-        "  to remove them (or run `reaper demo --cleanup` next time):",
-        f"                        psql {admin} -c "
-        f"{shlex.quote(f'DROP DATABASE {name} WITH (FORCE)')}",
-        f"                        curl -u {shlex.quote(settings.bus.username)} -X DELETE "
+        "  then: reaper events (the ledger), reaper gates list (what waits for a person), "
+        "reaper reap -o wide --metrics-textfile demo.prom (every detail, metrics)",
+        f"  to remove them: psql {admin} -c {shlex.quote(f'DROP DATABASE {name} WITH (FORCE)')}",
+        f"                  curl -u {shlex.quote(settings.bus.username)} -X DELETE "
         f"{url}/api/vhosts/{quote(name, safe='')}",
     ]
 
