@@ -31,14 +31,9 @@ from reaper.core.domain import (
     UnsentDispatch,
     Verdict,
 )
+from reaper.core.head_age import group_head_age_notes
 from reaper.core.judge_leases import LeaseColumns, judge_lease_page
-from reaper.core.judge_queues import (
-    ceil_seconds,
-    group_head_age_notes,
-    judge_held,
-    judge_queue,
-    num,
-)
+from reaper.core.judge_queues import ceil_seconds, judge_held, judge_queue, num
 
 _Row = TypeVar("_Row", ClaimableHead, UnsentDispatch)
 

@@ -5,7 +5,6 @@ listed; the small value helpers both halves share are here too."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -31,15 +30,13 @@ from reaper.core.domain import (
     Unit,
     Verdict,
 )
+from reaper.core.head_age import head_age_unreported, num, num_value, quote
 from reaper.core.observation import Held, Stalled
 from reaper.core.values import count, finite
 
-__all__ = ["ceil_seconds", "group_head_age_notes", "judge_held", "judge_queue", "num", "quote"]
+__all__ = ["ceil_seconds", "judge_held", "judge_queue", "num", "quote"]
 
 _MICROSECOND = timedelta(microseconds=1)
-
-#: Quoted names and values are cut here: a broker's queue names are not our words.
-_QUOTE_LIMIT = 200
 
 
 def judge_queue(
@@ -274,7 +271,7 @@ def _stale_ready(
             if found is not None:
                 return found
         # An unmeasurable age is not old; say so on every broker that cannot tell, never guess.
-        note = _head_age_unreported(queue, broker, stalled, observed)
+        note = head_age_unreported(queue, broker, stalled, observed)
         notes.extend([note] if note is not None else [])
         return None
     age_us = now_us - math.floor(timestamp * 1_000_000)
@@ -288,63 +285,6 @@ def _stale_ready(
         return None
     age = -(-age_us // 1000) / 1000  # rounded up to the millisecond
     return _stale_head(queue, thresholds, age, notes, lower_bound=False)
-
-
-def _head_age_unreported(
-    queue: QueueStats, broker: BrokerFacts | None, stalled: Stalled | None, observed: bool
-) -> str | None:
-    """The note for a queue with ready messages, no consumer and no head timestamp, where the
-    broker cannot report one (a quorum queue; any LavinMQ queue); None for a RabbitMQ classic
-    queue, whose head message just carries no timestamp."""
-    lavinmq = broker is not None and broker.product == "LavinMQ"
-    if not (queue.kind == "quorum" or lavinmq or queue.type is None):
-        return None
-    if lavinmq and broker is not None:
-        why = f" ({broker.name} reports no head_message_timestamp)"
-    elif queue.type is None:
-        why = " (no queue type listed, as on LavinMQ)"
-    else:
-        why = ""
-    if stalled is not None:
-        tail = f"; observed across passes (at least {num(stalled.seconds)}s so far)"
-    elif observed:
-        tail = (
-            ", and the broker lists no delivery counter for it, so nothing is observed across "
-            "passes; stale-ready not measured"
-        )
-    else:
-        tail = ", and nothing was observed across passes this time; stale-ready not measured"
-    what = "quorum queue" if queue.kind == "quorum" else "queue"
-    return f"head-message age of {what} {quote(queue.name)}{_UNREPORTED}{why}{tail}"
-
-
-_UNREPORTED = " is not reported by the broker"
-_HEAD_AGE_NOTE = re.compile(
-    r"^head-message age of (quorum queue|queue) ('(?:[^'\\]|\\.)*')"
-    + re.escape(_UNREPORTED)
-    + r"(.*)$"
-)
-
-
-def group_head_age_notes(notes: Iterable[str]) -> list[str]:
-    """The head-age notes that give one reason for several queues, as one note naming them all
-    (a report says a reason once); every other note as it is."""
-    grouped: dict[tuple[str, str], list[str]] = {}
-    others: list[str] = []
-    for note in notes:
-        found = _HEAD_AGE_NOTE.match(note)
-        if found is None:
-            others.append(note)
-        else:
-            grouped.setdefault((found[1], found[3]), []).append(found[2])
-    for (what, reason), listed_names in grouped.items():
-        names = sorted(set(listed_names))
-        if len(names) == 1:
-            others.append(f"head-message age of {what} {names[0]}{_UNREPORTED}{reason}")
-        else:
-            listed = ", ".join(names)
-            others.append(f"head-message age of {what}s {listed}{_UNREPORTED}{reason}")
-    return others
 
 
 def _stale_head(
@@ -494,16 +434,3 @@ def ceil_seconds(delta: timedelta) -> float:
     """Seconds, rounded up to the millisecond: a measurement past its threshold by any amount
     never reads as equal to it."""
     return -(-(delta // _MICROSECOND) // 1000) / 1000
-
-
-def num_value(value: float) -> float | int:
-    return int(value) if value.is_integer() else value
-
-
-def num(value: float | int) -> str:
-    return str(num_value(float(value))) if isinstance(value, float) else str(value)
-
-
-def quote(text: str) -> str:
-    cut = text[:_QUOTE_LIMIT]
-    return repr(cut) + ("…" if len(text) > _QUOTE_LIMIT else "")

@@ -158,19 +158,12 @@ class _Progress:
     unknown: list[UUID] = field(default_factory=list)
 
     def outcome(self, job_ids: Sequence[UUID], duplicates: Sequence[UUID]) -> LeaseMoves:
-        failed_ids = {job_id for job_id, _ in self.failed}
         unknown = set(self.unknown)
+        settled = self.moved.keys() | {job_id for job_id, _ in self.failed} | unknown
         return LeaseMoves(
             requeued=tuple(j for j in job_ids if self.moved.get(j) == "requeue"),
             parked=tuple(j for j in job_ids if self.moved.get(j) == "park"),
-            skipped=tuple(
-                [
-                    j
-                    for j in job_ids
-                    if j not in self.moved and j not in failed_ids and j not in unknown
-                ]
-                + list(duplicates)
-            ),
+            skipped=tuple([j for j in job_ids if j not in settled] + list(duplicates)),
             failed=tuple(self.failed),
             unknown=tuple(j for j in job_ids if j in unknown),
         )
@@ -336,8 +329,7 @@ async def _move_lane(db: Database, moves: _LeaseMoves, now: datetime, progress: 
     start = 0
     async with db.connection() as conn:
         # Parsed and planned before any batch takes a row lock (on a fresh connection that costs
-        # as much as a batch): an empty move, outside any transaction, writes nothing. A refusal
-        # (a role without the privilege) is left to the batches, which name each row it spoils.
+        # as much as a batch): an empty move writes nothing; a refusal is the batches' to name.
         try:
             await conn.fetchrow(QUERIES["move_leases"], *_LeaseMoves().args(0, 0, now))
         except PostgresError as exc:
