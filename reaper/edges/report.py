@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Final
 from uuid import UUID
 
@@ -43,13 +44,25 @@ SUMMARY_PROJECTS: Final = 5
 
 
 def _state(r: RecordedVerdict, result: PassResult) -> str:
-    """Whether a finding's sighting opened now (``new``), was open already (``seen``), or
-    would open (a dry run); ``not recorded`` when the ledger could not be read."""
+    """Whether a finding's sighting opened now (``new``), was open already (``seen``, with
+    since when), or would open (a dry run); ``not recorded`` when the ledger could not be
+    read."""
     if result.dry_run:
         return "would record" if not r.recorded else "recorded"
     if r.recorded:
         return "new"
-    return "not recorded" if not _ledger_read(result) else "seen"
+    if not _ledger_read(result):
+        return "not recorded"
+    opened = result.since.get(r.verdict.sighting_key)
+    return "seen" if opened is None else f"seen since {_since(opened, result)}"
+
+
+def _since(opened: datetime, result: PassResult) -> str:
+    """When a sighting opened, as the report's clock reads it (UTC): the time alone on the
+    pass's own day, else the date too."""
+    moment = opened.astimezone(UTC)
+    same_day = moment.date() == result.started_at.astimezone(UTC).date()
+    return f"{moment:%H:%M}Z" if same_day else f"{moment:%Y-%m-%d %H:%M}Z"
 
 
 def _ledger_read(result: PassResult) -> bool:

@@ -145,6 +145,11 @@ def to_json(result: PassResult, *, verdicts: bool = True) -> dict[str, object]:
                 "unit": r.verdict.unit.value,
                 "next_step": next_step(r.verdict),
                 "recorded": r.recorded,
+                "since": (
+                    iso(result.since[r.verdict.sighting_key])
+                    if r.verdict.sighting_key in result.since
+                    else None
+                ),
             }
             for r in result.findings()
         ],

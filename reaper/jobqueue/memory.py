@@ -31,6 +31,7 @@ from reaper.core.domain import (
     DeadLetter,
     Dispatch,
     HeldLease,
+    SightingKey,
     Source,
     UnsentDispatch,
     Verdict,
@@ -246,6 +247,23 @@ class MemoryJobQueue(Records):
         return LeaseMoves(tuple(requeued), tuple(parked), tuple(skipped))
 
     # ----------------------------------------------------------------------- sightings
+
+    async def sightings_open_since(
+        self, observed: Sequence[Verdict]
+    ) -> dict[SightingKey, datetime]:
+        self._open()
+        wanted = sightings.observed_sightings(observed)
+        latest: dict[sightings.SightingRef, tuple[str, datetime]] = {}
+        for stream, events in self.ledger.items():
+            for event in events:
+                action = event.payload.get("action")
+                if event.kind != EVENT_KIND or action not in ("surface", "cleared"):
+                    continue
+                record = sightings.verdict_from_record(stream, event.payload, event.trusted)
+                ref = sightings.ref_of(record)
+                if ref in wanted:
+                    latest[ref] = (str(action), event.created_at)  # events are in seq order
+        return {ref.key: at for ref, (action, at) in latest.items() if action == "surface"}
 
     async def record_sightings(
         self,

@@ -23,6 +23,7 @@ from reaper.core.domain import (
     Gate,
     HeldLease,
     LedgerEvent,
+    SightingKey,
     Source,
     UnsentDispatch,
     Verdict,
@@ -299,6 +300,13 @@ class JobQueue(Protocol):
         """Record what this pass's surfaced verdicts mean for the ledger's sightings; return
         the records written (opened sightings and ``cleared`` records). A sighting about a
         broker queue in ``unread_queues`` is never cleared."""
+        ...
+
+    async def sightings_open_since(
+        self, observed: Sequence[Verdict]
+    ) -> dict[SightingKey, datetime]:
+        """When the open sighting of each surfaced verdict opened, by its key (absent: not
+        open). Writes nothing."""
         ...
 
     async def count_parked_dead_letters(self, queue: str) -> int:

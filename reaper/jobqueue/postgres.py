@@ -24,6 +24,7 @@ from reaper.core.domain import (
     Gate,
     HeldLease,
     LedgerEvent,
+    SightingKey,
     Source,
     UnsentDispatch,
     Verdict,
@@ -207,6 +208,11 @@ class PostgresStore:
         return await leases.apply_lease_verdicts(self.database, verdicts, now, dispatch)
 
     # ----------------------------------------------------------------------- sightings
+
+    async def sightings_open_since(
+        self, observed: Sequence[Verdict]
+    ) -> dict[SightingKey, datetime]:
+        return await sightings.open_since(self.database, observed)
 
     async def record_sightings(
         self,

@@ -21,12 +21,12 @@ from datetime import datetime
 from uuid import UUID
 
 from reaper.core import sightings
-from reaper.core.domain import Action, Source, Verdict
+from reaper.core.domain import Action, SightingKey, Source, Verdict
 from reaper.jobqueue import ledger
 from reaper.jobqueue.database import Connection, Database, Record
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["record_sightings"]
+__all__ = ["open_since", "record_sightings"]
 
 
 async def record_sightings(
@@ -70,6 +70,18 @@ async def record_sightings(
             await ledger.append(conn, events, now)
             await _index(conn, records, events)
     return records
+
+
+async def open_since(db: Database, observed: Sequence[Verdict]) -> dict[SightingKey, datetime]:
+    """When the open sighting of each surfaced verdict opened (by its key); a verdict whose
+    sighting is not open is absent. Read from the sightings' index on the ledger: its cost is
+    what is asked, not the ledger's age."""
+    refs = sorted(sightings.observed_sightings(observed))
+    if not refs:
+        return {}
+    async with db.session("reading when the open sightings began") as conn:
+        rows = await conn.fetch(QUERIES["sightings_open_since"], *_columns(refs))
+    return {refs[row["ord"] - 1].key: row["created_at"] for row in rows}
 
 
 async def _index(

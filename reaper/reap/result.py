@@ -18,6 +18,7 @@ from reaper.core.domain import (
     ClaimableHead,
     Condition,
     QueueStats,
+    SightingKey,
     Thresholds,
 )
 from reaper.policies.reconcile import PolicyOutcome
@@ -149,6 +150,8 @@ class PassResult:
     #: Expired leases the lease reap left when its time budget was spent: while any remain,
     #: the next turn comes at once (``reaper serve``, the worker hook), not after the interval.
     leases_remaining: int = 0
+    #: When each finding already on record (``seen``) opened its sighting, by sighting key.
+    since: Mapping[SightingKey, datetime] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

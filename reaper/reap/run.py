@@ -18,7 +18,7 @@ from uuid import UUID
 
 from reaper.broker.port import Broker, ManagementEndpoint
 from reaper.config import Settings
-from reaper.core.domain import Action, Condition, Dispatch, Source, Verdict
+from reaper.core.domain import Action, Condition, Dispatch, SightingKey, Source, Verdict
 from reaper.core.judge import judge
 from reaper.errors import SourceUnreadable
 from reaper.jobqueue.database import where
@@ -174,6 +174,7 @@ async def run_pass(
             progress,
         )
     gates = await _gates_of_parks(ledger, lease_log, progress)
+    since = await _open_since(ledger, progress)
     endpoints = broker.endpoints() if broker is not None else ()
     progress.notes.extend(_failover_notes(endpoints))
 
@@ -204,6 +205,7 @@ async def run_pass(
         thresholds=settings.thresholds(),
         gates=gates,
         leases_remaining=leases_remaining,
+        since=since,
     )
 
 
@@ -222,6 +224,22 @@ async def _gates_of_parks(
         progress.notes.append(f"the gates of this pass's parks could not be listed: {exc.reason}")
         return {}
     return {str(g.job_id): g.id for g in gates if g.job_id is not None}
+
+
+async def _open_since(store: JobQueue | None, progress: Progress) -> dict[SightingKey, datetime]:
+    """When each finding already on record opened its sighting: the report says since when."""
+    seen = [
+        r.verdict
+        for r in progress.verdicts
+        if r.verdict.action is Action.SURFACE and not r.recorded
+    ]
+    if store is None or not seen:
+        return {}
+    try:
+        return await store.sightings_open_since(seen)
+    except SourceUnreadable as exc:
+        progress.notes.append(f"when the open findings began could not be read: {exc.reason}")
+        return {}
 
 
 def _sources_read(reading: Reading, progress: Progress) -> frozenset[Source]:

@@ -263,6 +263,23 @@ async def test_a_sighting_is_recorded_once_and_cleared_once(subject: Subject) ->
     assert [e.payload["action"] for e in await store.events(project)] == ["surface", "cleared"]
 
 
+async def test_an_open_sighting_says_since_when_it_has_been_open(subject: Subject) -> None:
+    project, read, store = uuid.uuid4(), frozenset(Source), subject.store
+    seen = surfaced(project)
+    never = surfaced(uuid.uuid4())
+    assert await store.sightings_open_since([seen, never]) == {}
+
+    await store.record_sightings([seen], now=NOW, sources_read=read)
+    later = NOW + timedelta(hours=1)
+    assert await store.record_sightings([surfaced(project)], now=later, sources_read=read) == []
+    # still open: since the record that opened it, not the pass that saw it again
+    since = await store.sightings_open_since([surfaced(project), never])
+    assert since == {seen.sighting_key: NOW}
+
+    await store.record_sightings([], now=later, sources_read=read)  # cleared
+    assert await store.sightings_open_since([seen]) == {}
+
+
 async def test_broker_sightings_live_on_the_fleet_stream(subject: Subject) -> None:
     finding = Verdict(
         source=Source.BROKER,

@@ -4,10 +4,11 @@ quote its queue's depth as if it were the letter's."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from reaper.core.domain import Action, BrokerFacts, Condition, Source, Unit, Verdict
-from reaper.edges.report import render_text
+from reaper.edges.report import render_text, to_json
 from reaper.reap.dead_letters import DeadLetterOutcome
 from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
@@ -74,3 +75,45 @@ def test_a_dry_runs_dead_letter_line_says_nothing_was_read() -> None:
     assert "not read (a dry run reads nothing)" in line
     real = _line(render_text(_result(dead_letters=(outcome,))), "vibey.jobs.dead: depth 4")
     assert real.endswith("read safely")
+
+
+def test_a_finding_already_on_record_says_since_when_in_text_and_json() -> None:
+    stale = Verdict(
+        Source.BROKER,
+        "vibey.webhooks",
+        Condition.STALE_READY,
+        3600,
+        900,
+        Unit.SECONDS,
+        Action.SURFACE,
+        queue="vibey.webhooks",
+    )
+    older = replace(stale, object="vibey.old", queue="vibey.old")
+    fresh = replace(stale, object="vibey.new", queue="vibey.new")
+    since = {
+        stale.sighting_key: T0 - timedelta(hours=2),
+        older.sighting_key: T0 - timedelta(days=3),
+    }
+    result = PassResult(
+        dry_run=False,
+        started_at=T0,
+        finished_at=T0 + timedelta(seconds=1),
+        broker=FACTS,
+        verdicts=(
+            RecordedVerdict(stale, False),
+            RecordedVerdict(older, False),
+            RecordedVerdict(fresh, True),
+        ),
+        expired_leases=0,  # the ledger was read
+        since=since,
+    )
+    text = render_text(result)
+    assert _line(text, "vibey.webhooks").endswith("[seen since 20:00Z]")
+    assert _line(text, "vibey.old").endswith("[seen since 2026-11-28 22:00Z]")
+    assert _line(text, "vibey.new").endswith("[new]")
+    found = {f["subject"]: f["since"] for f in to_json(result)["findings"]}  # type: ignore[attr-defined]
+    assert found == {
+        "vibey.webhooks": "2026-12-01T20:00:00Z",
+        "vibey.old": "2026-11-28T22:00:00Z",
+        "vibey.new": None,
+    }

@@ -319,6 +319,27 @@ CROSS JOIN LATERAL (
 ) AS e
 ORDER BY k.ord;
 
+-- name: sightings_open_since --
+-- When each given sighting opened: the time of its latest record, where that record is a
+-- surface (the sighting is open); no row for one closed or never recorded.
+SELECT k.ord, e.created_at
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[])
+     WITH ORDINALITY AS k (stream, source, condition, scope, ord)
+CROSS JOIN LATERAL (
+    SELECT e.created_at, e.payload ->> 'action' AS action
+    FROM event AS e
+    WHERE e.kind = 'QueueReaped'
+      AND (e.payload ->> 'action') IN ('surface', 'cleared')
+      AND e.project_id = k.stream
+      AND (e.payload ->> 'source') = k.source
+      AND (e.payload ->> 'condition') = k.condition
+      AND reaper_sighting_scope_v2(e.project_id, e.payload) = k.scope
+    ORDER BY e.seq DESC
+    LIMIT 1
+) AS e
+WHERE e.action = 'surface'
+ORDER BY k.ord;
+
 -- name: open_sightings --
 -- Every open sighting of the given sources, from the index of open sightings (its cost is what
 -- is open, not the ledger's age); for job_queue, only on one project's stream when $2 is given.
