@@ -76,10 +76,10 @@ REAP_EPILOG = """the report, top to bottom:
                in force), DEAD LETTER (a queue not read safely), WOULD DROP (a queue of ours
                whose delivery limit would delete messages: declare x-dead-letter-exchange)
   Findings     what the pass found, worst first, one line each: the measurement against its
-               threshold, the next step, and the sighting: [new] recorded now, [seen] already
-               open in the ledger, [would record] in a dry run, [not recorded] ledger not
-               written. Nothing is moved for a finding; unbounded = no bound the broker
-               enforces (the reaper's own observation is the guard)
+               threshold, the next step, and the sighting: [new] recorded now, [seen since
+               HH:MMZ] open in the ledger since then, [would record] in a dry run, [not
+               recorded] ledger not written. Nothing is moved for a finding; unbounded = no
+               bound the broker enforces (the reaper's own observation is the guard)
   Done / Would do   what committed (a dry run: what it would do); a park names its gate and
                the command that answers it
   Policies     one line each: action (unchanged, created, updated, deleted, refused,
