@@ -70,6 +70,8 @@ def next_step(verdict: Verdict) -> str:
     c = verdict.condition
     d = verdict.detail
     if c is Condition.STALE_READY:
+        if verdict.queue and d.startswith("wedged"):
+            return "its consumers take nothing: check them (a blocked channel, a full prefetch)"
         if verdict.queue:
             return "no consumer takes it: start the queue's consumer"
         return "no worker claims it: check the project's workers"
@@ -82,6 +84,8 @@ def next_step(verdict: Verdict) -> str:
     if c is Condition.HUNG_HANDLER:
         return "a consumer holds deliveries without acking: restart its handler"
     if c is Condition.UNBOUNDED:
+        if "; fix: " in d:  # only the queue's own declaration can bound it (LavinMQ)
+            return d.split("; fix: ", 1)[1].split(" (", 1)[0]
         if any(w in d for w in ("cannot be in force", "enforces no consumer", "never pinned")):
             return "the broker cannot bound it here; the reaper watches for a hung consumer"
         if "poison is unbounded" in d:

@@ -22,6 +22,7 @@ from reaper.core.dead_letters.reading import read_plan
 from reaper.core.domain import BrokerFacts, Condition, Measurements, QueueStats, Thresholds, Verdict
 from reaper.core.judge import judge
 from reaper.core.observation import ChannelStats, ConsumerSeen, Observed, QueueFlow, observe
+from reaper.edges.wording import next_step
 from reaper.policies.declarations import Declaration, PolicyParameters, load_declarations
 from reaper.policies.reconcile import plan
 from reaper.policies.render import render
@@ -212,6 +213,8 @@ async def test_busy_is_judged_healthy_and_held_is_judged_wedged_and_hung(
     assert "vibey.jobs.held" in stale and "wedged: 1 ready message(s) and 1 consumer(s)" in (
         stale["vibey.jobs.held"].detail
     )
+    # its consumer is there: the next step is to look at it, not to start one
+    assert next_step(stale["vibey.jobs.held"]).startswith("its consumers take nothing")
     hung = _by_queue(verdicts, Condition.HUNG_HANDLER)
     assert set(hung) == {"vibey.jobs.held"}
     assert "channel '127.0.0.1:52416[1]'" in hung["vibey.jobs.held"].detail
@@ -255,6 +258,10 @@ async def test_owned_queues_without_the_argument_are_unbounded_with_the_fix(
     }
     fix = "fix: declare the queue with the argument x-consumer-timeout: 21600000"
     assert all(fix in v.detail for v in unbounded.values())
+    # the next step is that fix, never a broker-wide setting LavinMQ does not enforce
+    assert {next_step(v) for v in unbounded.values()} == {
+        "declare the queue with the argument x-consumer-timeout: 21600000"
+    }
     assert "LavinMQ 2.9.1 enforces a consumer timeout only from the queue argument" in (
         unbounded["vibey.jobs.held"].detail
     )
