@@ -64,6 +64,10 @@ async def reap(
     if metrics_textfile or pushgateway:
         metrics = ReaperMetrics()
         metrics.observe(result)
+        try:  # what waits for a person, as `reaper serve` exports it after each pass
+            metrics.observe_gates(await read_board(loaded.settings))
+        except ReaperError as exc:
+            print(f"reaper: the open gates were not read for the metrics: {exc}", file=sys.stderr)
         try:
             if metrics_textfile:
                 metrics.write_textfile(metrics_textfile)

@@ -21,6 +21,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from test_store_support import query
 
 from reaper.broker.client import ManagementClient
@@ -343,3 +344,24 @@ async def test_a_wrong_database_dsn_is_unreadable_and_the_pass_is_not_ok(
     # the broker was still read, and nothing was written anywhere without the ledger
     assert report["broker"]["product"] == "RabbitMQ"
     assert not [v for v in report["verdicts"] if v["recorded"]]
+
+
+async def test_a_one_shot_pass_exports_what_waits_for_a_person(
+    seeded: Seeded,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--metrics-textfile`` carries the gate gauges too, read after the pass's parks."""
+    textfile = tmp_path / "reaper.prom"
+    await run_cli(monkeypatch, tmp_path, seeded.env, "reap", "--metrics-textfile", str(textfile))
+    capsys.readouterr()
+    samples = {
+        (s.name, s.labels.get("kind")): s.value
+        for family in text_string_to_metric_families(textfile.read_text())
+        for s in family.samples
+    }
+    parked = len(seeded.scenario.expected.parked)
+    assert parked > 0
+    assert samples[("reaper_gates_open", "delivery_exhausted")] == parked
+    assert samples[("reaper_gate_oldest_open_age_seconds", "delivery_exhausted")] >= 0
