@@ -80,8 +80,12 @@ async def open_since(db: Database, observed: Sequence[Verdict]) -> dict[Sighting
     if not refs:
         return {}
     async with db.session("reading when the open sightings began") as conn:
-        rows = await conn.fetch(QUERIES["sightings_open_since"], *_columns(refs))
-    return {refs[row["ord"] - 1].key: row["created_at"] for row in rows}
+        rows = await conn.fetch(QUERIES["latest_sightings"], *_columns(refs))
+    return {
+        refs[row["ord"] - 1].key: row["created_at"]
+        for row in rows
+        if _record_verdict(row).action is Action.SURFACE
+    }
 
 
 async def _index(

@@ -301,12 +301,13 @@ SELECT count(pg_advisory_xact_lock(k))
 FROM (SELECT DISTINCT k FROM unnest($1::bigint[]) AS u (k) ORDER BY k) AS sorted;
 
 -- name: latest_sightings --
--- The latest sighting record (surface or cleared) of each given key, where there is one.
-SELECT k.ord, e.project_id, e.payload::text AS payload, e.trusted
+-- The latest sighting record (surface or cleared) of each given key, where there is one, and
+-- when it was written (for a surface record: since when the sighting has been open).
+SELECT k.ord, e.project_id, e.payload::text AS payload, e.trusted, e.created_at
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[])
      WITH ORDINALITY AS k (stream, source, condition, scope, ord)
 CROSS JOIN LATERAL (
-    SELECT e.project_id, e.payload, e.trusted
+    SELECT e.project_id, e.payload, e.trusted, e.created_at
     FROM event AS e
     WHERE e.kind = 'QueueReaped'
       AND (e.payload ->> 'action') IN ('surface', 'cleared')
@@ -317,27 +318,6 @@ CROSS JOIN LATERAL (
     ORDER BY e.seq DESC
     LIMIT 1
 ) AS e
-ORDER BY k.ord;
-
--- name: sightings_open_since --
--- When each given sighting opened: the time of its latest record, where that record is a
--- surface (the sighting is open); no row for one closed or never recorded.
-SELECT k.ord, e.created_at
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[])
-     WITH ORDINALITY AS k (stream, source, condition, scope, ord)
-CROSS JOIN LATERAL (
-    SELECT e.created_at, e.payload ->> 'action' AS action
-    FROM event AS e
-    WHERE e.kind = 'QueueReaped'
-      AND (e.payload ->> 'action') IN ('surface', 'cleared')
-      AND e.project_id = k.stream
-      AND (e.payload ->> 'source') = k.source
-      AND (e.payload ->> 'condition') = k.condition
-      AND reaper_sighting_scope_v2(e.project_id, e.payload) = k.scope
-    ORDER BY e.seq DESC
-    LIMIT 1
-) AS e
-WHERE e.action = 'surface'
 ORDER BY k.ord;
 
 -- name: open_sightings --
