@@ -1,4 +1,4 @@
--- 0011: what a person reads (SPEC §1, §10): the gates a job has been parked behind, and the
+-- 0012: what a person reads (SPEC §1, §10): the gates a job has been parked behind, and the
 -- ledger newest first, by time, project, object or answer, each read from an index so that
 -- its cost does not grow with the ledger's age.
 
