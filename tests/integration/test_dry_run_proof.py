@@ -121,7 +121,21 @@ def broker_snapshot(broker: BrokerUnderTest) -> dict[str, Any]:
         }
         for q in queues
     }
-    return {"definitions": json.dumps(definitions, sort_keys=True), "queues": per_queue}
+    return {"definitions": _canonical(definitions), "queues": per_queue}
+
+
+def _canonical(definitions: dict[str, Any]) -> str:
+    """The definitions with every list in a fixed order: a broker lists queues and bindings in
+    its tables' order, which other vhosts' queues (the tests beside this one) may reshuffle."""
+
+    def ordered(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: ordered(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return sorted((ordered(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))
+        return value
+
+    return json.dumps(ordered(definitions), sort_keys=True)
 
 
 def _ok(response: httpx.Response) -> httpx.Response:
