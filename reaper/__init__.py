@@ -1,17 +1,12 @@
 """queue-reaper: a declarative reaper and broker-policy reconciler for job queues kept in
-PostgreSQL and dispatched through RabbitMQ.
+PostgreSQL and dispatched through RabbitMQ. The public face, for workers and programs (the CLI
+is ``reaper``)::
 
-The public face, for workers and programs (the CLI is ``reaper``)::
-
-    from reaper import QueueReaper
+    from reaper import QueueReaper, load_config, reap_once
 
     reaper = QueueReaper.from_config()      # ConfigError here, at start-up, if invalid
     run = await reaper.run_if_due()          # in a worker's idle loop; never raises
-
-    from reaper import load_config, reap_once
-
-    result = await reap_once(load_config().settings, dry_run=True)
-    print(result.ok, [p.line() for p in result.problems()])
+    result = await reap_once(load_config().settings, dry_run=True)  # result.problems()
 
 Names are imported on first use, so ``import reaper`` costs nothing until one is needed.
 """

@@ -1,8 +1,8 @@
 """The package's own errors, and the scrubbing that keeps secrets out of every message.
 
-Adapters turn their driver's exceptions into these at one seam each (``store`` for asyncpg,
-``broker`` for httpx), so nothing above them ever sees a driver type, and every message that
-leaves the process has passed through :func:`scrub`.
+Adapters turn their driver's exceptions into these at one seam each (``jobqueue/database.py``
+for asyncpg, ``broker/http.py`` for httpx), so nothing above them ever sees a driver type, and
+every message that leaves the process has passed through :func:`scrub`.
 """
 
 from __future__ import annotations

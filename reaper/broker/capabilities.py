@@ -55,34 +55,15 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 
 def capabilities_for(product: str, version: str) -> BrokerFacts:
-    """What a broker of this product and version accepts and enforces. No broker-wide timeout
-    yet: see :meth:`reaper.broker.client.ManagementClient.facts`.
-
-    Accepts (``test_broker_behaviour.py`` tests 1-3, 6):
-
-    - RabbitMQ 4.0+: policy ``consumer-timeout``, ``apply-to: classic_queues|quorum_queues``
-      and ``delivery-limit: -1`` are accepted; quorum queues get a delivery limit of 20 with
-      no policy at all.
-    - RabbitMQ 3.x: measured on 3.10, which refuses all three and has no default limit.
-      3.11-3.13 were not measured here and get the 3.10 profile: it claims fewer keys, so the
-      reconciler falls back rather than writing a policy the broker may refuse.
-
-    Enforces, per queue type (``test_consumer_timeout_enforcement.py``:
-    ``test_a_policy_timeout``, ``test_a_queue_argument_timeout``,
-    ``test_the_broker_wide_timeout``, ``test_a_classic_queue_declare_with_x_consumer_timeout``;
-    a basic.get holder: ``test_broker_behaviour.py`` test 10), claimed for the lines pinned
-    only (:data:`PINNED_VERSIONS`):
-
-    - 3.10: classic and quorum, the broker-wide value only (the policy key is refused, the
-      argument ``x-consumer-timeout`` accepted and ignored), by closing the channel on its
-      60 s tick.
-    - 4.0: classic and quorum, policy, argument and broker-wide, the same way.
-    - 4.3: quorum queues only, by cancelling the consumer when the timeout has elapsed.
-      Classic queues enforce none (rabbitmq-server#16983), and 4.3.2+ refuse
-      ``x-consumer-timeout`` on them.
-    - LavinMQ 2.9: see :func:`_lavinmq`. Any other version, another LavinMQ line, or a product
-      we cannot tell: nothing claimed, so no consumer timeout counts as in force.
-    """
+    """What a broker of this product and version accepts and enforces (the broker-wide timeout
+    comes later: :meth:`reaper.broker.client.ManagementClient.facts`). Enforcement is claimed
+    for the lines pinned live only (:data:`PINNED_VERSIONS`, :data:`LAVINMQ_PINNED_VERSIONS`):
+    on any other version, or a product we cannot tell, no consumer timeout counts as in force.
+    RabbitMQ 3.11-3.13 were not measured and get 3.10's accepted keys: claiming fewer keys makes
+    the reconciler fall back rather than write a policy the broker may refuse. The table per
+    version is ``docs/brokers.md`` (``tests/unit/test_broker_table.py`` holds the two equal);
+    what is accepted is pinned in ``test_broker_behaviour.py`` (tests 1-3, 6, and 10 for a
+    ``basic.get`` holder), what is enforced in ``test_consumer_timeout_enforcement.py``."""
     numbers = version_tuple(version)
     if product == "LavinMQ" and numbers[:2] in LAVINMQ_PINNED_VERSIONS:
         return _lavinmq(product, version)
@@ -90,6 +71,9 @@ def capabilities_for(product: str, version: str) -> BrokerFacts:
     rabbit = product == "RabbitMQ"
     rabbit4 = rabbit and major_minor >= (4, 0)
     pinned = rabbit and major_minor in PINNED_VERSIONS
+    # 4.0+ accepts the policy key consumer-timeout, apply-to classic_queues|quorum_queues and
+    # delivery-limit -1, and gives a quorum queue a delivery limit of 20 with no policy at all;
+    # 3.10 refuses all three and has no default limit.
     return BrokerFacts(
         product=product,
         version=version,
@@ -151,20 +135,16 @@ def _enforcement(numbers: tuple[int, ...]) -> tuple[TimeoutEnforcement, ...]:
 
 def _lavinmq(product: str, version: str) -> BrokerFacts:
     """LavinMQ 2.9, as measured on 2.9.1 (policy PUTs and queue readings recorded in
-    ``shared/recorded/lavinmq-2.9.1``; consumers holding deliveries with pika):
-
-    - ``apply-to: classic_queues`` and ``quorum_queues`` are accepted, and both reach every
-      non-stream queue: LavinMQ has no quorum queues (one declared ``x-queue-type: quorum`` is
-      an ordinary queue), so a policy written for quorum queues would land on every queue.
-    - ``delivery-limit: -1`` is accepted (201) and empties the queue at once (3 -> 0
-      messages: a delivery count of 0 is "greater than -1"), so it never means unlimited.
-    - the policy key ``consumer-timeout`` is refused as a number (400, "should be of type
-      String") and, as a string, accepted and never applied (``effective_policy_definition``
-      stays empty). The broker-wide ``consumer_timeout`` is not enforced either (a delivery
-      still held after 40 s of a 3 s limit): a queue takes its timeout from its
-      ``x-consumer-timeout`` argument alone, which the queue enforces by closing the channel.
-    - a held ``basic.get`` delivery is not counted in ``consumers``.
-    """
+    ``shared/recorded/lavinmq-2.9.1``; consumers holding deliveries with pika). It has no quorum
+    queues: one declared ``x-queue-type: quorum`` is an ordinary queue, and ``apply-to:
+    quorum_queues`` reaches every non-stream queue. Only a queue's ``x-consumer-timeout``
+    bounds a delivery, and a held ``basic.get`` delivery is not counted in ``consumers``."""
+    # delivery-limit -1 is accepted (201) and empties the queue at once (3 -> 0 messages: a
+    # delivery count of 0 is "greater than -1"), so it never means unlimited. The policy key
+    # consumer-timeout is refused as a number (400, "should be of type String") and, as a
+    # string, accepted and never applied (effective_policy_definition stays empty); the
+    # broker-wide consumer_timeout is not enforced (a delivery still held after 40 s of a 3 s
+    # limit).
     return BrokerFacts(
         product=product,
         version=version,

@@ -1,22 +1,12 @@
 """The broker-wide ``consumer_timeout`` in force, and the evidence for it (SPEC §4), on every
-node of the broker.
-
-The strongest evidence the broker offers, in order:
-
-1. RabbitMQ 3.12+: a live consumer in ``GET /api/consumers/{vhost}`` shows the timeout in
-   force on it; only a consumer with no per-consumer, per-queue or policy override tells the
-   broker-wide value.
-2. ``GET /api/nodes``: each node's ``config_files`` lists the files it loaded at boot; a file
-   ending in ``20-vibey-reap.conf`` proves our snippet was loaded, but the API never shows the
-   value inside it, so the value is the one the caller declares it ships (``declared_ms``),
-   and None when the caller does not say.
-3. Otherwise None, with the evidence saying why: the reaper never assumes the broker's
-   built-in default.
-
-In a cluster every node reads its own configuration, so the broker-wide value is in force only
-where each running node loaded the snippet; a node that did not is named, and a live consumer
-(which shows its own node's value) proves nothing about the others. A stopped node is listed
-with no ``config_files``: it is named as not checked, and checked again once it runs.
+node of the broker. The strongest evidence the broker offers, in order: a live consumer (3.12+,
+``GET /api/consumers/{vhost}``) with no per-consumer, per-queue or policy override shows the
+broker-wide value; else each node's ``config_files`` (``GET /api/nodes``) listing our snippet
+proves it was loaded at boot, though never the value inside it (that is the ``declared_ms`` the
+caller says it ships, or None); else None, saying why: the reaper never assumes the broker's
+built-in default. In a cluster each node reads its own configuration, so the value is in force
+only where every running node loaded the snippet; a node that did not is named, a live consumer
+proves nothing of the other nodes, and a stopped node is named as not checked.
 """
 
 from __future__ import annotations

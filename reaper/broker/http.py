@@ -2,28 +2,17 @@
 turned into the package's own error. The only module that imports httpx.
 
 Every httpx error, non-2xx answer, malformed or truncated body becomes a
-:class:`~reaper.errors.BrokerUnavailable` here, with a one-line reason a person can act on and
-no password in it. A 401/403 on a write becomes :class:`~reaper.errors.BrokerRefused`; a 400
-(the broker understood and said no, e.g. a policy key this version does not know) becomes
-:class:`BrokerRejected`.
-
-TLS is configured here, in one place (:func:`tls_context`): the CA, a client certificate and
-whether to verify, from ``[bus]``. Each failure is worded for the operator with its fix: a
-certificate not trusted or not naming the host, TLS spoken to a plain-http port, a name that
-does not resolve, the AMQP port given for the management API, a URL ending in ``/api``, a
-vhost that does not exist, a user without the ``monitoring`` tag.
-
-A cluster is reached through several management URLs, in order of preference. A node that
-refuses the connection, or times out on a read, is skipped for the rest of the pass and the
-request goes to the next URL; the broker is unreadable only when no URL answers. A write that
-times out is not sent again elsewhere: whether it took effect is unknown.
+:class:`~reaper.errors.BrokerUnavailable` with a reason a person can act on (worded in
+:mod:`reaper.broker.failures`) and no password in it; a 401/403 on a write is
+:class:`~reaper.errors.BrokerRefused`, a 400 :class:`BrokerRejected`. TLS is set up here once
+(:func:`tls_context`). A cluster's management URLs are tried in order of preference: a node
+that refuses or times out on a read is skipped for the rest of the pass; a write that timed out
+is never sent elsewhere (``docs/brokers.md``, "A clustered broker").
 """
 
 from __future__ import annotations
 
-import html
 import re
-import socket
 import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +21,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
-from reaper.core.tls import tls_words
+from reaper.broker.failures import connect_words, not_http_words, reason_words, tags_fix
 from reaper.errors import BrokerRefused, BrokerUnavailable, scrub
 
 __all__ = [
@@ -46,8 +35,6 @@ __all__ = [
 ]
 
 _WRITE_METHODS: Final = frozenset({"PUT", "POST", "DELETE", "PATCH"})
-#: Ports RabbitMQ speaks AMQP on by default (plain, TLS): never the management API's.
-_AMQP_PORTS: Final = frozenset({5672, 5671})
 #: A vhost-wide listing: a 404 there means the vhost does not exist.
 _VHOST_PATH: Final = re.compile(
     r"^/api/(queues|policies|exchanges|bindings|permissions|vhosts)/([^/]+)$"
@@ -55,8 +42,6 @@ _VHOST_PATH: Final = re.compile(
 #: The broker's reason when the credentials are right but the user's tags do not allow the
 #: API (RabbitMQ 3.10 to 4.3: "Not management user", "Not monitor user").
 _TAG_REASONS: Final = ("not management user", "not monitor user")
-#: How the resolver says a name does not exist (glibc, musl, macOS).
-_UNRESOLVED: Final = ("name or service not known", "nodename nor servname", "no address")
 
 
 @dataclass(frozen=True)
@@ -67,14 +52,6 @@ class BrokerTls:
     client_cert_file: str | None = None
     client_key_file: str | None = None
     verify: bool = True
-
-
-def tags_fix(username: str) -> str:
-    """What to do about a user whose tags do not allow the reaper's requests."""
-    return (
-        "add the 'monitoring' tag (and 'policymaker' to write policies): "
-        f"rabbitmqctl set_user_tags {username} monitoring policymaker"
-    )
 
 
 def tls_context(tls: BrokerTls) -> ssl.SSLContext:
@@ -102,6 +79,7 @@ def tls_context(tls: BrokerTls) -> ssl.SSLContext:
 
 def _why(exc: BaseException) -> str:
     return (exc.strerror if isinstance(exc, OSError) and exc.strerror else None) or str(exc)
+
 
 #: What carries the requests: the network, or a test's stand-in (respx, a proxy).
 Transport = httpx.AsyncBaseTransport
@@ -220,7 +198,7 @@ class ManagementApi:
                 response = await self._send(method, url, path, params=params, json=json)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 # Never sent: another node may take it.
-                self.skipped[url] = f"could not be reached on {what}: {_connect_words(exc, url)}"
+                self.skipped[url] = f"could not be reached on {what}: {connect_words(exc, url)}"
                 continue
             except httpx.TimeoutException as exc:
                 timed_out = (
@@ -234,7 +212,7 @@ class ManagementApi:
                 self.skipped[url] = timed_out
                 continue
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.DecodingError) as exc:
-                not_http = _not_http_words(exc, url)
+                not_http = not_http_words(exc, url)
                 if not_http is not None:
                     raise self.unavailable(f"{not_http} (on {what})", url=url) from None
                 raise self.unavailable(
@@ -413,66 +391,10 @@ class ManagementApi:
         return scrub(f"RabbitMQ management API at {where} {problem}", [self._password])
 
 
-def _connect_words(exc: BaseException, url: str) -> str:
-    """Why a connection was not made, with the fix."""
-    parts = urlsplit(url)
-    host = parts.hostname or url
-    tls = tls_words(exc, host=host, ca_key="bus.ca_file", verify_key="bus.verify")
-    if tls is not None:
-        return tls
-    link: BaseException | None = exc
-    while link is not None:
-        if isinstance(link, socket.gaierror) or any(
-            word in str(link).lower() for word in _UNRESOLVED
-        ):
-            return (
-                f"the name {host!r} does not resolve ({link}): check the host in the "
-                "management URL and this machine's DNS"
-            )
-        link = link.__cause__ or link.__context__
-    return (
-        f"connection refused or unreachable ({exc or type(exc).__name__}): is the broker "
-        "running and the management plugin enabled on that port?"
-    )
-
-
-def _not_http_words(exc: BaseException, url: str) -> str | None:
-    """When a connection broke before any HTTP answer: what is likely listening instead."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    text = str(exc)
-    if port in _AMQP_PORTS:
-        return (
-            f"closed the connection without an HTTP answer: port {port} is RabbitMQ's AMQP "
-            "port, not the management API's; use the management plugin's port (15672 for "
-            "http, 15671 for https)"
-        )
-    link: BaseException | None = exc
-    while link is not None:
-        if isinstance(link, ConnectionResetError):
-            return (
-                f"closed the connection without an HTTP answer: port {port} may be an AMQP "
-                "port rather than the management API's; use the management plugin's port "
-                "(15672 for http, 15671 for https by default)"
-            )
-        link = link.__cause__ or link.__context__
-    if parts.scheme == "http" and "illegal" in text.lower():
-        return (
-            f"did not answer in HTTP ({text}): port {port} may serve TLS; use https:// for it"
-        )
-    return None
-
-
 def _broker_reason(response: httpx.Response) -> str:
     """The broker's own words for an error, on one line, prefixed ``": "`` (or empty)."""
     try:
         body = response.json()
     except ValueError:
         return ""
-    if not isinstance(body, Mapping):
-        return ""
-    text = body.get("reason") or body.get("error") or ""
-    if not isinstance(text, str):
-        text = str(text)
-    text = " ".join(html.unescape(text).split())
-    return f": {text[:300]}" if text else ""
+    return reason_words(body)

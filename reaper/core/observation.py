@@ -1,27 +1,14 @@
 """What no single look at the broker shows, measured across passes (ADR-0056 condition (a) on
-the broker, and a wedged queue): the management API keeps no timestamp of a consumer's last
-acknowledgement nor of a queue's last delivery, but it keeps counters, and a counter that has
-not moved between two passes means nothing happened in between. Pure: no clock, no I/O.
+the broker, and a wedged queue). Pure: no clock, no I/O.
 
-- **Held deliveries.** A channel consuming from an owned queue with acknowledgements required,
-  holding unacknowledged deliveries, whose acknowledgement counter (``message_stats.ack``,
-  summed over everything it consumes) has not moved since a pass first saw it so, has held
-  them without acknowledging anything for at least that long. Past ``longest_lease_seconds``
-  that is a ``hung_handler``. It is the one guard a queue has where the broker enforces no
-  consumer timeout (classic queues on RabbitMQ 4.3).
-- **Stalled queues.** A queue with ready messages whose delivery counter
-  (``message_stats.deliver_get``) has not moved, and whose ready count has not fallen, since a
-  pass first saw it so, has delivered nothing for at least that long, and its head message has
-  waited at least that long. With consumers attached, past ``stale_ready_seconds`` it is wedged
-  (every consumer's prefetch held, or a single-active-consumer queue that delivers to nobody):
-  ``stale_ready``. With none, it gives a quorum queue (which reports no head timestamp) a lower
-  bound for its head message's age.
-
-What is watched is kept between passes in the store (:class:`Observation`), so that whichever
-reaper of the fleet runs the next pass continues the measurement. Every figure is a lower
-bound, from the first pass that saw the state, never a guess of when it began; the broker's
-statistics lag the truth by their refresh (about 5 s, measured on 3.10, 4.0 and 4.3), so an
-acknowledgement or delivery in the last seconds before a pass is seen by the next one.
+The management API keeps no time of a consumer's last acknowledgement nor of a queue's last
+delivery, but it keeps counters, and a counter unmoved between two passes means nothing
+happened in between. A channel holding unacknowledged deliveries whose ``ack`` counter has not
+moved is a ``hung_handler`` past ``longest_lease_seconds`` (the one guard a 4.3 classic queue
+has); a queue with ready messages whose ``deliver_get`` has not moved is wedged if it has
+consumers (``stale_ready``), and otherwise bounds a quorum queue's head age from below
+(``docs/architecture.md``, "Measured across passes"). What is watched is kept in the store
+(:class:`Observation`), so whichever reaper of the fleet runs the next pass continues it.
 """
 
 from __future__ import annotations

@@ -5,5 +5,6 @@ broker at hand, reconciled and verified on every owned queue.
 - :mod:`~reaper.policies.render`: what this broker can hold, and what holds instead (pure);
 - :mod:`~reaper.policies.verify`: whether each declared bound is in force on each queue (pure);
 - :mod:`~reaper.policies.reconcile`: read, write a real difference, read back, verify; plan;
+- :mod:`~reaper.policies.outcome`: one policy's outcome, its reason and its detail (pure);
 - :mod:`~reaper.policies.report`: the plan as text and JSON.
 """

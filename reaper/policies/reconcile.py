@@ -10,10 +10,9 @@ for the pass to name as unreadable.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from reaper.broker.port import Broker, BrokerPolicy
@@ -21,6 +20,7 @@ from reaper.core.cluster import queue_unavailable
 from reaper.core.domain import QueueStats
 from reaper.core.values import normalized
 from reaper.errors import BrokerRefused, BrokerUnavailable
+from reaper.policies.outcome import PolicyOutcome, PolicyState, compact, outcome, to_delete
 from reaper.policies.render import DesiredPolicy, Unenforced, Unsupported
 from reaper.policies.verify import PolicyReason, QueueCheck, check_queues, differences
 
@@ -44,55 +44,6 @@ _POLICYMAKER_HINT: Final = (
     "e.g. rabbitmqctl set_user_tags USER management policymaker, or run the pass as a user "
     "that has the tag"
 )
-
-_SHOWN: Final = 5  # queue problems spelled out in one outcome's detail
-
-#: When several problems hold, the outcome's reason is the first of these that does.
-_PROBLEM_ORDER: Final = (
-    PolicyReason.REFUSED,
-    PolicyReason.DEFINITION_REJECTED,
-    PolicyReason.DELIVERY_LIMIT_WITHHELD,
-    PolicyReason.READ_BACK_MISMATCH,
-    PolicyReason.STALE_POLICY,
-    PolicyReason.SHADOWED_BY,
-    PolicyReason.FINITE_DELIVERY_LIMIT,
-    PolicyReason.NOT_IN_FORCE,
-    PolicyReason.QUEUE_NOT_CARRYING,
-    PolicyReason.CARRIED_OUTSIDE_SCOPE,
-    PolicyReason.NOT_ENFORCED,
-    PolicyReason.FALLBACK_UNPROVEN,
-)
-
-
-@dataclass(frozen=True)
-class PolicyOutcome:
-    """One declared policy after reconciliation (SPEC §5)."""
-
-    name: str
-    action: str  # unchanged | created | updated | deleted | refused | unsupported | planned
-    verified: bool | None
-    queues_checked: int
-    queues_failing: tuple[str, ...]
-    detail: str
-    reason: str = ""
-    #: Not verified only because the broker cannot enforce a declared bound on some queues
-    #: (``NotEnforced``): those queues are ``unbounded`` findings, and the pass stays ok.
-    unenforceable: bool = False
-    #: What holds instead of each key this broker refuses, where that is in force.
-    fallbacks: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        """Everything the broker accepts and enforces is in force (or nothing is to check)."""
-        return self.action != "refused" and (self.verified is not False or self.unenforceable)
-
-    @property
-    def planned(self) -> bool:
-        """A dry run's planned write: a "would" line, not a failure."""
-        return self.action == "planned" and self.reason in (
-            PolicyReason.WOULD_CREATE,
-            PolicyReason.WOULD_UPDATE,
-        )
 
 
 @dataclass(frozen=True)
@@ -119,15 +70,6 @@ class Plan:
     policies: tuple[PolicyPlan, ...]
     queues: tuple[QueueCheck, ...]
     outcomes: tuple[PolicyOutcome, ...]
-
-
-@dataclass
-class _PolicyState:
-    desired: DesiredPolicy
-    actual: BrokerPolicy | None
-    diff: tuple[str, ...]
-    action: str = "unchanged"
-    problems: list[tuple[PolicyReason, str]] = field(default_factory=list)
 
 
 async def plan(
@@ -187,7 +129,7 @@ async def _run(
     # policymaker tag may list a vhost's policies but not GET one by name (401).
     held = _by_name(await client.list_policies(vhost))
     states = [
-        _PolicyState(d, held.get(d.name), differences(d, held.get(d.name)) if d.writable else ())
+        PolicyState(d, held.get(d.name), differences(d, held.get(d.name)) if d.writable else ())
         for d in desired
     ]
     plans = tuple(_policy_plan(s) for s in states)
@@ -226,7 +168,7 @@ async def _run(
             break
         await sleep(max(0.0, min(poll_interval_seconds, deadline - clock())))
 
-    outcomes = tuple(_outcome(s, checks, held, unreadable, dry_run=dry_run) for s in states)
+    outcomes = tuple(outcome(s, checks, held, unreadable, dry_run=dry_run) for s in states)
     return Plan(
         broker=facts.name if facts else "no declared policy",
         vhost=vhost,
@@ -241,7 +183,7 @@ def _by_name(policies: Iterable[BrokerPolicy]) -> dict[str, BrokerPolicy]:
     return {p.name: p for p in policies}
 
 
-async def _write(client: Broker, s: _PolicyState, vhost: str | None) -> bool:
+async def _write(client: Broker, s: PolicyState, vhost: str | None) -> bool:
     """Write one policy; True when the broker took it. A refusal is recorded, not raised."""
     d = s.desired
     try:
@@ -275,16 +217,10 @@ async def _write(client: Broker, s: _PolicyState, vhost: str | None) -> bool:
     return True
 
 
-def _to_delete(s: _PolicyState) -> bool:
-    """Our policy as the broker holds it carries a delivery limit this broker must no longer
-    be given, and nothing else of it can be written: it goes, or its limit would drop."""
-    held = s.actual.definition if s.actual is not None else {}
-    return not s.desired.writable and any(w.key in held for w in s.desired.withheld)
-
-
-async def _delete_stale(client: Broker, s: _PolicyState, vhost: str | None) -> bool:
-    """Delete our policy where :func:`_to_delete` says; True when it was deleted."""
-    if not _to_delete(s):
+async def _delete_stale(client: Broker, s: PolicyState, vhost: str | None) -> bool:
+    """Delete our policy where :func:`~reaper.policies.outcome.to_delete` says; True when it
+    was deleted."""
+    if not to_delete(s):
         return False
     try:
         await client.delete_policy(s.desired.name, vhost=vhost)
@@ -296,7 +232,7 @@ async def _delete_stale(client: Broker, s: _PolicyState, vhost: str | None) -> b
     return True
 
 
-def _read_back(s: _PolicyState, back: BrokerPolicy | None) -> None:
+def _read_back(s: PolicyState, back: BrokerPolicy | None) -> None:
     if s.action == "deleted":
         if back is not None:
             s.problems.append(
@@ -317,7 +253,7 @@ def _read_back(s: _PolicyState, back: BrokerPolicy | None) -> None:
         )
 
 
-def _policy_plan(s: _PolicyState) -> PolicyPlan:
+def _policy_plan(s: PolicyState) -> PolicyPlan:
     d = s.desired
     if not d.writable:
         change = "unsupported"
@@ -341,156 +277,3 @@ def _normal_body(actual: BrokerPolicy) -> dict[str, object]:
     """The broker's policy as a plan shows it: integral floats read as the integers they are."""
     body = normalized(actual.body())
     return dict(body) if isinstance(body, Mapping) else {}
-
-
-def _outcome(
-    s: _PolicyState,
-    checks: Sequence[QueueCheck],
-    held: Mapping[str, BrokerPolicy],
-    unreadable: Sequence[tuple[QueueStats, str]],
-    *,
-    dry_run: bool,
-) -> PolicyOutcome:
-    d = s.desired
-    mine = [c for c in checks if c.policy == d.name]
-    targeted = [c for c in mine if c.targeted]
-    failing = tuple(sorted({c.queue for c in mine if not c.ok}))
-
-    if s.action == "deleted":
-        action = "deleted"
-    elif dry_run and (d.writable or _to_delete(s)):
-        action = "planned"
-    elif not d.writable:
-        action = "unsupported"
-    else:
-        action = s.action
-
-    problems = list(s.problems)
-    problems.extend(
-        (PolicyReason.DELIVERY_LIMIT_WITHHELD, f"{w.detail}: {w.fix}") for w in d.withheld
-    )
-    if not d.writable and s.actual is not None and not _to_delete(s):
-        problems.append(
-            (
-                PolicyReason.STALE_POLICY,
-                f"a policy named {d.name} exists ({compact(s.actual.body())}), but "
-                f"{d.facts.name} cannot hold it as declared: delete it by hand so it cannot "
-                "shadow or misapply",
-            )
-        )
-    for c in mine:
-        if c.reason is not None and c.problem is not None:
-            text = c.problem
-            if c.reason is PolicyReason.SHADOWED_BY and c.carries:
-                other = held.get(c.carries)
-                if other is not None:
-                    text += f" (priority {normalized(other.priority)}, pattern {other.pattern!r})"
-                text += (
-                    f": raise [queue.reap] policy_priority (now {d.priority - d.priority_offset}, "
-                    f"{d.name} at {d.priority}) above that policy's, or narrow the pattern "
-                    f"of {c.carries!r}"
-                )
-            problems.append((c.reason, text))
-    problems.extend(
-        (PolicyReason.FALLBACK_UNPROVEN, u.detail) for u in d.unsupported if not u.fallback_in_force
-    )
-    # what holds instead of a refused key; the apply-to translation is in the plan only
-    notes = [u.detail for u in d.unsupported if u.fallback_in_force and u.key != "apply-to"]
-    if not any(c.reason is PolicyReason.NOT_ENFORCED for c in mine):
-        notes.extend(u.detail for u in d.unenforced)  # no queue said it: say it once here
-    notes.extend(
-        f"not checked on {q.name}, which cannot be read now ({why})"
-        for q, why in unreadable
-        if d.selects(q)
-    )
-
-    order = {r: i for i, r in enumerate(_PROBLEM_ORDER)}
-    problems.sort(key=lambda p: order[p[0]])  # the detail leads with the reason's problem
-
-    would_delete = dry_run and _to_delete(s)
-    would_change = dry_run and d.writable and bool(s.diff)
-    if action == "refused" or problems or would_change:
-        verified: bool | None = False
-    elif not targeted:
-        verified = None
-    else:
-        verified = True
-
-    if would_change and not s.problems and not d.withheld:
-        reason = PolicyReason.WOULD_CREATE if s.actual is None else PolicyReason.WOULD_UPDATE
-    elif problems:
-        reason = problems[0][0]
-    elif not targeted:
-        reason = PolicyReason.NO_OWNED_QUEUES
-    elif action == "unsupported":
-        reason = PolicyReason.KEY_UNSUPPORTED
-    elif action == "deleted":
-        reason = PolicyReason.DELETED
-    else:
-        reason = {
-            "created": PolicyReason.CREATED,
-            "updated": PolicyReason.UPDATED,
-        }.get(action, PolicyReason.IN_SYNC)
-
-    return PolicyOutcome(
-        name=d.name,
-        action=action,
-        verified=verified,
-        queues_checked=len(targeted),
-        queues_failing=failing,
-        detail=_detail(
-            s, targeted, problems, notes, would_change=would_change, would_delete=would_delete
-        ),
-        reason=reason.value,
-        fallbacks=tuple(
-            u.detail for u in d.unsupported if u.fallback_in_force and u.key != "apply-to"
-        ),
-        unenforceable=bool(problems)
-        and action != "refused"
-        and not would_change
-        and all(r is PolicyReason.NOT_ENFORCED for r, _ in problems),
-    )
-
-
-def _detail(
-    s: _PolicyState,
-    targeted: Sequence[QueueCheck],
-    problems: Sequence[tuple[PolicyReason, str]],
-    notes: Sequence[str],
-    *,
-    would_change: bool,
-    would_delete: bool = False,
-) -> str:
-    d = s.desired
-    parts: list[str] = []
-    if would_delete:
-        parts.append(f"would delete {d.name}: its delivery limit would drop")
-    if s.action == "deleted":
-        parts.append(
-            f"deleted {d.name}: its delivery limit would drop, and nothing else of it "
-            f"can be written on {d.facts.name}"
-        )
-    if would_change:
-        verb = "would create" if s.actual is None else "would update"
-        what = compact(d.body()) if s.actual is None else "; ".join(s.diff)
-        parts.append(f"{verb} {d.name}: {what}")
-    shown = [text for _, text in problems[:_SHOWN]]
-    parts.extend(shown)
-    if len(problems) > _SHOWN:
-        parts.append(f"and {len(problems) - _SHOWN} more problem(s)")
-    if not d.writable and s.action != "deleted":
-        parts.append(f"{d.name} is not written on {d.facts.name}")
-    parts.extend(notes)
-    n = len(targeted)
-    if n:
-        ok = sum(1 for c in targeted if c.ok)
-        parts.append(f"{ok} of {n} owned {d.queue_type} queue(s) show the declared bounds in force")
-    else:
-        parts.append(f"no owned {d.queue_type} queue for {d.name} to verify it on")
-    return "; ".join(parts)
-
-
-def compact(body: Mapping[str, object]) -> str:
-    """A policy body on one line, for a person."""
-    shown = {k: body.get(k) for k in ("pattern", "apply-to", "priority", "definition")}
-    return json.dumps(shown, sort_keys=True)

@@ -1,16 +1,14 @@
 """Rendering: the declarations filled with the thresholds and cut to what this broker
 accepts (SPEC §4). Pure.
 
-A key the version refuses is dropped and recorded as :class:`Unsupported`, naming the fallback
-in force instead (or saying that nothing proves one is); so is a value it accepts but that
-would harm (LavinMQ's ``delivery-limit: -1`` empties the queue), and a declaration for a queue
-type the broker does not have (LavinMQ's quorum queues) is written for no queue. A consumer
-timeout the version accepts but does not enforce on the declaration's queue type (4.3's classic
-queues) is still written, and recorded as :class:`Unenforced`: verification never counts it.
-Measured on 3.10, 4.0 and 4.3 (``tests/integration/test_policy_behaviour.py``): a policy
-carrying ``delivery-limit`` never attaches to a classic queue, so on 3.10, where ``apply-to``
-cannot name a queue type, the quorum policy is written with ``apply-to: queues`` and its
-``delivery-limit`` keeps it off classic queues.
+A key the version refuses is dropped and recorded as :class:`Unsupported`, with the fallback in
+force instead (or that nothing proves one); so is a value it accepts but that would harm, and a
+declaration for a queue type the broker lacks is written for no queue (LavinMQ: both, in
+``docs/brokers.md``). A consumer timeout accepted but not enforced on the declaration's queue
+type (4.3's classic queues) is still written, as :class:`Unenforced`: never verified. On 3.10,
+where ``apply-to`` cannot name a queue type, the quorum policy is written ``apply-to: queues``:
+measured on 3.10, 4.0 and 4.3, a policy carrying ``delivery-limit`` never attaches to a classic
+queue (``tests/integration/test_policy_behaviour.py``).
 """
 
 from __future__ import annotations
@@ -172,21 +170,7 @@ def render(
             problems.append(f"{d.source}: priority {priority!r} is not an integer")
             continue
         declared = {k: fill(v, values) for k, v in d.definition.items()}
-        definition: dict[str, object] = {}
-        unsupported: list[Unsupported] = []
-        unenforced: list[Unenforced] = []
-        # A declaration for a queue type the broker does not have is written for no queue.
-        absent_type = d.queue_type == "quorum" and not facts.quorum_queues
-        if absent_type:
-            unsupported.append(_no_quorum_queues(d, facts))
-        for key, value in () if absent_type else declared.items():
-            refused = _unsupported_key(key, value, facts, d.queue_type)
-            if refused is None:
-                definition[key] = value
-                ignored = _unenforced_key(key, value, facts, d.queue_type)
-                unenforced.extend([ignored] if ignored is not None else [])
-            else:
-                unsupported.append(refused)
+        definition, unsupported, unenforced = _accepted(d, declared, facts)
         withheld = _withheld(d, pattern, definition, queues)
         for w in withheld:
             del definition[w.key]
@@ -221,6 +205,28 @@ def render(
     if problems:
         raise ConfigError(problems)
     return desired
+
+
+def _accepted(
+    d: Declaration, declared: Mapping[str, object], facts: BrokerFacts
+) -> tuple[dict[str, object], list[Unsupported], list[Unenforced]]:
+    """The keys this broker takes (the definition to write), those it refuses, and those it
+    takes without enforcing them on the declaration's queue type."""
+    definition: dict[str, object] = {}
+    unsupported: list[Unsupported] = []
+    unenforced: list[Unenforced] = []
+    # A declaration for a queue type the broker does not have is written for no queue.
+    if d.queue_type == "quorum" and not facts.quorum_queues:
+        return definition, [_no_quorum_queues(d, facts)], unenforced
+    for key, value in declared.items():
+        refused = _unsupported_key(key, value, facts, d.queue_type)
+        if refused is None:
+            definition[key] = value
+            ignored = _unenforced_key(key, value, facts, d.queue_type)
+            unenforced.extend([ignored] if ignored is not None else [])
+        else:
+            unsupported.append(refused)
+    return definition, unsupported, unenforced
 
 
 def _withheld(

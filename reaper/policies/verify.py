@@ -164,6 +164,22 @@ def _check(
         in_force=in_force,
         effective=dict(q.effective_policy),
     )
+    carrying = _carrying_problem(base, d, q, ours, coming=coming)
+    if carrying is not None:
+        return carrying
+    for key, want in declared.items():
+        have = in_force.get(key)
+        if have != want:
+            return _bound_problem(
+                base, d, q, key, have, want, sources.get(key), unenforced.get(key), coming=coming
+            )
+    return base
+
+
+def _carrying_problem(
+    base: QueueCheck, d: DesiredPolicy, q: QueueStats, ours: Mapping[str, bool], *, coming: bool
+) -> QueueCheck | None:
+    """What is wrong with the policy ``q`` carries, if anything."""
     if not q.policy_known:
         return replace(
             base,
@@ -202,50 +218,58 @@ def _check(
                 "delete that policy by hand"
             ),
         )
-    for key, want in declared.items():
-        have = in_force.get(key)
-        if have == want:
-            continue
-        shown = "none" if have is None else have
-        wanted = "none (unlimited)" if want is None else want
-        if key in unenforced:
-            # nothing to wait for: no write or statistics change what the version enforces
-            return replace(
-                base,
-                reason=PolicyReason.NOT_ENFORCED,
-                problem=(
-                    f"{q.name} ({q.kind}) has no {key} in force, declared {wanted}: "
-                    f"{unenforced[key]}"
-                ),
-            )
-        where = f" ({sources[key]})" if key in sources else ""
-        carried = d.writable and key in d.definition
-        if carried and normalized(q.effective_policy.get(key)) != normalized(d.definition[key]):
-            # the policy's own value is not shown yet: statistics lag behind a write
-            return replace(
-                base,
-                reason=PolicyReason.NOT_IN_FORCE,
-                problem=f"{q.name} has {key} {shown} in force{where}, declared {wanted}",
-                pending=coming,
-            )
-        if key == "delivery-limit" and want is None:
-            return replace(
-                base,
-                reason=PolicyReason.FINITE_DELIVERY_LIMIT,
-                problem=(
-                    f"{q.name} has a delivery limit of {shown} in force{where}: each "
-                    "requeueing read spends one delivery, and the broker drops the message "
-                    "once it is spent"
-                ),
-            )
-        # the policy holds, but a queue argument (or an operator policy) overrides it; or the
-        # key cannot be a policy key here and the fallback is not what was declared
+    return None
+
+
+def _bound_problem(
+    base: QueueCheck,
+    d: DesiredPolicy,
+    q: QueueStats,
+    key: str,
+    have: object,
+    want: object,
+    source: str | None,
+    unenforced: str | None,
+    *,
+    coming: bool,
+) -> QueueCheck:
+    """A declared bound ``key`` that is not the one in force on ``q``: why."""
+    shown = "none" if have is None else have
+    wanted = "none (unlimited)" if want is None else want
+    if unenforced is not None:
+        # nothing to wait for: no write or statistics change what the version enforces
         return replace(
             base,
-            reason=PolicyReason.NOT_IN_FORCE if carried else PolicyReason.FALLBACK_UNPROVEN,
-            problem=f"{q.name} has {key} {shown} in force{where}, declared {wanted}",
+            reason=PolicyReason.NOT_ENFORCED,
+            problem=f"{q.name} ({q.kind}) has no {key} in force, declared {wanted}: {unenforced}",
         )
-    return base
+    where = f" ({source})" if source is not None else ""
+    carried = d.writable and key in d.definition
+    if carried and normalized(q.effective_policy.get(key)) != normalized(d.definition[key]):
+        # the policy's own value is not shown yet: statistics lag behind a write
+        return replace(
+            base,
+            reason=PolicyReason.NOT_IN_FORCE,
+            problem=f"{q.name} has {key} {shown} in force{where}, declared {wanted}",
+            pending=coming,
+        )
+    if key == "delivery-limit" and want is None:
+        return replace(
+            base,
+            reason=PolicyReason.FINITE_DELIVERY_LIMIT,
+            problem=(
+                f"{q.name} has a delivery limit of {shown} in force{where}: each "
+                "requeueing read spends one delivery, and the broker drops the message "
+                "once it is spent"
+            ),
+        )
+    # the policy holds, but a queue argument (or an operator policy) overrides it; or the
+    # key cannot be a policy key here and the fallback is not what was declared
+    return replace(
+        base,
+        reason=PolicyReason.NOT_IN_FORCE if carried else PolicyReason.FALLBACK_UNPROVEN,
+        problem=f"{q.name} has {key} {shown} in force{where}, declared {wanted}",
+    )
 
 
 def _by_argument_alone(d: DesiredPolicy, q: QueueStats) -> bool:

@@ -1,16 +1,28 @@
 """The package's rooms keep their doors (``docs/architecture.md``): what each may import, no
 import cycle, no import hidden inside a function, each driver imported in one module only, and
-no ``Any`` in the ports."""
+no ``Any`` in the ports. Its prose stays short and current: no module, function or docstring
+too long to read in one sitting, no reference to a module that does not exist, and every module
+named in ``docs/architecture.md``."""
 
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "reaper"
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+#: What a newcomer reads in one sitting: a module, a function, a docstring (the why, once; the
+#: rest is prose in ``docs/``).
+MODULE_LINES = 450
+FUNCTION_LINES = 80
+DOCSTRING_LINES = 12
 
 #: Each room, and the rooms it may import (itself always). The pure core imports nothing of
 #: the package; the adapters import the core; the pass imports the adapters; the edges and the
@@ -165,10 +177,160 @@ def test_the_ports_have_no_any(port: str) -> None:
     }
 
 
+def sources() -> Iterator[tuple[str, str, ast.Module]]:
+    """Every module of the package: its path from the repository, its text, its tree."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        yield path.relative_to(PACKAGE.parent).as_posix(), text, ast.parse(text)
+
+
+def docstrings(tree: ast.Module) -> Iterator[tuple[str, ast.Expr, str]]:
+    """Each docstring (module, class, function): what it documents, its node and its text."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                yield getattr(node, "name", "<module>"), first, first.value.value
+
+
 def test_no_module_is_too_long_to_read_in_one_sitting() -> None:
+    long = {path: n for path, text, _ in sources() if (n := len(text.splitlines())) > MODULE_LINES}
+    assert long == {}
+
+
+def test_no_function_is_too_long_to_read_in_one_sitting() -> None:
     long = {
-        str(path.relative_to(PACKAGE.parent)): n
-        for path in PACKAGE.rglob("*.py")
-        if (n := len(path.read_text(encoding="utf-8").splitlines())) > 500
+        f"{path}:{node.lineno} {node.name}": n
+        for path, _, tree in sources()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (n := (node.end_lineno or node.lineno) - node.lineno + 1) > FUNCTION_LINES
     }
     assert long == {}
+
+
+def test_no_docstring_runs_past_a_paragraph() -> None:
+    long = {
+        f"{path}:{doc.lineno} {name}": n
+        for path, _, tree in sources()
+        for name, doc, _ in docstrings(tree)
+        if (n := (doc.end_lineno or doc.lineno) - doc.lineno + 1) > DOCSTRING_LINES
+    }
+    assert long == {}
+
+
+#: A module named in prose: ``reaper.x.y`` (Sphinx roles and dotted attributes included) or a
+#: path ``reaper/x/y.py``. A bare ``reaper.x`` is left alone: examples name a ``reaper`` object.
+_DOTTED = re.compile(r"(?<![\w.-])reaper(?:\.[A-Za-z_]\w*){2,}")
+_PATH = re.compile(r"(?<![\w/.-])reaper/[\w/]+\.py\b")
+
+
+def _module_file(name: str) -> Path | None:
+    relative = Path(*name.split("."))
+    for candidate in (
+        (PACKAGE.parent / relative).with_suffix(".py"),
+        PACKAGE.parent / relative / "__init__.py",
+    ):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _top_level_names(path: Path) -> set[str]:
+    """What a module defines or imports at its top level (``if``/``try`` blocks included)."""
+    names: set[str] = set()
+    pending: list[ast.stmt] = list(ast.parse(path.read_text(encoding="utf-8")).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.If | ast.Try):
+            pending.extend([*node.body, *node.orelse])
+        else:
+            names.update(
+                n.id
+                for n in ast.walk(node)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            )
+    return names
+
+
+def _resolves(reference: str) -> bool:
+    """The longest prefix of ``reference`` that is a module exists, and the next name, if any,
+    is defined (or imported) in it."""
+    parts = reference.split(".")
+    for end in range(len(parts), 1, -1):
+        found = _module_file(".".join(parts[:end]))
+        if found is not None:
+            return end == len(parts) or parts[end] in _top_level_names(found)
+    return False
+
+
+def prose(text: str, tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """Every docstring and comment of a module, with its line."""
+    for _, doc, words in docstrings(tree):
+        yield doc.lineno, words
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.start[0], token.string
+
+
+def test_no_docstring_or_comment_names_a_module_that_does_not_exist() -> None:
+    dangling = sorted(
+        f"{path}:{line} {found}"
+        for path, text, tree in sources()
+        for line, words in prose(text, tree)
+        for found in [m.group() for m in _DOTTED.finditer(words) if not _resolves(m.group())]
+        + [m.group() for m in _PATH.finditer(words) if not (PACKAGE.parent / m.group()).is_file()]
+    )
+    assert dangling == []
+
+
+def rooms_in_the_doc() -> dict[str, str]:
+    """The table of ``docs/architecture.md``'s rooms: each room (``reaper/core/``, and
+    ``reaper/`` for the top level) and the text of its row."""
+    rows: dict[str, str] = {}
+    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"\| `(reaper/(?:\w+/)?)` \|(.*)", line)
+        if match:
+            rows[match.group(1)] = match.group(2)
+    return rows
+
+
+def room_and_name(path: Path) -> tuple[str, str | None]:
+    """How the doc names a module: in its room's row, by its path from the room (a package by
+    its folder, ``dead_letters/``); a room's own ``__init__.py`` is the row itself (None)."""
+    parts = path.relative_to(PACKAGE).parts
+    if len(parts) == 1:
+        return "reaper/", parts[0]
+    room, inner = f"reaper/{parts[0]}/", Path(*parts[1:])
+    if inner.name != "__init__.py":
+        return room, inner.as_posix()
+    return room, None if inner.parent == Path(".") else f"{inner.parent.as_posix()}/"
+
+
+def test_the_architecture_names_every_module_in_its_room() -> None:
+    rows = rooms_in_the_doc()
+    unnamed = sorted(
+        path.relative_to(PACKAGE.parent).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        for room, name in [room_and_name(path)]
+        if room not in rows or (name is not None and f"`{name}`" not in rows[room])
+    )
+    assert unnamed == []
+
+
+def test_the_architecture_names_no_module_that_does_not_exist() -> None:
+    missing = sorted(
+        f"{room}{name}"
+        for room, row in rooms_in_the_doc().items()
+        for name in re.findall(r"`([\w/]+\.py)`", row)
+        if not (PACKAGE.parent / room / name).is_file()
+    )
+    assert missing == []

@@ -157,19 +157,13 @@ def envelope(raw: Mapping[str, object]) -> str | None:
     measured on RabbitMQ 3.10, 4.0 and 4.3, the payload comes back empty and everything else
     whole), or None when that is not enough to go on.
 
-    ``env-sha256:<hex>``: a digest of the body's full size (``payload_bytes``), the exchange
-    and routing key it was delivered to this queue with, every property (content type,
-    correlation id, timestamp, message id, priority, ...) and every header (``x-death`` with
-    each entry's queue, reason, time, exchange, routing keys and count;
-    ``x-first-death-*``/``x-last-death-*``; the publisher's own) except those a read changes
-    (:data:`VOLATILE_HEADERS`), as canonical JSON.
-
-    None when the message states no size, or carries no time at all (neither an ``x-death``
-    entry's ``time`` nor a ``timestamp`` property): letters published straight to a
-    dead-letter queue without headers would share an envelope too easily, so they are always
-    read whole. Two letters may still share an envelope (the same headers, the same second,
-    the same size): an envelope is counted, never taken as one letter's name
-    (:func:`reaper.core.dead_letters.quiet_read`).
+    ``env-sha256:<hex>``: a digest of the body's full size (``payload_bytes``), the exchange and
+    routing key it reached this queue by, every property and every header (``x-death`` whole,
+    ``x-first-death-*``, ``x-last-death-*``, the publisher's own) but those a read changes
+    (:data:`VOLATILE_HEADERS`), as canonical JSON. None with no size stated or no time at all (no
+    ``x-death`` time, no ``timestamp``): letters published straight to the queue would share an
+    envelope too easily, so they are read whole. Twins (same headers, second and size) share
+    one: it is counted, never one letter's name (:func:`reaper.core.dead_letters.quiet_read`).
     """
     message = mapping(raw)
     properties = mapping(message.get("properties"))
@@ -272,20 +266,15 @@ def _not_json(constant: str) -> object:
 
 
 def _identity(message_id: str | None, death: _FirstDeath, data: bytes, body_bytes: int) -> str:
-    """The key a dead letter is parked under, once, across projects and passes (SPEC §1).
-
-    - ``msg:<message_id>`` for a message id of at most 200 printable characters;
-    - ``msg-sha256:<hex>`` for any other message id (too long, or holding characters a key
-      or a terminal should not carry);
-    - ``sha256:<hex>`` with no message id: a digest of the origin queue, the first death's
-      reason, exchange and time, the body's full size and (at most) its first 50,000 bytes.
-      Two identical bodies that died on the same queue, for the same reason, in the same
-      instant, give one digest: :func:`decode_read` numbers such twins (``#2``, ``#3``, ...)
-      so that each is parked.
-
-    Never part of it: ``x-delivery-count``, ``redelivered``, ``x-death`` counts, the queue that
-    was read and its depth -- all change when the same message is read again. The prefixes
-    differ, so no message id can collide with a digest.
+    """The key a dead letter is parked under, once, across projects and passes (SPEC §1):
+    ``msg:<message_id>`` for a message id of at most 200 printable characters, ``msg-sha256:<hex>``
+    for any other; with none, ``sha256:<hex>``, a digest of the origin queue, the first death's
+    reason, exchange and time, the body's full size and (at most) its first 50,000 bytes. Two
+    identical bodies that died on one queue, for one reason, in one instant share a digest:
+    :func:`decode_read` numbers such twins (``#2``, ``#3``, ...) so that each is parked. Never part
+    of it: what changes when the same message is read again (``x-delivery-count``,
+    ``redelivered``, ``x-death`` counts, the queue read and its depth). The prefixes differ, so no
+    message id can collide with a digest.
     """
     if message_id is not None:
         if len(message_id) <= MESSAGE_ID_LIMIT and message_id.isprintable():

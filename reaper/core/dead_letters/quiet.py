@@ -1,36 +1,14 @@
 """Whether a quiet pass may leave an owned dead-letter queue unread (SPEC §8 "Quiet passes
 touch nothing"): decided from what the broker lists, never from a read. Pure.
 
-Even a read without bodies is not free: every requeueing ``get`` is a delivery (on a quorum
-queue a replicated log write that raises the letter's delivery count; on 3.x it moves the letter
-to the back). So a pass that proves every letter on a queue parked keeps a :class:`QuietMark`:
-what the queue's listing showed just before that read, with the read's own gets added. A later
-pass leaves the queue unread only while its listing still matches the mark in every respect
-(:func:`quiet_decision`); anything missing, lower, higher or different is read, as before.
-
-What each part of the mark rules out, as measured on RabbitMQ 3.10, 4.0 and 4.3:
-
-- a new letter: the ready count and the bodies' bytes. A letter the broker dead-letters into the
-  queue adds nothing to its ``publish`` counter (only a publisher's message does, which the
-  mark also compares), so the count and the bytes are what show it;
-- a letter taken off by someone (which could make room for a new one at the same count): every
-  delivery and get moves ``deliver_get``, every acknowledgement ``ack``; the mark's
-  ``deliver_get`` already counts the marking pass's own gets (one per message returned);
-- a letter removed without any counter (a ``message-ttl`` or ``max-length`` in force): such a
-  queue is never left unread;
-- a restart or the queue declared anew: its counters begin again, so one is missing or lower
-  than the mark;
-- statistics lagging the broker (``collect_statistics_interval``, 5 s on the test brokers): a
-  listing taken too soon after the marking pass's read does not count that read yet and is
-  below the mark, so it is read; the mark is taken from the listing *before* the read, so any
-  letter it counts was on the queue when the read proved it parked. Every read leaves a mark,
-  proven or not, whose ``fetched`` is the least the counter must show once the reaper's gets
-  so far are counted; a listing below it has not counted them, so it proves nothing. A change
-  in the last seconds before a pass is not listed yet: the next pass sees it and reads.
-
-One change no counter shows is a purge followed, before the next pass, by as many new letters
-of as many bytes. So a queue is read again at least every :data:`QUIET_PROOF_SECONDS`, however
-quiet.
+Even a read without bodies is a delivery (on a quorum queue a replicated log write that raises
+the letter's delivery count; on 3.x it moves the letter to the back). So a pass that proves
+every letter on a queue parked keeps a :class:`QuietMark`: the queue's listing just before that
+read, its own gets added. A later pass leaves the queue unread only while its listing matches
+the mark in every respect (:func:`quiet_decision`); anything missing, lower, higher or different
+is read. What each part of the mark rules out, measured on RabbitMQ 3.10, 4.0 and 4.3, is in
+``docs/architecture.md`` ("The quiet mark"); the one change no counter shows (a purge refilled
+alike) is why a queue is read again at least every :data:`QUIET_PROOF_SECONDS`.
 """
 
 from __future__ import annotations

@@ -60,35 +60,41 @@ def read_plan(
 ) -> ReadPlan:
     """Whether and how much of an owned dead-letter queue a pass may read (SPEC §1, §4).
 
-    The read is ``get`` with ``ackmode=reject_requeue_true``, which returns each message to
-    the queue. It must not cost a message:
-
-    - classic queue (RabbitMQ): a requeueing read counts nothing. Safe.
-    - quorum queue with no finite delivery limit in force (the reconciled dead-letter policy's
-      ``delivery-limit: -1`` on 4.x; no policy, argument or default on 3.x): safe.
-    - quorum queue with a finite limit in force (policy, ``x-delivery-limit``, or 4.x's default
-      of 20): every requeueing read counts as a delivery (measured on 3.10, 4.0 and 4.3). With no
-      dead-letter exchange the broker drops a message once the limit is spent; with one, it
-      dead-letters it onward, off this queue. Either way the letter would no longer be where it
-      was, so the plan is blocked. Each message's delivery count is unknown until it is read,
-      so no read is proven safe up front; ``budget`` carries the limit for ``within_budget``.
-    - a queue with no type (LavinMQ) is classic unless its ``x-queue-type`` says otherwise, but
-      a delivery limit set on it by policy or argument blocks it too (LavinMQ enforces
-      delivery limits on its ordinary queues).
-    - a stream or an unknown type: blocked (``get`` cannot read a stream; an unknown type
-      proves nothing).
-    - a queue that cannot be served now, as ``queue`` shows it (read just before: a node gone,
-      no majority, a leader not online; :func:`reaper.core.cluster.queue_unavailable`):
-      blocked, whatever its type.
-
-    ``count``: the pass reads past what is already parked (by identity, not position), so it
-    needs up to ``already_parked_hint + peek_limit`` messages, the parked part capped at
-    ``READ_PAST_PARKED_CAP``, and never more than the messages listed. Listed, not ready: a
-    statistics sample taken while an earlier read had the letters checked out shows them
-    unacknowledged for seconds after they are back (measured on 3.10 quorum queues), and
-    asking ``get`` for more than is ready costs nothing: it stops at an empty queue.
+    The read is ``get`` with ``ackmode=reject_requeue_true``; it must not cost a message. It is
+    proven safe on a classic queue (a requeueing read counts nothing) and on a quorum queue with
+    no finite delivery limit in force; a finite limit (each read spends a delivery, and a spent
+    letter is dropped or dead-lettered onward), a stream, an unknown type or a queue that cannot
+    be served now blocks it (``docs/architecture.md``, "Reading a dead letter safely").
+    ``count``: up to ``already_parked_hint + peek_limit`` messages, the parked part capped at
+    ``READ_PAST_PARKED_CAP``, never more than listed (listed, not ready: a sample taken while an
+    earlier read had them out shows them unacknowledged for seconds after they are back).
     """
     name = quote_untrusted(queue.name)
+    unreadable = _unreadable(queue, facts, name)
+    if unreadable is not None:
+        return unreadable
+    kind = queue.kind
+    count = _read_count(queue, peek_limit, already_parked_hint)
+    policy = mapping(queue.effective_policy)
+    arguments = mapping(queue.arguments)
+    limit_set = "delivery-limit" in policy or "x-delivery-limit" in arguments
+    lavinmq = queue.type is None or facts.product.lower() == "lavinmq"
+    if kind == "classic" and not (lavinmq and limit_set):
+        return ReadPlan(count, None, None, "classic queue: a requeueing read counts no delivery")
+
+    bound = delivery_limit_bound(queue, facts)
+    label = "quorum queue" if kind == "quorum" else "queue"
+    if not bound.known:
+        return ReadPlan(0, f"{label} {name}: the delivery limit in force is unknown", None)
+    if bound.value is None:
+        return ReadPlan(
+            count, None, None, f"{label} with no delivery limit in force: {bound.source}"
+        )
+    return _limited(queue, facts, f"{label} {name}", bound.value, bound.source)
+
+
+def _unreadable(queue: QueueStats, facts: BrokerFacts, name: str) -> ReadPlan | None:
+    """The plan of a queue no read is proven safe on, whatever its limits; else None."""
     unavailable = queue_unavailable(queue, facts.nodes)
     if unavailable is not None:
         # Measured on a 4.3 cluster: a get on a queue whose node is gone fails, and one on a
@@ -108,24 +114,11 @@ def read_plan(
     if kind not in ("classic", "quorum"):
         reason = f"{name} has queue type {quote_untrusted(kind)}: reading it is not proven safe"
         return ReadPlan(0, reason, None)
+    return None
 
-    count = _read_count(queue, peek_limit, already_parked_hint)
-    policy = mapping(queue.effective_policy)
-    arguments = mapping(queue.arguments)
-    limit_set = "delivery-limit" in policy or "x-delivery-limit" in arguments
-    lavinmq = queue.type is None or facts.product.lower() == "lavinmq"
-    if kind == "classic" and not (lavinmq and limit_set):
-        return ReadPlan(count, None, None, "classic queue: a requeueing read counts no delivery")
 
-    bound = delivery_limit_bound(queue, facts)
-    label = "quorum queue" if kind == "quorum" else "queue"
-    if not bound.known:
-        return ReadPlan(0, f"{label} {name}: the delivery limit in force is unknown", None)
-    if bound.value is None:
-        return ReadPlan(
-            count, None, None, f"{label} with no delivery limit in force: {bound.source}"
-        )
-
+def _limited(queue: QueueStats, facts: BrokerFacts, what: str, limit: int, source: str) -> ReadPlan:
+    """The blocked plan of a queue with a finite delivery ``limit`` in force, and the fix."""
     exchange = dead_letter_exchange_in_force(queue)
     consequence = (
         f"reading could dead-letter a message onward through exchange "
@@ -138,11 +131,11 @@ def read_plan(
         # delivery-limit -1 policy empties the queue instead of lifting the limit.
         return ReadPlan(
             0,
-            f"{label} {name} has {_limit_named(bound.value, bound.source)} in force, and on "
+            f"{what} has {_limit_named(limit, source)} in force, and on "
             f"{facts.name} every requeueing read spends one delivery of it: {consequence}. "
             f"Nothing lifts it there (a delivery-limit -1 policy empties the queue), so it is "
             "not read: declare the dead-letter queue without x-delivery-limit",
-            bound.value,
+            limit,
         )
     if facts.unlimited_delivery_limit:
         remedy = "the reconciled dead-letter policy (delivery-limit -1) is not in force"
@@ -152,10 +145,10 @@ def read_plan(
             f"({facts.product} {facts.version} refuses delivery-limit -1), is not the one in force"
         )
     blocked = (
-        f"{label} {name} has a delivery limit of {bound.value} in force ({bound.source}) and a "
+        f"{what} has a delivery limit of {limit} in force ({source}) and a "
         f"requeueing read counts as a delivery: {consequence}; {remedy}"
     )
-    return ReadPlan(0, blocked, bound.value)
+    return ReadPlan(0, blocked, limit)
 
 
 def _limit_named(value: int, source: str) -> str:
@@ -170,18 +163,15 @@ def _limit_named(value: int, source: str) -> str:
 def within_budget(letters: Sequence[DeadLetter], limit: int, margin: int = BUDGET_MARGIN) -> bool:
     """After a read (a probe), whether reading these letters once more stays inside ``limit``.
 
-    A letter's ``delivery_count`` (``x-delivery-count``) counts the deliveries before the read
-    that showed it; absent means none (the broker writes it over any value a publisher set from
-    the second delivery on). That read spent one more, the next read another: ``count + 2``.
-    Reading again is inside the budget when at least ``margin`` deliveries remain after it:
-    ``count + 2 + margin <= limit``. ``margin`` is at least 1, so no letter is ever read at its
-    last permitted delivery; the default 2 also covers one off-by-one between broker versions
-    (whether the limit counts the first delivery) or one concurrent reader. A negative limit is
-    unlimited.
-
-    This sees only the letters read. It is sound for the queue only when the caller also stops
-    probing once it has answered False (every probe spends a delivery on the head); without
-    that state across passes, do not probe: ``read_plan`` blocks such queues.
+    A letter's ``delivery_count`` (``x-delivery-count``, which the broker writes over any value
+    a publisher set from the second delivery on; absent: none) counts the deliveries before the
+    read that showed it; that read spent one more and the next read spends another, so reading
+    again is inside the budget when ``count + 2 + margin <= limit``. ``margin`` is at least 1 (no
+    letter is read at its last permitted delivery); the default 2 also covers an off-by-one
+    between broker versions or one concurrent reader. A negative limit is unlimited. Sound for
+    the queue only if the caller stops probing once this answered False (each probe spends a
+    delivery on the head); without that state across passes, do not probe: ``read_plan`` blocks
+    such queues.
     """
     if limit < 0:
         return True
