@@ -11,18 +11,19 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 
-from reaper.jobqueue.postgres import PostgresStore
+from reaper.jobqueue.database import Database
+from reaper.schema.migrations import migrate
 
 ADMIN_DSN = os.environ.get("REAPER_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
 async def migrated(dsn: str) -> None:
     """The reaper's schema on the database at ``dsn`` (``reaper db migrate``)."""
-    store = await PostgresStore.connect(dsn)
+    database = await Database.connect(dsn)
     try:
-        await store.migrate()
+        await migrate(database)
     finally:
-        await store.close()
+        await database.close()
 
 
 def dsn_for(database: str) -> str:

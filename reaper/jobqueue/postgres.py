@@ -4,10 +4,9 @@
 Each concern has its own module, and this class only holds the pool and hands each call to its
 module: leases (:mod:`~reaper.jobqueue.leases`), sightings (:mod:`~reaper.jobqueue.sightings`),
 gates (:mod:`~reaper.jobqueue.gates`), dead-letter parks (:mod:`~reaper.jobqueue.dead_letters`),
-the ledger (:mod:`~reaper.jobqueue.ledger`), the fleet's turn (:mod:`~reaper.jobqueue.turns`)
-and migrations (:mod:`~reaper.jobqueue.migrations`).
+the ledger (:mod:`~reaper.jobqueue.ledger`) and the fleet's turn (:mod:`~reaper.jobqueue.turns`).
 Every query is named in ``sql/queries.sql``; every query that depends on time takes ``now``
-from the caller.
+from the caller. The schema is the schema room's (:mod:`reaper.schema`): a pass never migrates.
 """
 
 from __future__ import annotations
@@ -36,14 +35,12 @@ from reaper.jobqueue import (
     gates,
     leases,
     ledger,
-    migrations,
     observations,
     quiet_marks,
     sightings,
     turns,
 )
 from reaper.jobqueue.database import ConnectionFactory, Database, WorkerPool
-from reaper.jobqueue.migrations import DEFAULT_LOCK_TIMEOUT_SECONDS, MigrationRun
 from reaper.jobqueue.port import (
     DatabaseFacts,
     DeadLetterParks,
@@ -104,31 +101,6 @@ class PostgresStore:
 
     async def close(self) -> None:
         await self.database.close()
-
-    async def migrate(
-        self, *, lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS
-    ) -> list[str]:
-        """Bring the schema up to date, online (:mod:`~reaper.jobqueue.migrations`); the names
-        of the migrations recorded as applied (empty: there was nothing to apply). Raises
-        :class:`~reaper.errors.MigrationStopped` when it must stop."""
-        run = await self.migrate_schema(lock_timeout_seconds=lock_timeout_seconds)
-        return list(run.applied)
-
-    async def migrate_schema(
-        self,
-        *,
-        dry_run: bool = False,
-        lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
-        outbox: bool = False,
-    ) -> MigrationRun:
-        """Like :meth:`migrate`, with everything it ran (or, ``dry_run``, would run) and why;
-        ``outbox`` adds the outbox dispatch schema where it is missing."""
-        return await migrations.migrate(
-            self.database,
-            lock_timeout_seconds=lock_timeout_seconds,
-            dry_run=dry_run,
-            outbox=outbox,
-        )
 
     async def database_facts(self) -> DatabaseFacts:
         async with self.database.session("reading the database's clock") as conn:

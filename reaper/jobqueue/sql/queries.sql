@@ -39,29 +39,6 @@ UPDATE reaper_turn
 SET taken_at = taken_at - make_interval(secs => $4::float8)
 WHERE name = $1::text AND taken_at = $2::timestamptz AND taken_by = $3::text;
 
--- name: create_migration_table --
--- The table recording which migration files have been applied.
-CREATE TABLE IF NOT EXISTS reaper_migration (
-    name       text PRIMARY KEY,
-    applied_at timestamptz NOT NULL DEFAULT now()
-);
-
--- name: lock_migrations --
--- A session advisory lock held while migrating, so concurrent migrators take turns.
-SELECT pg_advisory_lock($1::int, $2::int);
-
--- name: unlock_migrations --
--- Release the migration lock.
-SELECT pg_advisory_unlock($1::int, $2::int);
-
--- name: applied_migrations --
--- The names of the migrations already applied.
-SELECT name FROM reaper_migration ORDER BY name;
-
--- name: record_migration --
--- Remember that a migration has been applied (in the migration's own transaction).
-INSERT INTO reaper_migration (name) VALUES ($1);
-
 -- name: expired_leases --
 -- Leased jobs past lease_expires_at + grace, oldest first, bounded; optionally one project.
 SELECT id, project_id, kind, lease_owner, lease_expires_at, attempts, max_attempts
