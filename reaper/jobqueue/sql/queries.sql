@@ -7,6 +7,17 @@
 -- The database's clock: what every time the host wrote is compared with.
 SELECT clock_timestamp();
 
+-- name: apply_session_settings --
+-- The reaper's session settings on a connection it borrows from a worker's pool (its own
+-- connections get them at connect): application_name ($1), work_mem ($2), jit ($3) and the
+-- statement timeout ($4).
+SELECT set_config('application_name', $1, false), set_config('work_mem', $2, false),
+       set_config('jit', $3, false), set_config('statement_timeout', $4, false);
+
+-- name: reset_session_settings --
+-- A borrowed connection goes back to the worker's pool with its own defaults.
+RESET application_name; RESET work_mem; RESET jit; RESET statement_timeout;
+
 -- name: take_turn --
 -- The fleet's turn ($1) for whoever asks first once $2 seconds have passed since it was last
 -- taken, by the database's clock: one statement, no session state, no lock held past it. A
