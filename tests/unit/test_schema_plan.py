@@ -12,7 +12,7 @@ import pytest
 from reaper.core.domain import FLEET_PROJECT_ID
 from reaper.schema.catalog import Catalog, IndexEntry, ProjectTable
 from reaper.schema.plan import function_body, plan
-from reaper.schema.sql import MIGRATE, migrations
+from reaper.schema.sql import GRANTS, MIGRATE, migrations
 from reaper.schema.steps import (
     MIGRATIONS,
     OUTBOX_MIGRATIONS,
@@ -62,13 +62,15 @@ def test_every_statement_of_every_migration_is_one_declared_step_in_file_order()
 
 
 def test_every_named_statement_is_described() -> None:
-    texts = [resources.files("reaper.schema.sql").joinpath("migrate.sql").read_text()]
-    folder = resources.files("reaper.schema.sql").joinpath("migrations")
+    sql_files = resources.files("reaper.schema.sql")
+    texts = [sql_files.joinpath(f).read_text() for f in ("migrate.sql", "grants.sql")]
+    folder = sql_files.joinpath("migrations")
     texts += [f.read_text() for f in folder.iterdir() if f.name.endswith(".sql")]
-    for name, sql in [*MIGRATE.items(), *(i for _, s in migrations() for i in s.items())]:
+    named = [*MIGRATE.items(), *GRANTS.items(), *(i for _, s in migrations() for i in s.items())]
+    for name, sql in named:
         assert sql.startswith("-- "), f"{name} has no description line"
     headers = sum(len(re.findall(r"^-- name: ", t, re.MULTILINE)) for t in texts)
-    assert headers == len(MIGRATE) + sum(len(s) for _, s in migrations())
+    assert headers == len(named)
 
 
 def test_indexes_and_only_indexes_are_built_concurrently_outside_a_transaction() -> None:

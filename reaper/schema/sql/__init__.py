@@ -1,9 +1,10 @@
-"""The schema's SQL: the ordered migrations and the migrator's own queries.
+"""The schema's SQL: the ordered migrations, and the queries of the ``db`` commands.
 
 Each migration (``migrations/NNNN_*.sql``, and the optional ``outbox/*.sql``) is a file of named
 statements, each under a ``-- name: NAME --`` header and a one-line description, which
 :mod:`reaper.schema.steps` declares as steps; ``migrate.sql`` (:data:`MIGRATE`) holds the
-queries of ``reaper db migrate`` itself. The files are read as ``jobqueue/sql/queries.sql`` is.
+queries of ``reaper db migrate`` itself, ``grants.sql`` (:data:`GRANTS`) those of ``reaper db
+grants`` and the doctor's privilege checks. The files are read as ``jobqueue/sql/queries.sql``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from importlib import resources
 
 from reaper.jobqueue.sql import load_queries, parse_queries
 
-__all__ = ["MIGRATE", "migrations", "without_description"]
+__all__ = ["GRANTS", "MIGRATE", "migrations", "without_description"]
 
 
 def migrations(folder: str = "migrations") -> list[tuple[str, dict[str, str]]]:
@@ -34,3 +35,4 @@ def without_description(sql: str) -> str:
 
 
 MIGRATE: dict[str, str] = load_queries(__name__, "migrate.sql")
+GRANTS: dict[str, str] = load_queries(__name__, "grants.sql")
