@@ -12,7 +12,8 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from reaper.jobqueue.postgres import PostgresStore
+from reaper.jobqueue.database import Database
+from reaper.schema.migrations import migrate
 
 #: Plain TCP for every library alike: the server offers TLS (scripts/services turns it on), which
 #: asyncpg and libpq take unless told otherwise and node-postgres (pg-boss) never asks for; a
@@ -24,11 +25,11 @@ ADMIN_DSN = os.environ.get(
 
 async def migrated(dsn: str) -> None:
     """The reaper's schema on the database at ``dsn`` (``reaper db migrate``)."""
-    store = await PostgresStore.connect(dsn)
+    database = await Database.connect(dsn)
     try:
-        await store.migrate()
+        await migrate(database)
     finally:
-        await store.close()
+        await database.close()
 
 
 def dsn_for(database: str) -> str:

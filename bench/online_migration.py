@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import dsn_for, report_result, scratch_database
 
-from reaper.jobqueue.sql import migrations, without_description
+from reaper.schema.sql import migrations, without_description
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_LONGEST_WAIT_SECONDS = 1.0

@@ -29,6 +29,7 @@ from _common import dsn_for, report_result, scratch_database
 
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
+from reaper.schema.migrations import migrate
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
 
@@ -90,7 +91,7 @@ async def main() -> int:
         dsn = dsn_for(name)
         store = await PostgresStore.connect(dsn)
         try:
-            await store.migrate()
+            await migrate(store.database)
             conn = await asyncpg.connect(dsn, server_settings={"jit": "off"})
             try:
                 started = time.perf_counter()

@@ -30,6 +30,7 @@ import pytest
 from reaper.broker.client import ManagementClient
 from reaper.broker.port import BrokerPolicy
 from reaper.jobqueue.postgres import PostgresStore
+from reaper.schema.migrations import migrate
 
 PG_ADMIN_DSN = os.environ.get("REAPER_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -85,7 +86,7 @@ async def pg_template() -> AsyncIterator[str]:
         await admin.execute(f'CREATE DATABASE "{name}"')
         store = await PostgresStore.connect(_dsn_for(name))
         try:
-            await store.migrate()
+            await migrate(store.database)
         finally:
             await store.close()
         yield name

@@ -32,6 +32,7 @@ from reaper.core.domain import Condition
 from reaper.demo.admin import declare_queue, run_scenario_query
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once
+from reaper.schema.migrations import migrate
 
 __all__ = ["WORK_QUEUE", "outbox_step"]
 
@@ -48,7 +49,7 @@ async def outbox_step(
     """Run the step (see the module docstring) and print what happens; the job's summary."""
     store = await PostgresStore.connect(demo.database.dsn, password=password, pool_size=2)
     try:
-        run = await store.migrate_schema(outbox=True)
+        run = await migrate(store.database, outbox=True)
         out(f"reaper db migrate --outbox: {', '.join(run.applied) or 'already in place'}")
         await declare_queue(client, WORK_QUEUE)
         job, project = uuid.uuid4(), uuid.uuid4()

@@ -48,6 +48,7 @@ from reaper.errors import ReaperError
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
+from reaper.schema.migrations import migrate
 
 __all__ = ["demo_dsn", "run_demo"]
 
@@ -212,7 +213,7 @@ async def _prepare(
 ) -> Scenario:
     store = await PostgresStore.connect(dsn, password=password, pool_size=2)
     try:
-        await store.migrate()
+        await migrate(store.database)
         return await seed(store, client, now=datetime.now(UTC), settings=demo)
     finally:
         await store.close()

@@ -20,15 +20,16 @@ from reaper.edges.report import render_text, write_json
 from reaper.edges.serve import serve as serve_http
 from reaper.edges.status_page import page_target
 from reaper.errors import MigrationStopped, PassFailed, ReaperError
-from reaper.jobqueue.migrations import MigrationRun, one_line
-from reaper.jobqueue.postgres import PostgresStore
-from reaper.jobqueue.schema import SchemaPlan
+from reaper.jobqueue.database import Database
 from reaper.policies.report import plan_json, plan_text
 from reaper.reap.dispatch import dispatch_in_force
 from reaper.reap.policies import policy_plan
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
 from reaper.reap.sources import open_sources
+from reaper.schema.migrations import MigrationRun, one_line
+from reaper.schema.migrations import migrate as migrate_schema
+from reaper.schema.plan import script
 
 __all__ = ["EXIT_NOT_OK", "EXIT_OK", "EXIT_USAGE", "render_migration"]
 
@@ -82,7 +83,7 @@ async def reap(
 async def migrate(loaded: LoadedConfig, *, dry_run: bool = False, outbox: bool = False) -> int:
     db = loaded.settings.database
     try:
-        store = await PostgresStore.connect(
+        database = await Database.connect(
             db.dsn_in_force(),
             password=db.password.get_secret_value() if db.password else None,
             pool_size=1,
@@ -92,15 +93,15 @@ async def migrate(loaded: LoadedConfig, *, dry_run: bool = False, outbox: bool =
         print(f"reaper: cannot migrate: {exc.reason}", file=sys.stderr)
         return EXIT_NOT_OK
     try:
-        run = await store.migrate_schema(
-            dry_run=dry_run, lock_timeout_seconds=db.lock_timeout_seconds, outbox=outbox
+        run = await migrate_schema(
+            database, dry_run=dry_run, lock_timeout_seconds=db.lock_timeout_seconds, outbox=outbox
         )
     except MigrationStopped as exc:
         doing = "db migrate --dry-run: a run would stop" if dry_run else "db migrate stopped"
         print(f"reaper: {doing}: {exc}", file=sys.stderr)
         return EXIT_NOT_OK
     finally:
-        await store.close()
+        await database.close()
     print(render_migration(run))
     return EXIT_OK
 
@@ -127,7 +128,7 @@ async def dispatch_of(loaded: LoadedConfig) -> tuple[str | None, str]:
 def render_migration(run: MigrationRun) -> str:
     """What a migration did, one line per statement; a dry run as the SQL it would run."""
     if run.plan is not None:
-        return _dry_run_script(run.plan, run.lock_timeout_seconds)
+        return script(run.plan, run.lock_timeout_seconds)
     lines = [
         f"{s.migration or 'reaper'}: ran {one_line(s.sql)}  ({s.reason})" for s in run.statements
     ]
@@ -136,34 +137,6 @@ def render_migration(run: MigrationRun) -> str:
         lines.append("schema is up to date: nothing to apply")
     elif not run.applied:
         lines.append("every migration was already recorded; what was missing is in place")
-    return "\n".join(lines)
-
-
-def _dry_run_script(plan: SchemaPlan, lock_timeout: float) -> str:
-    head = "-- reaper db migrate --dry-run: nothing was run."
-    if not plan.statements and not plan.migrations:
-        return f"{head} The schema is up to date: nothing would run."
-    milliseconds = max(1, round(lock_timeout * 1000))
-    lines = [
-        f"{head} A run would execute these statements, in order:",
-        f"SET lock_timeout = '{milliseconds}ms';",
-        "SET statement_timeout = 0;",
-    ]
-    if plan.record_table is not None:
-        lines += [f"-- {plan.record_table.reason}", f"{plan.record_table.sql};"]
-    for m in plan.migrations:
-        lines.append(f"-- {m.name}" + ("" if m.recorded else " (not recorded yet)"))
-        if m.transactional or not m.builds:
-            lines += ["BEGIN;", f"SET LOCAL lock_timeout = '{milliseconds}ms';"]
-            for s in m.transactional:
-                lines += [f"-- {s.reason}", f"{s.sql};"]
-            if not m.recorded and not m.builds:
-                lines.append(f"-- every step in place: {m.name} is recorded as applied")
-            lines.append("COMMIT;")
-        for s in m.statements[len(m.transactional) :]:
-            lines += [f"-- {s.reason} (outside a transaction)", f"{s.sql};"]
-        if m.builds and not m.recorded:
-            lines.append(f"-- every step in place: {m.name} is recorded as applied")
     return "\n".join(lines)
 
 

@@ -25,8 +25,10 @@ from reaper.edges.commands import dispatch_of
 from reaper.edges.production import open_database
 from reaper.errors import BrokerUnavailable, ReaperError
 from reaper.jobqueue.database import Database
-from reaper.jobqueue.grants import grants_for, privileges_held
-from reaper.jobqueue.health import applied_migrations, session_facts, shipped_migrations
+from reaper.jobqueue.health import session_facts
+from reaper.schema.catalog import applied_migrations
+from reaper.schema.grants import grants_for, privileges_held
+from reaper.schema.steps import shipped_migrations
 
 __all__ = ["Check", "add_command", "checks", "run"]
 

@@ -9,7 +9,7 @@ import sys
 from reaper.config import LoadedConfig
 from reaper.errors import ReaperError
 from reaper.jobqueue.database import Database
-from reaper.jobqueue.grants import apply_grants, check_role, grants_for, role_exists
+from reaper.schema.grants import apply_grants, check_role, grants_for, role_exists
 
 __all__ = ["add_db_commands", "grants"]
 

@@ -6,11 +6,10 @@ connection through :meth:`Database.session`, inside which any driver or network 
 :class:`~reaper.errors.StoreUnavailable` with a scrubbed one-line reason a person can act on;
 nothing above the store sees a driver type.
 
-The pool is the reaper's own (:meth:`Database.connect`, from a DSN or from a worker's
-connection factory) or a worker's asyncpg pool it borrows from (:meth:`Database.borrowing`):
-then it takes at most ``connections`` of it at once, sets its own session settings on each
-connection it takes and puts them back as the connection's defaults when it gives it back, and
-never closes the pool.
+The pool is the reaper's own (:meth:`Database.connect`, from a DSN or a worker's connection
+factory) or a worker's asyncpg pool it borrows from (:meth:`Database.borrowing`): at most
+``connections`` of it at once, each with the reaper's session settings while it holds it and
+its own defaults once given back; the worker's pool is never closed.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ import asyncpg
 
 from reaper.core.tls import tls_words
 from reaper.errors import ReaperError, StoreUnavailable, scrub
+from reaper.jobqueue.sql import QUERIES
 
 __all__ = [
     "CONNECT_TIMEOUT_SECONDS",
@@ -168,8 +168,7 @@ class Database:
 
     async def _apply_settings(self, conn: Connection) -> None:
         await conn.execute(
-            "SELECT set_config('application_name', $1, false), set_config('work_mem', $2, false),"
-            " set_config('jit', $3, false), set_config('statement_timeout', $4, false)",
+            QUERIES["apply_session_settings"],
             _SESSION_SETTINGS["application_name"],
             _SESSION_SETTINGS["work_mem"],
             _SESSION_SETTINGS["jit"],
@@ -209,9 +208,7 @@ class Database:
                 # The worker's connection goes back with its own defaults (asyncpg's pool
                 # resets it on release too; this holds for a pool that does not).
                 with contextlib.suppress(Exception):
-                    await conn.execute(
-                        "RESET application_name; RESET work_mem; RESET jit; RESET statement_timeout"
-                    )
+                    await conn.execute(QUERIES["reset_session_settings"])
 
     @contextlib.asynccontextmanager
     async def dedicated(self, doing: str) -> AsyncIterator[Connection]:

@@ -270,8 +270,8 @@ async def answer_gate(
     choice: str,
     now: datetime,
     *,
-    replay: ReplaySender | None,
-    answered_by: str | None,
+    replay: ReplaySender | None = None,
+    answered_by: str | None = None,
     reason: str | None = None,
 ) -> tuple[Gate, ParkedDeadLetter | None]:
     """Answer a ``bus_dead_lettered`` gate, with the gate row locked throughout.

@@ -58,8 +58,8 @@ Answer = Callable[[Connection, Gate, str, datetime, Dispatch], Awaitable[None]]
 async def list_gates(
     db: Database,
     *,
-    open_only: bool,
-    kind: str | None,
+    open_only: bool = True,
+    kind: str | None = None,
     project_id: UUID | None = None,
     raised_before: datetime | None = None,
 ) -> list[Gate]:
@@ -92,8 +92,8 @@ async def answer_gate(
     choice: str,
     now: datetime,
     *,
-    answered_by: str | None,
-    dispatch: Dispatch,
+    answered_by: str | None = None,
+    dispatch: Dispatch = Dispatch.POLLING,
     reason: str | None = None,
 ) -> Gate:
     """Answer a gate and do what the answer means for its kind (:data:`ANSWERS`), with its

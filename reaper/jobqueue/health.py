@@ -1,5 +1,5 @@
-"""What ``reaper doctor`` reads of PostgreSQL: its own session (role, version, clock, TLS) and
-which migrations are recorded, through the one seam."""
+"""What ``reaper doctor`` reads of PostgreSQL's session: its role, version, clock, TLS, and
+whether migrations are recorded there (which ones: :mod:`reaper.schema.catalog`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from reaper.jobqueue.database import Database
-from reaper.jobqueue.sql import QUERIES, migrations
+from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["SessionFacts", "applied_migrations", "session_facts", "shipped_migrations"]
+__all__ = ["SessionFacts", "session_facts"]
 
 
 @dataclass(frozen=True)
@@ -28,13 +28,3 @@ async def session_facts(database: Database) -> SessionFacts:
     return SessionFacts(
         row["role"], row["version"], row["now"], row["ssl"], row["tls_version"], row["recorded"]
     )
-
-
-async def applied_migrations(database: Database) -> set[str]:
-    async with database.session("reading which migrations are applied") as conn:
-        return {r["name"] for r in await conn.fetch(QUERIES["applied_migrations"])}
-
-
-def shipped_migrations() -> list[str]:
-    """The reaper's own migrations, in order (the outbox's are optional)."""
-    return [name for name, _ in migrations()]

@@ -26,7 +26,7 @@ from uuid import UUID
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import EVENT_KIND, LedgerEvent, Verdict
 from reaper.errors import StoreUnavailable
-from reaper.jobqueue.database import Connection
+from reaper.jobqueue.database import Connection, Database
 from reaper.jobqueue.port import EventFilter
 from reaper.jobqueue.sql import QUERIES
 
@@ -107,21 +107,23 @@ async def append(
     )
 
 
-async def stream(conn: Connection, project_id: UUID) -> list[LedgerEvent]:
+async def stream(db: Database, project_id: UUID) -> list[LedgerEvent]:
     """One stream's events, in sequence order."""
-    rows = await conn.fetch(QUERIES["ledger_events"], project_id)
+    async with db.session("reading the ledger") as conn:
+        rows = await conn.fetch(QUERIES["ledger_events"], project_id)
     return [LedgerEvent(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
 
 
-async def read(conn: Connection, chosen: EventFilter) -> list[LedgerEvent]:
+async def read(db: Database, chosen: EventFilter) -> list[LedgerEvent]:
     """The newest ``chosen.limit`` events ``chosen`` selects, across streams, oldest first."""
-    rows = await conn.fetch(
-        QUERIES["read_events"],
-        chosen.since,
-        chosen.project_id,
-        chosen.kind,
-        chosen.condition,
-        chosen.object,
-        chosen.limit,
-    )
+    async with db.session("reading the ledger") as conn:
+        rows = await conn.fetch(
+            QUERIES["read_events"],
+            chosen.since,
+            chosen.project_id,
+            chosen.kind,
+            chosen.condition,
+            chosen.object,
+            chosen.limit,
+        )
     return [LedgerEvent(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]

@@ -22,14 +22,14 @@ async def observations(db: Database, scope: str) -> list[Observation]:
     ]
 
 
-async def keep(db: Database, scope: str, kept: Sequence[Observation]) -> None:
+async def keep(db: Database, scope: str, observations: Sequence[Observation]) -> None:
     async with db.session("keeping what was observed") as conn:
         await conn.execute(
             QUERIES["keep_observations"],
             scope,
-            [o.watch.value for o in kept],
-            [o.key for o in kept],
-            [o.since for o in kept],
-            [o.counter for o in kept],
-            [o.level for o in kept],
+            [o.watch.value for o in observations],
+            [o.key for o in observations],
+            [o.since for o in observations],
+            [o.counter for o in observations],
+            [o.level for o in observations],
         )

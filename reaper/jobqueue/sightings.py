@@ -35,7 +35,7 @@ async def record_sightings(
     *,
     now: datetime,
     sources_read: frozenset[Source],
-    project_id: UUID | None,
+    project_id: UUID | None = None,
     unread_queues: frozenset[str] = frozenset(),
 ) -> list[Verdict]:
     """Record what the surfaced verdicts of one pass mean for the ledger's sightings and

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 from test_pass import reaper_env, run_cli
 
-from reaper.jobqueue.grants import NEEDED
+from reaper.schema.grants import NEEDED
 from tests.conftest import PG_ADMIN_DSN, BrokerUnderTest
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]

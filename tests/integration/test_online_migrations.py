@@ -20,9 +20,10 @@ import pytest
 import reaper
 from reaper.core.domain import FLEET_PROJECT_ID
 from reaper.errors import MigrationStopped
-from reaper.jobqueue.migrations import RETRY_PAUSE_SECONDS, MigrationRun
 from reaper.jobqueue.postgres import PostgresStore
-from reaper.jobqueue.sql import migrations
+from reaper.schema import migrations as migrator
+from reaper.schema.migrations import RETRY_PAUSE_SECONDS, MigrationRun
+from reaper.schema.sql import migrations
 from tests.integration.host_schema import HOST_WITH_PROJECTS
 
 pytestmark = pytest.mark.postgres
@@ -119,8 +120,8 @@ async def migrate(
 ) -> MigrationRun:
     store = await PostgresStore.connect(dsn)
     try:
-        return await store.migrate_schema(
-            dry_run=dry_run, lock_timeout_seconds=lock_timeout_seconds
+        return await migrator.migrate(
+            store.database, dry_run=dry_run, lock_timeout_seconds=lock_timeout_seconds
         )
     finally:
         await store.close()

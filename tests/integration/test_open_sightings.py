@@ -13,6 +13,7 @@ from test_store_support import NOW
 
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
+from reaper.schema.migrations import migrate
 
 pytestmark = pytest.mark.postgres
 
@@ -47,7 +48,7 @@ async def test_the_migration_builds_the_index_from_a_ledger_written_before_it(
             await conn.execute("DROP TABLE reaper_open_sighting")
             await conn.execute("DELETE FROM reaper_migration WHERE name = '0009_open_sightings'")
 
-        applied = await store.migrate()
+        applied = list((await migrate(store.database)).applied)
 
         assert applied == ["0009_open_sightings"]
         assert await open_keys(store) == expected

@@ -15,7 +15,9 @@ from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import FLEET_PROJECT_ID
 from reaper.errors import StoreUnavailable
 from reaper.jobqueue.postgres import PostgresStore
-from reaper.jobqueue.sql import QUERIES, migrations
+from reaper.jobqueue.sql import QUERIES
+from reaper.schema.migrations import migrate
+from reaper.schema.sql import migrations
 
 pytestmark = pytest.mark.postgres
 
@@ -25,8 +27,8 @@ ALL = [name for name, _ in migrations()]
 async def test_migrations_apply_in_order_then_nothing(pg_empty_dsn: str) -> None:
     store = await PostgresStore.connect(pg_empty_dsn)
     try:
-        assert await store.migrate() == ALL
-        assert await store.migrate() == []
+        assert list((await migrate(store.database)).applied) == ALL
+        assert list((await migrate(store.database)).applied) == []
     finally:
         await store.close()
     assert sorted(ALL) == ALL
@@ -36,10 +38,10 @@ async def test_migrations_apply_in_order_then_nothing(pg_empty_dsn: str) -> None
 async def test_concurrent_migrators_take_turns(pg_empty_dsn: str) -> None:
     stores = [await PostgresStore.connect(pg_empty_dsn) for _ in range(4)]
     try:
-        results = await asyncio.gather(*(s.migrate() for s in stores))
+        results = await asyncio.gather(*(migrate(s.database) for s in stores))
     finally:
         await asyncio.gather(*(s.close() for s in stores))
-    applied = [name for result in results for name in result]
+    applied = [name for result in results for name in result.applied]
     assert sorted(applied) == ALL  # each migration applied exactly once, by one of them
     conn = await asyncpg.connect(pg_empty_dsn)
     try:
@@ -83,7 +85,7 @@ async def test_migrations_adopt_an_existing_host_installation(pg_empty_dsn: str)
 
     store = await PostgresStore.connect(pg_empty_dsn)
     try:
-        assert await store.migrate() == ALL
+        assert list((await migrate(store.database)).applied) == ALL
     finally:
         await store.close()
     conn = await asyncpg.connect(pg_empty_dsn)

@@ -10,17 +10,16 @@ from importlib import resources
 import pytest
 
 from reaper.core.domain import FLEET_PROJECT_ID
-from reaper.jobqueue.catalog import Catalog, IndexEntry, ProjectTable
-from reaper.jobqueue.schema import function_body, plan
-from reaper.jobqueue.sql import MIGRATE, migrations
-from reaper.jobqueue.steps import (
+from reaper.schema.catalog import Catalog, IndexEntry, ProjectTable
+from reaper.schema.plan import function_body, plan
+from reaper.schema.sql import GRANTS, MIGRATE, migrations
+from reaper.schema.steps import (
     MIGRATIONS,
     OUTBOX_MIGRATIONS,
-    ColumnAdded,
-    ColumnExists,
     FunctionInPlace,
+    InCatalog,
     IndexValid,
-    TableExists,
+    Part,
     TriggerInPlace,
 )
 
@@ -30,12 +29,11 @@ FLEET = f"'{FLEET_PROJECT_ID}'"
 def complete_catalog() -> Catalog:
     """A database where every declared step is in place and every migration recorded."""
     steps = [s for m in MIGRATIONS for s in m.steps]
-    tables = {s.check.table for s in steps if isinstance(s.check, TableExists)}
+    held = [s.check for s in steps if isinstance(s.check, InCatalog)]
+    tables = {c.table for c in held if c.part is Part.TABLE}
     return Catalog(
         tables=frozenset({*tables, "reaper_migration"}),
-        columns=frozenset(
-            (s.check.table, s.check.column) for s in steps if isinstance(s.check, ColumnExists)
-        ),
+        columns=frozenset((c.table, c.name) for c in held if c.part is Part.COLUMN),
         indexes=tuple(
             IndexEntry(s.check.table, s.check.name, True, s.check.unique, s.check.columns)
             for s in steps
@@ -64,13 +62,15 @@ def test_every_statement_of_every_migration_is_one_declared_step_in_file_order()
 
 
 def test_every_named_statement_is_described() -> None:
-    texts = [resources.files("reaper.jobqueue.sql").joinpath("migrate.sql").read_text()]
-    folder = resources.files("reaper.jobqueue.sql").joinpath("migrations")
+    sql_files = resources.files("reaper.schema.sql")
+    texts = [sql_files.joinpath(f).read_text() for f in ("migrate.sql", "grants.sql")]
+    folder = sql_files.joinpath("migrations")
     texts += [f.read_text() for f in folder.iterdir() if f.name.endswith(".sql")]
-    for name, sql in [*MIGRATE.items(), *(i for _, s in migrations() for i in s.items())]:
+    named = [*MIGRATE.items(), *GRANTS.items(), *(i for _, s in migrations() for i in s.items())]
+    for name, sql in named:
         assert sql.startswith("-- "), f"{name} has no description line"
     headers = sum(len(re.findall(r"^-- name: ", t, re.MULTILINE)) for t in texts)
-    assert headers == len(MIGRATE) + sum(len(s) for _, s in migrations())
+    assert headers == len(named)
 
 
 def test_indexes_and_only_indexes_are_built_concurrently_outside_a_transaction() -> None:
@@ -243,6 +243,6 @@ def test_the_outbox_schema_is_planned_only_when_asked_and_only_what_is_missing()
     (only,) = plan(hosted, outbox=True).migrations
     assert [s.statement for s in only.statements] == ["index_job_outbox_unsent"]
     assert [s.check for m in OUTBOX_MIGRATIONS for s in m.steps][:2] == [
-        ColumnAdded("job", "dispatch_seq"),
-        ColumnAdded("job", "dispatched_at"),
+        InCatalog("job", Part.COLUMN, "dispatch_seq", with_table=False),
+        InCatalog("job", Part.COLUMN, "dispatched_at", with_table=False),
     ]

@@ -1,11 +1,9 @@
-"""The reaper's SQL: one file of named queries, the ordered migrations, and the migrator's
-own queries.
+"""The job queue's SQL: one file of named queries, and the loader of named-query files.
 
-``queries.sql`` holds every query under a ``-- name: NAME --`` header followed by a one-line
-description; :data:`QUERIES` maps each name to its text. Reading the SQL means opening one file.
-Each migration (``migrations/NNNN_*.sql``, and the optional ``outbox/*.sql``) is a file of
-named statements in the same form, which :mod:`reaper.jobqueue.schema` declares as steps;
-``migrate.sql`` (:data:`MIGRATE`) holds the queries of ``reaper db migrate`` itself.
+``queries.sql`` holds every query a pass (and the gate and ledger commands) runs, each under a
+``-- name: NAME --`` header followed by a one-line description; :data:`QUERIES` maps each name
+to its text. Reading the SQL means opening one file. The schema's migrations and the migrator's
+own queries are in :mod:`reaper.schema.sql`, in the same form.
 """
 
 from __future__ import annotations
@@ -30,36 +28,10 @@ def parse_queries(text: str) -> dict[str, str]:
 
 def load_queries(package: str = __name__, filename: str = "queries.sql") -> dict[str, str]:
     """The named queries of one file of a package (the demo keeps its seeding queries in
-    ``reaper/demo/scenario.sql``)."""
+    ``reaper/demo/scenario.sql``, the schema its own in ``reaper/schema/sql/``)."""
     return parse_queries(resources.files(package).joinpath(filename).read_text("utf-8"))
 
 
-def migrations(folder: str = "migrations") -> list[tuple[str, dict[str, str]]]:
-    """Every migration of ``folder`` as ``(name, {statement name: sql})``, in the order they
-    apply (by file name), each statement in the order of its file. ``migrations/`` is the
-    reaper's schema; ``outbox/`` the optional outbox dispatch schema (``--outbox``)."""
-    found = resources.files(__name__).joinpath(folder)
-    files = sorted((f for f in found.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
-    return [(f.name.removesuffix(".sql"), parse_queries(f.read_text("utf-8"))) for f in files]
-
-
-def without_description(sql: str) -> str:
-    """A named statement without its leading description comment and its final semicolon:
-    what is run, and shown."""
-    lines = sql.splitlines()
-    while lines and lines[0].startswith("--"):
-        lines.pop(0)
-    return "\n".join(lines).strip().removesuffix(";").rstrip()
-
-
 QUERIES: dict[str, str] = load_queries()
-MIGRATE: dict[str, str] = load_queries(filename="migrate.sql")
 
-__all__ = [
-    "MIGRATE",
-    "QUERIES",
-    "load_queries",
-    "migrations",
-    "parse_queries",
-    "without_description",
-]
+__all__ = ["QUERIES", "load_queries", "parse_queries"]

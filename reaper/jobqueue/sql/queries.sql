@@ -7,6 +7,17 @@
 -- The database's clock: what every time the host wrote is compared with.
 SELECT clock_timestamp();
 
+-- name: apply_session_settings --
+-- The reaper's session settings on a connection it borrows from a worker's pool (its own
+-- connections get them at connect): application_name ($1), work_mem ($2), jit ($3) and the
+-- statement timeout ($4).
+SELECT set_config('application_name', $1, false), set_config('work_mem', $2, false),
+       set_config('jit', $3, false), set_config('statement_timeout', $4, false);
+
+-- name: reset_session_settings --
+-- A borrowed connection goes back to the worker's pool with its own defaults.
+RESET application_name; RESET work_mem; RESET jit; RESET statement_timeout;
+
 -- name: take_turn --
 -- The fleet's turn ($1) for whoever asks first once $2 seconds have passed since it was last
 -- taken, by the database's clock: one statement, no session state, no lock held past it. A
@@ -38,29 +49,6 @@ FROM clock;
 UPDATE reaper_turn
 SET taken_at = taken_at - make_interval(secs => $4::float8)
 WHERE name = $1::text AND taken_at = $2::timestamptz AND taken_by = $3::text;
-
--- name: create_migration_table --
--- The table recording which migration files have been applied.
-CREATE TABLE IF NOT EXISTS reaper_migration (
-    name       text PRIMARY KEY,
-    applied_at timestamptz NOT NULL DEFAULT now()
-);
-
--- name: lock_migrations --
--- A session advisory lock held while migrating, so concurrent migrators take turns.
-SELECT pg_advisory_lock($1::int, $2::int);
-
--- name: unlock_migrations --
--- Release the migration lock.
-SELECT pg_advisory_unlock($1::int, $2::int);
-
--- name: applied_migrations --
--- The names of the migrations already applied.
-SELECT name FROM reaper_migration ORDER BY name;
-
--- name: record_migration --
--- Remember that a migration has been applied (in the migration's own transaction).
-INSERT INTO reaper_migration (name) VALUES ($1);
 
 -- name: expired_leases --
 -- Leased jobs past lease_expires_at + grace, oldest first, bounded; optionally one project.
@@ -693,40 +681,6 @@ SELECT $1::text, watch, key, since, counter, level FROM kept
 ON CONFLICT (scope, watch, key) DO UPDATE
 SET since = greatest(o.since, excluded.since), counter = excluded.counter,
     level = excluded.level;
-
--- name: grant_tables --
--- For each table the reaper needs ($1), its schema-qualified name (NULL: not in this
--- database) and the sequences it owns (serial or identity columns), for `reaper db grants`.
-SELECT t.name,
-       c.oid IS NOT NULL AS present,
-       n.nspname AS schema,
-       coalesce(array_agg(DISTINCT s.relname) FILTER (WHERE s.oid IS NOT NULL), '{}') AS sequences,
-       coalesce(array_agg(DISTINCT sn.nspname) FILTER (WHERE s.oid IS NOT NULL), '{}') AS sequence_schemas
-FROM unnest($1::text[]) AS t (name)
-LEFT JOIN pg_class AS c ON c.oid = to_regclass(t.name)
-LEFT JOIN pg_namespace AS n ON n.oid = c.relnamespace
-LEFT JOIN pg_depend AS d
-       ON d.refclassid = 'pg_class'::regclass AND d.refobjid = c.oid
-      AND d.classid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')
-LEFT JOIN pg_class AS s ON s.oid = d.objid AND s.relkind = 'S'
-LEFT JOIN pg_namespace AS sn ON sn.oid = s.relnamespace
-GROUP BY t.name, c.oid, n.nspname
-ORDER BY t.name;
-
--- name: role_exists --
--- Whether the role $1 exists.
-SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1::text) AS present;
-
--- name: privileges_held --
--- Whether role $1 holds each privilege: $2 the objects (schema-qualified), $3 their kinds
--- (table, sequence, schema), $4 the privileges, one each.
-SELECT o.object, o.kind, o.privilege,
-       CASE o.kind
-           WHEN 'table' THEN has_table_privilege($1::text, o.object, o.privilege)
-           WHEN 'sequence' THEN has_sequence_privilege($1::text, o.object, o.privilege)
-           ELSE has_schema_privilege($1::text, o.object, o.privilege)
-       END AS held
-FROM unnest($2::text[], $3::text[], $4::text[]) AS o (object, kind, privilege);
 
 -- name: doctor_session --
 -- What `reaper doctor` asks of its own session: who it is, the server's version, the

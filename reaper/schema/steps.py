@@ -1,36 +1,33 @@
 """The reaper's schema as ordered migrations of steps, each step one statement of its
 migration's file (``sql/migrations/NNNN_*.sql``, or the optional ``sql/outbox/*.sql``) with the
-catalog check that says whether it is needed. :mod:`reaper.jobqueue.schema` plans from these.
+catalog check that says whether it is needed. :mod:`reaper.schema.plan` plans from these.
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Final
 
-from reaper.jobqueue.sql import migrations, without_description
+from reaper.schema.sql import migrations, without_description
 
 __all__ = [
     "HOST_TABLES",
     "MIGRATIONS",
     "OUTBOX_MIGRATIONS",
     "Check",
-    "ColumnAdded",
-    "ColumnExists",
-    "ColumnNullable",
-    "ConstraintAbsent",
-    "FleetProjectExists",
-    "FleetStreamExists",
+    "FleetRow",
     "FunctionInPlace",
+    "InCatalog",
     "IndexValid",
     "Migration",
+    "Part",
     "Step",
-    "TableCreatedNow",
-    "TableExists",
     "TriggerInPlace",
     "declared_functions",
     "declared_tables",
+    "shipped_migrations",
 ]
 
 #: The host's tables (SPEC §3): whatever the reaper builds on them must not stall its traffic.
@@ -47,49 +44,36 @@ _TRUNCATE: Final = 1 << 5
 # --------------------------------------------------------------------------- checks
 
 
-@dataclass(frozen=True)
-class TableExists:
-    table: str
+class Part(Enum):
+    """What of a table the catalog shows: the table itself, a column, a column's NOT NULL, a
+    named constraint."""
+
+    TABLE = "table"
+    COLUMN = "column"
+    NOT_NULL = "NOT NULL"
+    CONSTRAINT = "constraint"
 
 
 @dataclass(frozen=True)
-class ColumnExists:
-    """The column exists on a table that existed before this run (a table this run creates
-    is created with it)."""
+class InCatalog:
+    """``table`` (or its column, NOT NULL or constraint ``name``) is in the catalog; or, where
+    not ``present``, is not (a NOT NULL to lift, a constraint to drop). Where ``with_table``,
+    a table this run creates has it already (a statement of the reaper creates the table with
+    it); a column of the host's that no statement creates with its table is added wherever it
+    is missing. A statement that fills a table this run creates checks the table too."""
 
     table: str
-    column: str
-
-
-@dataclass(frozen=True)
-class ColumnAdded:
-    """The column exists, on a table of the host's that no statement of the reaper creates
-    with it: needed wherever it is missing, the table created by this run included."""
-
-    table: str
-    column: str
-
-
-@dataclass(frozen=True)
-class ColumnNullable:
-    """The column ``table.column`` takes NULL (needed only where it exists NOT NULL)."""
-
-    table: str
-    column: str
-
-
-@dataclass(frozen=True)
-class ConstraintAbsent:
-    """The table has no constraint named ``name`` (needed only where it has one)."""
-
-    table: str
-    name: str
+    part: Part = Part.TABLE
+    name: str = ""
+    present: bool = True
+    with_table: bool = True
 
 
 @dataclass(frozen=True)
 class IndexValid:
     """The index ``name`` on ``table`` exists and is valid; or, where ``columns`` is given,
-    any valid index on exactly those plain key columns (unique, where ``unique``) serves."""
+    any valid index on exactly those plain key columns (unique, where ``unique``) serves.
+    Built ``CONCURRENTLY``, outside a transaction."""
 
     name: str
     table: str
@@ -115,35 +99,14 @@ class TriggerInPlace:
 
 
 @dataclass(frozen=True)
-class TableCreatedNow:
-    """Data that goes with a new table: needed only in the run that creates ``table``."""
+class FleetRow:
+    """The fleet's reserved project has its row: in ``ledger_stream`` (``stream``), or in every
+    host table of projects that a ``project_id`` must exist in."""
 
-    table: str
-
-
-@dataclass(frozen=True)
-class FleetStreamExists:
-    """The fleet stream has its ``ledger_stream`` row."""
+    stream: bool
 
 
-@dataclass(frozen=True)
-class FleetProjectExists:
-    """Every project table a ``project_id`` must exist in holds the fleet's project row."""
-
-
-Check = (
-    TableExists
-    | ColumnExists
-    | ColumnAdded
-    | ColumnNullable
-    | ConstraintAbsent
-    | IndexValid
-    | FunctionInPlace
-    | TriggerInPlace
-    | TableCreatedNow
-    | FleetStreamExists
-    | FleetProjectExists
-)
+Check = InCatalog | IndexValid | FunctionInPlace | TriggerInPlace | FleetRow
 
 
 @dataclass(frozen=True)
@@ -166,16 +129,20 @@ class Migration:
     steps: tuple[Step, ...]
 
 
+def _column(table: str, column: str, *, with_table: bool = True) -> InCatalog:
+    return InCatalog(table, Part.COLUMN, column, with_table=with_table)
+
+
 _DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
     "0001_job_queue": (
-        ("create_job", TableExists("job")),
-        ("add_job_max_attempts", ColumnExists("job", "max_attempts")),
-        ("add_job_finished_at", ColumnExists("job", "finished_at")),
-        ("add_job_phase", ColumnExists("job", "phase")),
-        ("create_job_dependency", TableExists("job_dependency")),
-        ("create_human_gate", TableExists("human_gate")),
-        ("add_human_gate_answered_by", ColumnExists("human_gate", "answered_by")),
-        ("add_human_gate_identity", ColumnExists("human_gate", "identity")),
+        ("create_job", InCatalog("job")),
+        ("add_job_max_attempts", _column("job", "max_attempts")),
+        ("add_job_finished_at", _column("job", "finished_at")),
+        ("add_job_phase", _column("job", "phase")),
+        ("create_job_dependency", InCatalog("job_dependency")),
+        ("create_human_gate", InCatalog("human_gate")),
+        ("add_human_gate_answered_by", _column("human_gate", "answered_by")),
+        ("add_human_gate_identity", _column("human_gate", "identity")),
         (
             "index_job_idempotency_key",
             IndexValid(
@@ -193,7 +160,7 @@ _DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
         ("index_human_gate_open", IndexValid("human_gate_open_idx", "human_gate")),
     ),
     "0002_ledger": (
-        ("create_event", TableExists("event")),
+        ("create_event", InCatalog("event")),
         ("create_refuse_ledger_change", FunctionInPlace("reaper_refuse_ledger_change()")),
         (
             "create_event_append_only",
@@ -213,10 +180,10 @@ _DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
                 _BEFORE | _TRUNCATE,
             ),
         ),
-        ("create_ledger_stream", TableExists("ledger_stream")),
-        ("continue_existing_streams", TableCreatedNow("ledger_stream")),
-        ("create_fleet_stream", FleetStreamExists()),
-        ("create_fleet_project", FleetProjectExists()),
+        ("create_ledger_stream", InCatalog("ledger_stream")),
+        ("continue_existing_streams", InCatalog("ledger_stream")),
+        ("create_fleet_stream", FleetRow(stream=True)),
+        ("create_fleet_project", FleetRow(stream=False)),
     ),
     "0003_reaper_indexes": (
         ("index_job_leased_expiry", IndexValid("job_leased_expiry_idx", "job")),
@@ -225,27 +192,30 @@ _DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
         ("index_event_sighting_latest", IndexValid("event_sighting_latest_idx", "event")),
     ),
     "0004_dead_letters": (
-        ("create_dead_letter", TableExists("dead_letter")),
+        ("create_dead_letter", InCatalog("dead_letter")),
         (
             "index_dead_letter_queue",
             IndexValid("dead_letter_queue_idx", "dead_letter", columns=("queue",)),
         ),
     ),
     "0005_dispatch_pointers": (
-        ("add_dead_letter_disposition", ColumnExists("dead_letter", "disposition")),
-        ("let_dead_letter_job_id_be_null", ColumnNullable("dead_letter", "job_id")),
+        ("add_dead_letter_disposition", _column("dead_letter", "disposition")),
+        (
+            "let_dead_letter_job_id_be_null",
+            InCatalog("dead_letter", Part.NOT_NULL, "job_id", present=False),
+        ),
         (
             "drop_dead_letter_job_id_unique",
-            ConstraintAbsent("dead_letter", "dead_letter_job_id_key"),
+            InCatalog("dead_letter", Part.CONSTRAINT, "dead_letter_job_id_key", present=False),
         ),
         (
             "index_dead_letter_job",
             IndexValid("dead_letter_job_idx", "dead_letter", columns=("job_id",)),
         ),
     ),
-    "0006_reaper_turn": (("create_reaper_turn", TableExists("reaper_turn")),),
+    "0006_reaper_turn": (("create_reaper_turn", InCatalog("reaper_turn")),),
     "0007_dead_letter_envelopes": (
-        ("add_dead_letter_envelope", ColumnExists("dead_letter", "envelope")),
+        ("add_dead_letter_envelope", _column("dead_letter", "envelope")),
         ("index_dead_letter_envelope", IndexValid("dead_letter_envelope_idx", "dead_letter")),
     ),
     "0008_sighting_buckets": (
@@ -253,11 +223,11 @@ _DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
         ("index_event_sighting_latest_v2", IndexValid("event_sighting_latest_v2_idx", "event")),
     ),
     "0009_open_sightings": (
-        ("create_open_sighting", TableExists("reaper_open_sighting")),
-        ("fill_open_sightings", TableCreatedNow("reaper_open_sighting")),
+        ("create_open_sighting", InCatalog("reaper_open_sighting")),
+        ("fill_open_sightings", InCatalog("reaper_open_sighting")),
     ),
-    "0010_observations": (("create_observation", TableExists("reaper_observation")),),
-    "0011_quiet_marks": (("create_quiet_mark", TableExists("reaper_quiet_mark")),),
+    "0010_observations": (("create_observation", InCatalog("reaper_observation")),),
+    "0011_quiet_marks": (("create_quiet_mark", InCatalog("reaper_quiet_mark")),),
     "0012_reading_gates_and_ledger": (
         ("index_human_gate_job", IndexValid("human_gate_job_idx", "human_gate")),
         ("index_event_created", IndexValid("event_created_idx", "event")),
@@ -271,9 +241,9 @@ _DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
 #: The optional outbox dispatch schema (``reaper db migrate --outbox``), by migration name.
 _OUTBOX: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
     "outbox_dispatch": (
-        ("add_job_dispatch_seq", ColumnAdded("job", "dispatch_seq")),
-        ("add_job_dispatched_at", ColumnAdded("job", "dispatched_at")),
-        ("create_job_outbox", TableExists("job_outbox")),
+        ("add_job_dispatch_seq", _column("job", "dispatch_seq", with_table=False)),
+        ("add_job_dispatched_at", _column("job", "dispatched_at", with_table=False)),
+        ("create_job_outbox", InCatalog("job_outbox")),
         ("index_job_outbox_unsent", IndexValid("job_outbox_unsent_idx", "job_outbox")),
     ),
 }
@@ -309,9 +279,9 @@ def declared_tables() -> tuple[str, ...]:
     found: dict[str, None] = {}
     for migration in (*MIGRATIONS, *OUTBOX_MIGRATIONS):
         for step in migration.steps:
-            table = getattr(step.check, "table", None)
-            if isinstance(table, str):
-                found[table] = None
+            match step.check:
+                case InCatalog(table) | IndexValid(table=table) | TriggerInPlace(table):
+                    found[table] = None
     return tuple(found)
 
 
@@ -323,3 +293,8 @@ def declared_functions() -> tuple[str, ...]:
         for s in m.steps
         if isinstance(s.check, FunctionInPlace)
     )
+
+
+def shipped_migrations() -> list[str]:
+    """The reaper's own migrations, in order (the outbox's are optional)."""
+    return [m.name for m in MIGRATIONS]

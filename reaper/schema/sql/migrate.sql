@@ -1,4 +1,4 @@
--- The queries of `reaper db migrate` (reaper/jobqueue/migrations.py): taking turns, the
+-- The queries of `reaper db migrate` (reaper/schema/migrations.py): taking turns, the
 -- session's bounds, the catalog checks that say which declared step is needed, the records,
 -- and who holds a lock the migration waits for. The migrations' own statements are in
 -- migrations/NNNN_*.sql. Catalog reads take no lock on any table of the host's.
@@ -30,6 +30,20 @@ RESET application_name;
 -- name: set_local_lock_timeout --
 -- Bound every lock wait of one migration's transaction (the milliseconds are filled in).
 SET LOCAL lock_timeout = '{milliseconds}ms';
+
+-- name: script_session --
+-- A dry run's script first bounds its session as begin_migrating does (the milliseconds are
+-- filled in).
+SET lock_timeout = '{milliseconds}ms';
+SET statement_timeout = 0;
+
+-- name: script_begin --
+-- A dry run's script opens one migration's transaction (set_local_lock_timeout follows).
+BEGIN;
+
+-- name: script_commit --
+-- A dry run's script commits one migration's transaction.
+COMMIT;
 
 -- name: create_migration_table --
 -- The table recording which migrations have been applied.

@@ -1,5 +1,5 @@
 """What the database already holds, as ``reaper db migrate`` needs to know it: one snapshot of
-the catalog, read before anything is changed, from which :func:`reaper.jobqueue.schema.plan`
+the catalog, read before anything is changed, from which :func:`reaper.schema.plan.plan`
 decides which declared step is needed.
 
 Reading it takes no lock on a table of the host's: the catalog answers from ``pg_class``,
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from reaper.core.domain import FLEET_PROJECT_ID
-from reaper.jobqueue.database import Connection
-from reaper.jobqueue.sql import MIGRATE
+from reaper.jobqueue.database import Connection, Database
+from reaper.schema.sql import MIGRATE
 
 __all__ = [
     "FLEET_PROJECT_LITERAL",
@@ -25,6 +25,7 @@ __all__ = [
     "Catalog",
     "IndexEntry",
     "ProjectTable",
+    "applied_migrations",
     "read_catalog",
 ]
 
@@ -153,3 +154,9 @@ async def _project_tables(conn: Connection, host_tables: Sequence[str]) -> tuple
             )
         )
     return tuple(found)
+
+
+async def applied_migrations(database: Database) -> set[str]:
+    """The migrations recorded as applied (``reaper doctor``; the table must exist)."""
+    async with database.session("reading which migrations are applied") as conn:
+        return {r["name"] for r in await conn.fetch(MIGRATE["recorded_migrations"])}

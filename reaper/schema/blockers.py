@@ -20,7 +20,7 @@ from typing import Final
 
 from reaper.errors import StoreUnavailable
 from reaper.jobqueue.database import Connection, Database, Record
-from reaper.jobqueue.sql import MIGRATE
+from reaper.schema.sql import MIGRATE
 
 __all__ = ["BlockingSession", "LockWatch"]
 

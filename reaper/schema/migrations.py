@@ -1,21 +1,11 @@
-"""``reaper db migrate``, online: the shipped schema (:mod:`reaper.jobqueue.schema`) applied to a
-live host's tables without stalling its traffic (SPEC §3, §10).
-
-- **Only what is needed.** The catalog is read first (:mod:`reaper.jobqueue.catalog`) and
-  every step whose work is already in place is skipped: on a database whose schema is there,
-  migrating takes no lock on any table of the host's.
-- **No long lock.** Every lock wait is bounded by a short ``lock_timeout``. The transactional
-  steps of one migration run in one transaction (``SET LOCAL lock_timeout``); indexes are built
-  ``CONCURRENTLY``, outside a transaction, and one left invalid by an interrupted build is
-  dropped and built again.
-- **Stop, don't stall.** A lock that cannot be had in time is tried again after a short pause,
-  unless the transaction that held it is still open (a long transaction is reported, not
-  waited for). Then the run stops with :class:`~reaper.errors.MigrationStopped` naming the
-  blocking session (:mod:`reaper.jobqueue.blockers`), having changed nothing half-way: the
-  migration's transaction rolled back, an interrupted build's index dropped (or left invalid,
-  rebuilt by the next run), and the migration not recorded.
-- **Recorded once in place.** A migration is recorded (``reaper_migration``) once the catalog
-  shows every step of it in place. Migrators take turns on an advisory lock.
+"""``reaper db migrate``, online (SPEC §3, §10): the plan of :mod:`reaper.schema.plan` run on a
+live host's tables without stalling their traffic. Only what the catalog
+(:mod:`reaper.schema.catalog`) shows missing runs; every lock wait is bounded by a short
+``lock_timeout``; a lock not had in time is tried again after a pause unless its holder's
+transaction is still open, and then the run stops with :class:`~reaper.errors.MigrationStopped`
+naming the blockers (:mod:`reaper.schema.blockers`), having changed nothing half-way. A
+migration is recorded once the catalog shows every step of it in place; migrators take turns on
+an advisory lock. ``docs/architecture.md`` ("Online migrations") tells the whole run.
 """
 
 from __future__ import annotations
@@ -26,8 +16,6 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from reaper.errors import MigrationStopped, scrub
-from reaper.jobqueue.blockers import BlockingSession, LockWatch
-from reaper.jobqueue.catalog import Catalog, read_catalog
 from reaper.jobqueue.database import (
     Connection,
     Database,
@@ -37,7 +25,9 @@ from reaper.jobqueue.database import (
     is_lock_timeout,
     is_row_failure,
 )
-from reaper.jobqueue.schema import (
+from reaper.schema.blockers import BlockingSession, LockWatch
+from reaper.schema.catalog import Catalog, read_catalog
+from reaper.schema.plan import (
     IndexBuild,
     MigrationPlan,
     PlannedStatement,
@@ -46,8 +36,8 @@ from reaper.jobqueue.schema import (
     plan,
     plan_migration,
 )
-from reaper.jobqueue.sql import MIGRATE
-from reaper.jobqueue.steps import (
+from reaper.schema.sql import MIGRATE
+from reaper.schema.steps import (
     HOST_TABLES,
     MIGRATIONS,
     OUTBOX_MIGRATIONS,

@@ -1,6 +1,6 @@
 -- 0001: the host system's job queue tables (SPEC §3).
 --
--- An existing installation already has them: `reaper/jobqueue/schema.py` declares, for each
+-- An existing installation already has them: `reaper/schema/steps.py` declares, for each
 -- statement below, the catalog check that says whether it is needed, and `reaper db migrate`
 -- runs only what is missing. Statements on host tables that take a lock the host's traffic
 -- would feel run in one transaction under a short lock_timeout; indexes are built

@@ -17,7 +17,7 @@ from typing import Final
 
 from reaper.errors import StoreUnavailable
 from reaper.jobqueue.database import Database
-from reaper.jobqueue.sql import QUERIES
+from reaper.schema.sql import GRANTS
 
 __all__ = ["NEEDED", "Grant", "Privilege", "TableNeed", "grants_for", "privileges_held"]
 
@@ -124,7 +124,7 @@ async def grants_for(database: Database, role: str) -> list[Grant]:
     check_role(role)
     who = quote_ident(role)
     async with database.session("reading which tables the reaper needs") as conn:
-        rows = await conn.fetch(QUERIES["grant_tables"], [n.table for n in NEEDED])
+        rows = await conn.fetch(GRANTS["grant_tables"], [n.table for n in NEEDED])
     found = {r["name"]: r for r in rows}
     missing = [n.table for n in NEEDED if not n.optional and not found[n.table]["present"]]
     if missing:
@@ -174,7 +174,7 @@ async def grants_for(database: Database, role: str) -> list[Grant]:
 
 async def role_exists(database: Database, role: str) -> bool:
     async with database.session("looking the role up") as conn:
-        return bool(await conn.fetchval(QUERIES["role_exists"], role))
+        return bool(await conn.fetchval(GRANTS["role_exists"], role))
 
 
 async def apply_grants(database: Database, grants: Sequence[Grant]) -> None:
@@ -190,7 +190,7 @@ async def privileges_held(
     """Whether ``role`` holds each privilege, as PostgreSQL's ``has_*_privilege`` says."""
     async with database.session("checking the reaper's privileges") as conn:
         rows = await conn.fetch(
-            QUERIES["privileges_held"],
+            GRANTS["privileges_held"],
             role,
             [p.object for p in privileges],
             [p.kind for p in privileges],

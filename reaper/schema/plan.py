@@ -1,6 +1,6 @@
 """The plan: what ``reaper db migrate`` would run on a database as its
-:class:`~reaper.jobqueue.catalog.Catalog` shows it, from the steps of
-:mod:`reaper.jobqueue.steps`. Pure: no I/O.
+:class:`~reaper.schema.catalog.Catalog` shows it, from the steps of
+:mod:`reaper.schema.steps`. Pure: no I/O.
 
 Each step names one statement of its migration's file (``sql/migrations/NNNN_*.sql``). A step
 whose check finds its work already done is skipped, so a database whose schema is in place is
@@ -16,23 +16,18 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from reaper.jobqueue.catalog import FLEET_PROJECT_LITERAL, RECORD_TABLE, Catalog
-from reaper.jobqueue.sql import MIGRATE, without_description
-from reaper.jobqueue.steps import (
+from reaper.schema.catalog import FLEET_PROJECT_LITERAL, RECORD_TABLE, Catalog
+from reaper.schema.sql import MIGRATE, without_description
+from reaper.schema.steps import (
     MIGRATIONS,
     OUTBOX_MIGRATIONS,
-    ColumnAdded,
-    ColumnExists,
-    ColumnNullable,
-    ConstraintAbsent,
-    FleetProjectExists,
-    FleetStreamExists,
+    FleetRow,
     FunctionInPlace,
+    InCatalog,
     IndexValid,
     Migration,
+    Part,
     Step,
-    TableCreatedNow,
-    TableExists,
     TriggerInPlace,
 )
 
@@ -46,6 +41,7 @@ __all__ = [
     "function_body",
     "plan",
     "plan_migration",
+    "script",
 ]
 
 #: A declared index name: plain, so safe to put into a statement as it is.
@@ -154,22 +150,9 @@ def _needed(step: Step, catalog: Catalog) -> list[tuple[str, str]]:
     """``(sql, reason)`` for each statement this step needs (none: it is in place)."""
     check, sql = step.check, step.sql
     match check:
-        case TableExists(table):
-            if table not in catalog.tables:
-                return [(sql, f"table {table} does not exist")]
-        case ColumnExists(table, column):
-            # a table this run creates has the column already
-            if table in catalog.tables and (table, column) not in catalog.columns:
-                return [(sql, f"column {table}.{column} does not exist")]
-        case ColumnAdded(table, column):
-            if (table, column) not in catalog.columns:
-                return [(sql, f"column {table}.{column} does not exist")]
-        case ColumnNullable(table, column):
-            if (table, column) in catalog.not_null:
-                return [(sql, f"column {table}.{column} is NOT NULL")]
-        case ConstraintAbsent(table, name):
-            if (table, name) in catalog.constraints:
-                return [(sql, f"table {table} has constraint {name}")]
+        case InCatalog():
+            missing = _missing(check, catalog)
+            return [] if missing is None else [(sql, missing)]
         case FunctionInPlace(signature):
             body = catalog.functions.get(signature)
             if body is None:
@@ -182,13 +165,10 @@ def _needed(step: Step, catalog: Catalog) -> list[tuple[str, str]]:
                 return [(sql, f"trigger {name} on {table} does not exist")]
             if found != (function, fires):
                 return [(sql, f"trigger {name} on {table} is not the one this version ships")]
-        case TableCreatedNow(table):
-            if table not in catalog.tables:
-                return [(sql, f"table {table} is created by this run")]
-        case FleetStreamExists():
+        case FleetRow(stream=True):
             if not catalog.fleet_stream:
                 return [(sql, "the fleet stream has no ledger_stream row")]
-        case FleetProjectExists():
+        case FleetRow(stream=False):
             return [
                 (
                     sql.format(table=t.table, column=t.column, fleet=FLEET_PROJECT_LITERAL),
@@ -197,7 +177,26 @@ def _needed(step: Step, catalog: Catalog) -> list[tuple[str, str]]:
                 for t in catalog.project_tables
                 if not t.has_fleet_row and not t.required_columns
             ]
-    return []
+    return []  # in place (an index is planned as a build, not here)
+
+
+def _missing(check: InCatalog, catalog: Catalog) -> str | None:
+    """Why the catalog does not show ``check`` as it should be; None when it does."""
+    table, name = check.table, check.name
+    if check.part is Part.TABLE:
+        return None if table in catalog.tables else f"table {table} does not exist"
+    if check.with_table and table not in catalog.tables:
+        return None  # the table this run creates has it already
+    if check.part is Part.COLUMN:
+        there = (table, name) in catalog.columns
+        what = f"column {table}.{name} {'does not exist' if check.present else 'exists'}"
+    elif check.part is Part.NOT_NULL:
+        there = (table, name) in catalog.not_null
+        what = f"column {table}.{name} is {'not ' if check.present else ''}NOT NULL"
+    else:
+        there = (table, name) in catalog.constraints
+        what = f"table {table} {'has no' if check.present else 'has'} constraint {name}"
+    return None if there == check.present else what
 
 
 def _index_build(
@@ -267,3 +266,37 @@ def fleet_project_refusal(catalog: Catalog) -> str | None:
         )
     lines.append("Nothing was changed; run `reaper db migrate` again once the row exists.")
     return "\n".join(lines)
+
+
+def script(schema_plan: SchemaPlan, lock_timeout: float) -> str:
+    """The plan as the SQL a run would execute, in order, each statement after its reason
+    (``reaper db migrate --dry-run``)."""
+    head = "-- reaper db migrate --dry-run: nothing was run."
+    if not schema_plan.statements and not schema_plan.migrations:
+        return f"{head} The schema is up to date: nothing would run."
+    milliseconds = max(1, round(lock_timeout * 1000))
+    begin = [_sql("script_begin"), _sql("set_local_lock_timeout", milliseconds)]
+    lines = [f"{head} A run would execute these statements, in order:"]
+    lines += _sql("script_session", milliseconds).splitlines()
+    if schema_plan.record_table is not None:
+        record = schema_plan.record_table
+        lines += [f"-- {record.reason}", f"{record.sql};"]
+    for m in schema_plan.migrations:
+        lines.append(f"-- {m.name}" + ("" if m.recorded else " (not recorded yet)"))
+        if m.transactional or not m.builds:
+            lines += begin
+            for s in m.transactional:
+                lines += [f"-- {s.reason}", f"{s.sql};"]
+            if not m.recorded and not m.builds:
+                lines.append(f"-- every step in place: {m.name} is recorded as applied")
+            lines.append(_sql("script_commit"))
+        for s in m.statements[len(m.transactional) :]:
+            lines += [f"-- {s.reason} (outside a transaction)", f"{s.sql};"]
+        if m.builds and not m.recorded:
+            lines.append(f"-- every step in place: {m.name} is recorded as applied")
+    return "\n".join(lines)
+
+
+def _sql(name: str, milliseconds: int = 0) -> str:
+    """A statement of ``migrate.sql`` as a script shows it, ending with its semicolon."""
+    return without_description(MIGRATE[name]).format(milliseconds=milliseconds) + ";"
