@@ -20,9 +20,7 @@ from reaper.core.domain import (
     ClaimableHead,
     DeadLetter,
     Dispatch,
-    Gate,
     HeldLease,
-    LedgerEvent,
     SightingKey,
     Source,
     UnsentDispatch,
@@ -30,6 +28,7 @@ from reaper.core.domain import (
 )
 from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.core.observation import Observation
+from reaper.core.records import Gate, LedgerEvent
 from reaper.errors import StoreUnavailable
 
 __all__ = [

@@ -21,9 +21,7 @@ from reaper.core.domain import (
     ClaimableHead,
     DeadLetter,
     Dispatch,
-    Gate,
     HeldLease,
-    LedgerEvent,
     SightingKey,
     Source,
     UnsentDispatch,
@@ -31,6 +29,7 @@ from reaper.core.domain import (
 )
 from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.core.observation import Observation
+from reaper.core.records import Gate, LedgerEvent
 from reaper.jobqueue import (
     dead_letters,
     gates,

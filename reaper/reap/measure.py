@@ -68,7 +68,6 @@ class Reading:
     def measurements(self) -> Measurements:
         jq, br = self.job_queue, self.broker
         return Measurements(
-            leases=(),  # judged a page at a time by the lease reap
             claimable=jq.claimable if jq else None,
             queues=br.queues if br else None,
             broker=br.facts if br else None,
