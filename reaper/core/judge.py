@@ -31,7 +31,7 @@ from reaper.core.domain import (
     Verdict,
 )
 from reaper.core.head_age import group_head_age_notes
-from reaper.core.judge_queues import ceil_seconds, judge_held, judge_queue, num
+from reaper.core.judge_queues import judge_held, judge_queue, num
 
 _Row = TypeVar("_Row", ClaimableHead, UnsentDispatch)
 
@@ -148,6 +148,12 @@ def _judge_unsent(
 
 
 # --------------------------------------------------------------------------- values
+
+
+def ceil_seconds(delta: timedelta) -> float:
+    """Seconds, rounded up to the millisecond: a measurement past its threshold by any amount
+    never reads as equal to it."""
+    return -(-(delta // _MICROSECOND) // 1000) / 1000
 
 
 def _order(verdict: Verdict) -> tuple[str, ...]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
 
 from reaper.core.bounds import (
     POLICY_NOT_LISTED,
@@ -35,9 +34,7 @@ from reaper.core.head_age import head_age_unreported, num, num_value, quote
 from reaper.core.observation import Held, Stalled
 from reaper.core.values import count, finite
 
-__all__ = ["QueueJudgement", "ceil_seconds", "judge_held", "judge_queue", "num", "quote"]
-
-_MICROSECOND = timedelta(microseconds=1)
+__all__ = ["QueueJudgement", "judge_held", "judge_queue", "num", "quote"]
 
 
 @dataclass(frozen=True)
@@ -235,7 +232,6 @@ def _delivery_limit_findings(
 
 
 def _delivery_limits(bound: Bound, exchange: str | None, dead_letter: bool) -> list[_Finding]:
-    """What a known delivery limit and dead-letter exchange mean for a quorum queue."""
     if dead_letter:
         if bound.value is None or exchange is not None:
             return []
@@ -449,12 +445,3 @@ def _queue_verdict(
         trusted=False,  # a broker's queue names are not our words
         drops=drops,
     )
-
-
-# --------------------------------------------------------------------------- values
-
-
-def ceil_seconds(delta: timedelta) -> float:
-    """Seconds, rounded up to the millisecond: a measurement past its threshold by any amount
-    never reads as equal to it."""
-    return -(-(delta // _MICROSECOND) // 1000) / 1000
