@@ -22,7 +22,6 @@ from reaper.core.domain import (
     DeadLetter,
     Dispatch,
     HeldLease,
-    SightingKey,
     Source,
     UnsentDispatch,
     Verdict,
@@ -52,6 +51,7 @@ from reaper.jobqueue.port import (
     ParkedDeadLetter,
     ParkRules,
     ReplaySender,
+    SightingsRecorded,
     Turn,
 )
 from reaper.jobqueue.sql import QUERIES
@@ -208,11 +208,6 @@ class PostgresStore:
 
     # ----------------------------------------------------------------------- sightings
 
-    async def sightings_open_since(
-        self, observed: Sequence[Verdict]
-    ) -> dict[SightingKey, datetime]:
-        return await sightings.open_since(self.database, observed)
-
     async def record_sightings(
         self,
         observed: Sequence[Verdict],
@@ -221,7 +216,7 @@ class PostgresStore:
         sources_read: frozenset[Source],
         project_id: UUID | None = None,
         unread_queues: frozenset[str] = frozenset(),
-    ) -> list[Verdict]:
+    ) -> SightingsRecorded:
         return await sightings.record_sightings(
             self.database,
             observed,
