@@ -53,7 +53,6 @@ from reaper.core.judge_leases import LeaseColumns, judge_lease_page
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.lease_log import LeaseLog
 from reaper.reap.leases import LEASE_PAGE_SIZE, reap_leases
-from reaper.reap.progress import Progress
 from reaper.reap.run import run_pass
 from reaper.reap.sources import open_sources
 
@@ -166,10 +165,10 @@ async def run_reaper(dsn: str, expired: int) -> tuple[float, int]:
         await warm(conn)
         thresholds = Thresholds()
         await warm_reaper(store, thresholds)
-        log, progress = LeaseLog(), Progress()
+        log = LeaseLog()
         moving = timed(store, "move_lease_page")
         started = time.perf_counter()
-        await reap_leases(
+        reaped = await reap_leases(
             store,
             thresholds,
             NOW,
@@ -178,7 +177,6 @@ async def run_reaper(dsn: str, expired: int) -> tuple[float, int]:
             dispatch=Dispatch.POLLING,
             write=True,
             log=log,
-            progress=progress,
         )
         elapsed = time.perf_counter() - started
         MOVING_SHARE.append(sum(moving) / elapsed)
@@ -187,7 +185,8 @@ async def run_reaper(dsn: str, expired: int) -> tuple[float, int]:
         assert moved == expired == events == len(log), (moved, expired, events)
         gaps = await conn.fetchval(GAPS)
         assert gaps == 0, f"{gaps} event(s) out of place: a stream is not gapless"
-        assert not progress.unreadable and not progress.not_moved and not progress.notes
+        found = reaped.found
+        assert not found.unreadable and not found.not_moved and not found.notes
         log.close()
         return elapsed, moved
     finally:

@@ -302,7 +302,7 @@ class BrokerFacts:
 @dataclass(frozen=True)
 class DeadLetter:
     """One message read (and requeued) from a dead-letter queue, decoded by
-    ``reaper.deadletters.decode``.
+    :mod:`reaper.core.dead_letters.decode`.
 
     ``queue`` is ours: the dead-letter queue the pass read. ``message_id``, ``origin_queue``
     and ``reason`` come from properties and headers the message's publisher could write
@@ -344,10 +344,10 @@ class UnsentDispatch:
 
 @dataclass(frozen=True)
 class Measurements:
-    """Everything one pass read. A source that could not be read is ``None`` (its list is
+    """Everything one pass read but its expired leases (judged a page at a time by
+    :mod:`reaper.core.judge_leases`). A source that could not be read is ``None`` (its list is
     not empty: it is unknown), so nothing is concluded from it."""
 
-    leases: tuple[HeldLease, ...] | None = ()
     claimable: tuple[ClaimableHead, ...] | None = ()
     queues: tuple[QueueStats, ...] | None = ()
     broker: BrokerFacts | None = None
@@ -447,46 +447,3 @@ class SightingKey:
 class Judgement:
     verdicts: tuple[Verdict, ...]
     notes: tuple[str, ...] = ()
-
-
-# --------------------------------------------------------------------------- records
-
-
-@dataclass(frozen=True)
-class Gate:
-    """A ``human_gate`` row: a question a person answers (a parked job waits on it)."""
-
-    id: UUID
-    project_id: UUID
-    job_id: UUID | None
-    kind: str
-    prompt: str
-    choices: tuple[str, ...]
-    answer: str | None
-    answered_at: datetime | None
-    identity: str | None
-    created_at: datetime
-    answered_by: str | None = None
-    #: The job's later gate, when the job has been parked again since: this one answers
-    #: nothing any more (a gate answers only itself). Filled in by a listing.
-    superseded_by: UUID | None = None
-    #: The kind of the job it parks (filled in by a listing).
-    job_kind: str | None = None
-
-    @property
-    def is_open(self) -> bool:
-        return self.answered_at is None
-
-
-@dataclass(frozen=True)
-class LedgerEvent:
-    """One ledger ``event`` row: ``seq`` is gapless per ``project_id`` (its stream), and
-    ``digest`` is the sha256 of the payload's canonical JSON as written."""
-
-    project_id: UUID
-    seq: int
-    kind: str
-    payload: Mapping[str, Any]
-    digest: str
-    trusted: bool
-    created_at: datetime

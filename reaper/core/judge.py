@@ -4,11 +4,11 @@
 no I/O; given the same arguments it returns the same ``Judgement``, in the same order, whatever
 order the measurements came in.
 
-It never trusts the store or the broker to have filtered for it: a lease not yet past its grace,
-an age that cannot be measured or a timestamp in the future concludes nothing. Broker values are
-read through :mod:`reaper.core.values` and bounds through :mod:`reaper.core.bounds`, so judging
-is total over whatever the management API lists. One queue is judged in
-:mod:`reaper.core.judge_queues`.
+It never trusts the store or the broker to have filtered for it: an age that cannot be measured
+or a timestamp in the future concludes nothing. Broker values are read through
+:mod:`reaper.core.values` and bounds through :mod:`reaper.core.bounds`, so judging is total over
+whatever the management API lists. One queue is judged in :mod:`reaper.core.judge_queues`;
+expired leases, a page at a time, in :mod:`reaper.core.judge_leases`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from reaper.core.domain import (
     Action,
     ClaimableHead,
     Condition,
-    HeldLease,
     Judgement,
     Measurements,
     Source,
@@ -32,8 +31,7 @@ from reaper.core.domain import (
     Verdict,
 )
 from reaper.core.head_age import group_head_age_notes
-from reaper.core.judge_leases import LeaseColumns, judge_lease_page
-from reaper.core.judge_queues import ceil_seconds, judge_held, judge_queue, num
+from reaper.core.judge_queues import judge_held, judge_queue, num
 
 _Row = TypeVar("_Row", ClaimableHead, UnsentDispatch)
 
@@ -59,8 +57,6 @@ def judge(measurements: Measurements, thresholds: Thresholds, now: datetime) -> 
         raise ValueError("now must be timezone-aware")
     verdicts: list[Verdict] = []
     notes: list[str] = []
-    if measurements.leases is not None:
-        verdicts.extend(_judge_leases(measurements.leases, thresholds, now))
     if measurements.claimable is not None:
         verdicts.extend(_judge_claimable(measurements.claimable, thresholds, now))
     if measurements.unsent is not None:
@@ -70,17 +66,16 @@ def judge(measurements: Measurements, thresholds: Thresholds, now: datetime) -> 
         observed = measurements.observed
         for queue in measurements.queues:
             stalled = observed.stalled.get(queue.name) if observed is not None else None
-            verdicts.extend(
-                judge_queue(
-                    queue,
-                    measurements.broker,
-                    thresholds,
-                    now_us,
-                    notes,
-                    stalled=stalled,
-                    observed=observed is not None,
-                )
+            judged = judge_queue(
+                queue,
+                measurements.broker,
+                thresholds,
+                now_us,
+                stalled=stalled,
+                observed=observed is not None,
             )
+            verdicts.extend(judged.verdicts)
+            notes.extend(judged.notes)
         if observed is not None:
             listed = {q.name for q in measurements.queues}
             verdicts.extend(judge_held(observed.held, listed, thresholds))
@@ -89,14 +84,6 @@ def judge(measurements: Measurements, thresholds: Thresholds, now: datetime) -> 
 
 
 # --------------------------------------------------------------------------- job queue
-
-
-def _judge_leases(
-    leases: Iterable[HeldLease], thresholds: Thresholds, now: datetime
-) -> Iterable[Verdict]:
-    # one rule for leases, whether judged here or a page at a time by the lease reap
-    page = LeaseColumns.of_leases(leases)
-    return judge_lease_page(page, thresholds, now).verdicts(page)
 
 
 def _oldest_per_project(rows: Iterable[_Row], since: Callable[[_Row], datetime]) -> Iterable[_Row]:
@@ -161,6 +148,12 @@ def _judge_unsent(
 
 
 # --------------------------------------------------------------------------- values
+
+
+def ceil_seconds(delta: timedelta) -> float:
+    """Seconds, rounded up to the millisecond: a measurement past its threshold by any amount
+    never reads as equal to it."""
+    return -(-(delta // _MICROSECOND) // 1000) / 1000
 
 
 def _order(verdict: Verdict) -> tuple[str, ...]:

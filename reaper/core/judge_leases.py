@@ -6,9 +6,8 @@ is most of what judging them would cost. So a page of leases arrives as plain co
 (:class:`LeaseRulings`): which rows are past their grace, which of those are poison (park) and
 which are expired (requeue), how far past, and the detail each event records. A full
 :class:`~reaper.core.domain.Verdict` is built only when something asks for one
-(:meth:`LeaseRulings.verdict`): the report, a test, the general :func:`reaper.core.judge.judge`.
-Either way the rule is this module's alone, so the paged reap and the whole-pass judge cannot
-disagree.
+(:meth:`LeaseRulings.verdict`): the report, a test. The rule for a lease is this module's
+alone: :func:`reaper.core.judge.judge` judges the rest of a pass's measurements.
 """
 
 from __future__ import annotations

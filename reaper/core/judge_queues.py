@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
 
 from reaper.core.bounds import (
     POLICY_NOT_LISTED,
+    Bound,
     consumer_timeout_bound,
     dead_letter_exchange_in_force,
     delivery_limit_bound,
@@ -34,9 +34,15 @@ from reaper.core.head_age import head_age_unreported, num, num_value, quote
 from reaper.core.observation import Held, Stalled
 from reaper.core.values import count, finite
 
-__all__ = ["ceil_seconds", "judge_held", "judge_queue", "num", "quote"]
+__all__ = ["QueueJudgement", "judge_held", "judge_queue", "num", "quote"]
 
-_MICROSECOND = timedelta(microseconds=1)
+
+@dataclass(frozen=True)
+class QueueJudgement:
+    """One queue's verdicts, and the notes on what could not be judged there."""
+
+    verdicts: tuple[Verdict, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def judge_queue(
@@ -44,38 +50,15 @@ def judge_queue(
     broker: BrokerFacts | None,
     thresholds: Thresholds,
     now_us: int,
-    notes: list[str],
     *,
     stalled: Stalled | None = None,
     observed: bool = False,
-) -> Iterable[Verdict]:
-    """One queue's verdicts. ``stalled``: what was observed of its deliveries across passes
-    (None: not stalled, or not observed); ``observed``: whether observation ran this pass."""
+) -> QueueJudgement:
+    """One queue's verdicts and notes. ``stalled``: what was observed of its deliveries across
+    passes (None: not stalled, or not observed); ``observed``: whether observation ran."""
     owned = is_owned_queue(queue.name, thresholds)
     dead_letter = is_dead_letter_queue(queue.name, thresholds)
-    found: list[Verdict] = []
-
-    unbounded: list[_Finding] = []
-    if owned:
-        if queue.counts_known:
-            timeout = _no_consumer_timeout(queue, broker, thresholds, notes, dead_letter)
-            unbounded.extend([timeout] if timeout is not None else [])
-        unbounded.extend(_delivery_limit_findings(queue, broker, dead_letter, notes))
-    if unbounded:
-        first = unbounded[0]
-        found.append(
-            _queue_verdict(
-                queue,
-                Condition.UNBOUNDED,
-                Action.SURFACE,
-                measured=first.measured,
-                threshold=first.threshold,
-                unit=first.unit,
-                detail="; ".join(finding.detail for finding in unbounded),
-                drops=any(finding.drops for finding in unbounded),
-            )
-        )
-
+    found, notes = _unbounded(queue, broker, thresholds, owned, dead_letter)
     if not queue.counts_known:
         # Listed before its statistics arrived: the zeros are not a measurement. On a running
         # queue that is a new one, or one whose leader just moved (its statistics restart there).
@@ -83,7 +66,7 @@ def judge_queue(
             f"queue {quote(queue.name)} is listed without statistics yet (a new queue, or one "
             "whose leader just moved); its counts are not measured"
         )
-        return found
+        return QueueJudgement(tuple(found), tuple(notes))
     unacked = count(queue.messages_unacknowledged)
     if unacked > 0 and count(queue.consumers) == 0:
         why = get_holder_unseen(queue, broker)
@@ -102,35 +85,76 @@ def judge_queue(
                 ),
             )
         )
-
     if not dead_letter:
-        stale = _stale_ready(queue, broker, thresholds, now_us, notes, stalled, observed)
-        if stale is not None:
-            found.append(stale)
+        stale, said = _stale_ready(queue, broker, thresholds, now_us, stalled, observed)
+        found.extend([stale] if stale is not None else [])
+        notes.extend(said)
     else:
-        depth = count(queue.messages_ready) + unacked
-        if depth >= thresholds.dead_letter_min_depth:
-            found.append(
-                _queue_verdict(
-                    queue,
-                    Condition.DEAD_LETTER,
-                    Action.PARK if owned else Action.SURFACE,
-                    measured=depth,
-                    threshold=thresholds.dead_letter_min_depth,
-                    unit=Unit.MESSAGES,
-                    detail=(
-                        f"{depth} dead letter(s), at or above dead_letter_min_depth "
-                        f"{thresholds.dead_letter_min_depth}: "
-                        + (
-                            "owned, park each as a bus.dead_letter job once reading is proven "
-                            "safe; never deleted"
-                            if owned
-                            else "foreign, surfaced only: never read, never touched"
-                        )
-                    ),
+        found.extend(_dead_letters(queue, thresholds, owned, unacked))
+    return QueueJudgement(tuple(found), tuple(notes))
+
+
+def _unbounded(
+    queue: QueueStats,
+    broker: BrokerFacts | None,
+    thresholds: Thresholds,
+    owned: bool,
+    dead_letter: bool,
+) -> tuple[list[Verdict], list[str]]:
+    """An owned queue's missing bounds, as one ``unbounded`` verdict naming them all."""
+    if not owned:
+        return [], []
+    unbounded: list[_Finding] = []
+    notes: list[str] = []
+    if queue.counts_known:
+        timeout, said = _no_consumer_timeout(queue, broker, thresholds, dead_letter)
+        unbounded.extend([timeout] if timeout is not None else [])
+        notes.extend(said)
+    limits, said = _delivery_limit_findings(queue, broker, dead_letter)
+    unbounded.extend(limits)
+    notes.extend(said)
+    if not unbounded:
+        return [], notes
+    first = unbounded[0]
+    verdict = _queue_verdict(
+        queue,
+        Condition.UNBOUNDED,
+        Action.SURFACE,
+        measured=first.measured,
+        threshold=first.threshold,
+        unit=first.unit,
+        detail="; ".join(finding.detail for finding in unbounded),
+        drops=any(finding.drops for finding in unbounded),
+    )
+    return [verdict], notes
+
+
+def _dead_letters(
+    queue: QueueStats, thresholds: Thresholds, owned: bool, unacked: int
+) -> list[Verdict]:
+    depth = count(queue.messages_ready) + unacked
+    if depth < thresholds.dead_letter_min_depth:
+        return []
+    return [
+        _queue_verdict(
+            queue,
+            Condition.DEAD_LETTER,
+            Action.PARK if owned else Action.SURFACE,
+            measured=depth,
+            threshold=thresholds.dead_letter_min_depth,
+            unit=Unit.MESSAGES,
+            detail=(
+                f"{depth} dead letter(s), at or above dead_letter_min_depth "
+                f"{thresholds.dead_letter_min_depth}: "
+                + (
+                    "owned, park each as a bus.dead_letter job once reading is proven "
+                    "safe; never deleted"
+                    if owned
+                    else "foreign, surfaced only: never read, never touched"
                 )
-            )
-    return found
+            ),
+        )
+    ]
 
 
 @dataclass(frozen=True)
@@ -146,20 +170,17 @@ def _no_consumer_timeout(
     queue: QueueStats,
     broker: BrokerFacts | None,
     thresholds: Thresholds,
-    notes: list[str],
     dead_letter: bool = False,
-) -> _Finding | None:
+) -> tuple[_Finding | None, list[str]]:
     unacked = count(queue.messages_unacknowledged)
     bound = consumer_timeout_bound(queue, broker)
     if not bound.known:
         if unacked > 0:
-            notes.append(
-                f"consumer timeout of queue {quote(queue.name)} not known ({bound.source}); "
-                "not judged"
-            )
-        return None
+            note = f"consumer timeout of queue {quote(queue.name)} not known ({bound.source})"
+            return None, [f"{note}; not judged"]
+        return None, []
     if bound.value is not None:
-        return None
+        return None, []
     fix = (
         f"; fix: {bound.fix}: {thresholds.consumer_timeout_seconds * 1000} "
         f"(consumer_timeout_seconds {thresholds.consumer_timeout_seconds} in ms)"
@@ -172,7 +193,7 @@ def _no_consumer_timeout(
         # observation across passes is the only guard (SPEC §4). A dead-letter queue has no
         # consumer of ours (the reaper reads it over HTTP): nothing to bound.
         if bound.enforced or dead_letter:
-            return None
+            return None, []
         return _Finding(
             0,
             None,
@@ -180,35 +201,37 @@ def _no_consumer_timeout(
             f"no consumer timeout can be in force on queue {quote(queue.name)} "
             f"({bound.source}): the guard is the reaper's own observation across passes, "
             "which reports a consumer that holds deliveries without acknowledging" + fix,
-        )
+        ), []
     return _Finding(
         unacked,
         None,
         Unit.MESSAGES,
         f"{unacked} unacknowledged message(s) on queue {quote(queue.name)} and no consumer "
         f"timeout is in force ({bound.source}): a hung handler holds them forever" + fix,
-    )
+    ), []
 
 
 def _delivery_limit_findings(
-    queue: QueueStats, broker: BrokerFacts | None, dead_letter: bool, notes: list[str]
-) -> list[_Finding]:
+    queue: QueueStats, broker: BrokerFacts | None, dead_letter: bool
+) -> tuple[list[_Finding], list[str]]:
     if queue.kind != "quorum":
-        return []  # a delivery limit binds only quorum queues
+        return [], []  # a delivery limit binds only quorum queues
     bound = delivery_limit_bound(queue, broker)
     if not bound.known:
-        notes.append(
+        return [], [
             f"delivery limit of quorum queue {quote(queue.name)} not known ({bound.source}); "
             "poison bound not judged"
-        )
-        return []
+        ]
     exchange = dead_letter_exchange_in_force(queue)
     if exchange is None and bound.value is not None and not queue.policy_known:
-        notes.append(
+        return [], [
             f"dead-letter exchange of quorum queue {quote(queue.name)} not known "
             f"({POLICY_NOT_LISTED}); poison bound not judged"
-        )
-        return []
+        ]
+    return _delivery_limits(bound, exchange, dead_letter), []
+
+
+def _delivery_limits(bound: Bound, exchange: str | None, dead_letter: bool) -> list[_Finding]:
     if dead_letter:
         if bound.value is None or exchange is not None:
             return []
@@ -254,57 +277,53 @@ def _stale_ready(
     broker: BrokerFacts | None,
     thresholds: Thresholds,
     now_us: int,
-    notes: list[str],
     stalled: Stalled | None,
     observed: bool,
-) -> Verdict | None:
+) -> tuple[Verdict | None, list[str]]:
     if count(queue.messages_ready) <= 0:
-        return None
+        return None, []
     if count(queue.consumers) != 0:
-        return _wedged(queue, thresholds, stalled)
+        return _wedged(queue, thresholds, stalled), []
     timestamp = finite(queue.head_message_timestamp)
     if timestamp is None:
+        notes: list[str] = []
         if stalled is not None:
             # No head timestamp, but nothing delivered and nothing gone since a pass first
             # saw it: its head message has waited at least that long.
-            found = _stale_head(queue, thresholds, stalled.seconds, notes, lower_bound=True)
+            found, notes = _stale_head(queue, thresholds, stalled.seconds, lower_bound=True)
             if found is not None:
-                return found
+                return found, notes
         # An unmeasurable age is not old; say so on every broker that cannot tell, never guess.
         note = head_age_unreported(queue, broker, stalled, observed)
-        notes.extend([note] if note is not None else [])
-        return None
+        return None, notes + ([note] if note is not None else [])
     age_us = now_us - math.floor(timestamp * 1_000_000)
     if age_us == 0:
-        return None
+        return None, []
     if age_us < 0:
-        notes.append(
+        return None, [
             f"head-message timestamp of queue {quote(queue.name)} is in the future (a "
             "publisher's clock, or a timestamp not in seconds); stale-ready not measured"
-        )
-        return None
+        ]
     age = -(-age_us // 1000) / 1000  # rounded up to the millisecond
-    return _stale_head(queue, thresholds, age, notes, lower_bound=False)
+    return _stale_head(queue, thresholds, age, lower_bound=False)
 
 
 def _stale_head(
     queue: QueueStats,
     thresholds: Thresholds,
     age: float,
-    notes: list[str],
     *,
     lower_bound: bool,
-) -> Verdict | None:
+) -> tuple[Verdict | None, list[str]]:
     """A queue with no consumer whose head message has waited ``age`` seconds (at least, when
     ``lower_bound``: measured across passes)."""
     if is_consumerless_queue(queue.name, thresholds):
         ttl = message_ttl_ms(queue)
         if ttl is None and not queue.policy_known:
-            notes.append(
+            return None, [
                 f"message TTL of consumerless queue {quote(queue.name)} not known "
                 f"({POLICY_NOT_LISTED}); stale-ready not judged"
-            )
-            return None
+            ]
         if ttl is not None:
             slack = thresholds.consumerless_slack_seconds
             limit: float | int = num_value((ttl + slack * 1000) / 1000)
@@ -322,7 +341,7 @@ def _stale_head(
         limit = thresholds.stale_ready_seconds
         why = f"more than stale_ready_seconds {limit}"
     if not age > limit:
-        return None
+        return None, []
     waiting = (
         f"head message waiting at least {num(age)}s with no consumer (nothing delivered from "
         "the queue and no ready message gone since a pass first saw it; the broker reports no "
@@ -330,7 +349,7 @@ def _stale_head(
         if lower_bound
         else f"head message waiting {num(age)}s with no consumer"
     )
-    return _queue_verdict(
+    verdict = _queue_verdict(
         queue,
         Condition.STALE_READY,
         Action.SURFACE,
@@ -339,6 +358,7 @@ def _stale_head(
         unit=Unit.SECONDS,
         detail=f"{waiting}: {why}",
     )
+    return verdict, []
 
 
 def _wedged(queue: QueueStats, thresholds: Thresholds, stalled: Stalled | None) -> Verdict | None:
@@ -425,12 +445,3 @@ def _queue_verdict(
         trusted=False,  # a broker's queue names are not our words
         drops=drops,
     )
-
-
-# --------------------------------------------------------------------------- values
-
-
-def ceil_seconds(delta: timedelta) -> float:
-    """Seconds, rounded up to the millisecond: a measurement past its threshold by any amount
-    never reads as equal to it."""
-    return -(-(delta // _MICROSECOND) // 1000) / 1000

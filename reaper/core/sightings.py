@@ -2,7 +2,7 @@
 
 A surfaced condition is recorded when first seen and again only after it has cleared. A
 sighting is identified by its :class:`SightingRef` (the ledger stream it lives on and its
-:class:`~reaper.domain.SightingKey`); it is open while the latest record for that ref is a
+:class:`~reaper.core.domain.SightingKey`); it is open while the latest record for that ref is a
 ``surface`` record, and closed by a ``cleared`` record. An open sighting that this pass did
 not observe is cleared only if its source was read (and, for the job queue, only within the
 project the pass measured; for the broker, only if its queue was measured): a source or a

@@ -17,7 +17,8 @@ from typing import Final
 from uuid import UUID
 
 from reaper.config import Settings
-from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Gate
+from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED
+from reaper.core.records import Gate
 from reaper.errors import ReaperError, StoreUnavailable
 from reaper.jobqueue.port import GateCount, JobQueue, ParkedDeadLetter
 from reaper.reap.dead_letters import DeadLetterOutcome

@@ -12,7 +12,8 @@ from uuid import UUID
 
 from reaper.config import LoadedConfig
 from reaper.core.dead_letters import quote_untrusted
-from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, LedgerEvent
+from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED
+from reaper.core.records import LedgerEvent
 from reaper.edges.gate_views import (
     GateView,
     by_job,

@@ -17,7 +17,8 @@ from typing import Final
 from uuid import UUID
 
 from reaper.core.dead_letters import decoded_body, quote_untrusted, replay_decision
-from reaper.core.domain import GATE_BUS_DEAD_LETTERED, Gate
+from reaper.core.domain import GATE_BUS_DEAD_LETTERED
+from reaper.core.records import Gate
 from reaper.edges.gates import short_id
 from reaper.errors import GateError
 from reaper.jobqueue.port import ParkedDeadLetter

@@ -32,7 +32,8 @@ from uuid import UUID
 
 from reaper.config import Settings
 from reaper.core.dead_letters import decoded_body, quote_untrusted, replay_decision
-from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Dispatch, Gate
+from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Dispatch
+from reaper.core.records import Gate
 from reaper.errors import BrokerUnavailable, GateError, StoreUnavailable
 from reaper.jobqueue.port import JobQueue, ParkedDeadLetter
 from reaper.jobqueue.rules import (

@@ -8,7 +8,8 @@ import json
 from datetime import datetime
 from typing import TextIO
 
-from reaper.core.domain import Gate, Verdict
+from reaper.core.domain import Verdict
+from reaper.core.records import Gate
 from reaper.core.values import display_number
 from reaper.edges.wording import next_step
 from reaper.reap.progress import RecordedVerdict

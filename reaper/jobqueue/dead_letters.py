@@ -24,9 +24,9 @@ from reaper.core.domain import (
     Action,
     DeadLetter,
     Dispatch,
-    Gate,
     Verdict,
 )
+from reaper.core.records import Gate
 from reaper.errors import GateError, scrub
 from reaper.jobqueue import ledger
 from reaper.jobqueue.database import (

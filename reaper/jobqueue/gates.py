@@ -21,7 +21,8 @@ from typing import Final
 from uuid import UUID
 
 from reaper.core.canonical import canonical_json, digest_of
-from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Dispatch, Gate
+from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Dispatch
+from reaper.core.records import Gate
 from reaper.errors import GateError
 from reaper.jobqueue import ledger
 from reaper.jobqueue.database import Connection, Database, Record

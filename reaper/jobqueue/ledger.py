@@ -24,7 +24,8 @@ from typing import Final
 from uuid import UUID
 
 from reaper.core.canonical import canonical_json, digest_of
-from reaper.core.domain import EVENT_KIND, LedgerEvent, Verdict
+from reaper.core.domain import EVENT_KIND, Verdict
+from reaper.core.records import LedgerEvent
 from reaper.errors import StoreUnavailable
 from reaper.jobqueue.database import Connection, Database
 from reaper.jobqueue.port import EventFilter

@@ -31,7 +31,6 @@ from reaper.core.domain import (
     DeadLetter,
     Dispatch,
     HeldLease,
-    SightingKey,
     Source,
     UnsentDispatch,
     Verdict,
@@ -45,6 +44,7 @@ from reaper.jobqueue.port import (
     LeaseMoves,
     ParkedDeadLetter,
     ParkRules,
+    SightingsRecorded,
     Turn,
 )
 from reaper.jobqueue.rules import (
@@ -248,23 +248,6 @@ class MemoryJobQueue(Records):
 
     # ----------------------------------------------------------------------- sightings
 
-    async def sightings_open_since(
-        self, observed: Sequence[Verdict]
-    ) -> dict[SightingKey, datetime]:
-        self._open()
-        wanted = sightings.observed_sightings(observed)
-        latest: dict[sightings.SightingRef, tuple[str, datetime]] = {}
-        for stream, events in self.ledger.items():
-            for event in events:
-                action = event.payload.get("action")
-                if event.kind != EVENT_KIND or action not in ("surface", "cleared"):
-                    continue
-                record = sightings.verdict_from_record(stream, event.payload, event.trusted)
-                ref = sightings.ref_of(record)
-                if ref in wanted:
-                    latest[ref] = (str(action), event.created_at)  # events are in seq order
-        return {ref.key: at for ref, (action, at) in latest.items() if action == "surface"}
-
     async def record_sightings(
         self,
         observed: Sequence[Verdict],
@@ -273,10 +256,11 @@ class MemoryJobQueue(Records):
         sources_read: frozenset[Source],
         project_id: UUID | None = None,
         unread_queues: frozenset[str] = frozenset(),
-    ) -> list[Verdict]:
+    ) -> SightingsRecorded:
         self._open()
         seen = sightings.observed_sightings(observed)
         latest: dict[sightings.SightingRef, Verdict] = {}
+        opened_at: dict[sightings.SightingRef, datetime] = {}
         for stream, events in self.ledger.items():
             for event in events:
                 if event.kind != EVENT_KIND or event.payload.get("action") not in (
@@ -285,7 +269,8 @@ class MemoryJobQueue(Records):
                 ):
                     continue
                 record = sightings.verdict_from_record(stream, event.payload, event.trusted)
-                latest[sightings.ref_of(record)] = record  # events are in seq order
+                ref = sightings.ref_of(record)
+                latest[ref], opened_at[ref] = record, event.created_at  # events in seq order
         wanted = {
             ref: record
             for ref, record in latest.items()
@@ -298,7 +283,12 @@ class MemoryJobQueue(Records):
         records = sightings.records_to_write(seen, wanted, sources_read, project_id, unread_queues)
         for record in records:
             self._append(record.stream, record.payload(), record.trusted, now)
-        return records
+        since = {
+            ref.key: opened_at[ref]
+            for ref in seen
+            if ref in wanted and sightings.is_open(wanted[ref])
+        }
+        return SightingsRecorded(records, since)
 
     # ----------------------------------------------------------------------- dead letters
 

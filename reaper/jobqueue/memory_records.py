@@ -12,15 +12,9 @@ from uuid import UUID, uuid4
 
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.dead_letters import DISPATCH_SCHEMA, QuietMark
-from reaper.core.domain import (
-    EVENT_KIND,
-    GATE_BUS_DEAD_LETTERED,
-    GATE_DELIVERY_EXHAUSTED,
-    Dispatch,
-    Gate,
-    LedgerEvent,
-)
+from reaper.core.domain import EVENT_KIND, GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Dispatch
 from reaper.core.observation import Observation
+from reaper.core.records import Gate, LedgerEvent
 from reaper.errors import GateError, StoreUnavailable
 from reaper.jobqueue.port import EventFilter, GateCount, ParkedDeadLetter, ReplaySender
 from reaper.jobqueue.rules import (

@@ -10,7 +10,7 @@ a driver. Every method returns a named, typed result; a failure of the database 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 from uuid import UUID
@@ -20,9 +20,7 @@ from reaper.core.domain import (
     ClaimableHead,
     DeadLetter,
     Dispatch,
-    Gate,
     HeldLease,
-    LedgerEvent,
     SightingKey,
     Source,
     UnsentDispatch,
@@ -30,6 +28,7 @@ from reaper.core.domain import (
 )
 from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.core.observation import Observation
+from reaper.core.records import Gate, LedgerEvent
 from reaper.errors import StoreUnavailable
 
 __all__ = [
@@ -43,6 +42,7 @@ __all__ = [
     "ParkRules",
     "ParkedDeadLetter",
     "ReplaySender",
+    "SightingsRecorded",
     "Turn",
 ]
 
@@ -125,6 +125,17 @@ class Turn:
             return cls(True, taken_at, taken_by or "", now, float(interval_seconds))
         free_in = interval_seconds - (now - taken_at).total_seconds()
         return cls(False, taken_at, taken_by or "", now, max(0.0, free_in))
+
+
+@dataclass(frozen=True)
+class SightingsRecorded:
+    """What :meth:`JobQueue.record_sightings` wrote (the observed verdicts that opened a
+    sighting, the very objects passed in, and the ``cleared`` records), and since when each
+    observed sighting that was open already has been open, by its key: read under the same
+    lock as the records, so the report's "seen since" needs no second read."""
+
+    records: list[Verdict]
+    since: dict[SightingKey, datetime] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -296,17 +307,11 @@ class JobQueue(Protocol):
         sources_read: frozenset[Source],
         project_id: UUID | None = None,
         unread_queues: frozenset[str] = frozenset(),
-    ) -> list[Verdict]:
+    ) -> SightingsRecorded:
         """Record what this pass's surfaced verdicts mean for the ledger's sightings; return
-        the records written (opened sightings and ``cleared`` records). A sighting about a
-        broker queue in ``unread_queues`` is never cleared."""
-        ...
-
-    async def sightings_open_since(
-        self, observed: Sequence[Verdict]
-    ) -> dict[SightingKey, datetime]:
-        """When the open sighting of each surfaced verdict opened, by its key (absent: not
-        open). Writes nothing."""
+        the records written (opened sightings and ``cleared`` records) and since when each
+        observed sighting already open has been open. A sighting about a broker queue in
+        ``unread_queues`` is never cleared."""
         ...
 
     async def count_parked_dead_letters(self, queue: str) -> int:

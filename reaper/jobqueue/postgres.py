@@ -169,7 +169,6 @@ class PostgresStore:
 
     # ----------------------------------------------------------------------- sightings
 
-    sightings_open_since = _OnDatabase(sightings.open_since)
     record_sightings = _OnDatabase(sightings.record_sightings)
 
     # ----------------------------------------------------------------------- dead letters

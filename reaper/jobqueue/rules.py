@@ -16,10 +16,10 @@ from reaper.core.domain import (
     GATE_DELIVERY_EXHAUSTED,
     Action,
     Condition,
-    Gate,
     HeldLease,
     Verdict,
 )
+from reaper.core.records import Gate
 from reaper.errors import GateError
 
 __all__ = [

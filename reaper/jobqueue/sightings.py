@@ -21,12 +21,13 @@ from datetime import datetime
 from uuid import UUID
 
 from reaper.core import sightings
-from reaper.core.domain import Action, SightingKey, Source, Verdict
+from reaper.core.domain import Action, Source, Verdict
 from reaper.jobqueue import ledger
 from reaper.jobqueue.database import Connection, Database, Record
+from reaper.jobqueue.port import SightingsRecorded
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["open_since", "record_sightings"]
+__all__ = ["record_sightings"]
 
 
 async def record_sightings(
@@ -37,10 +38,11 @@ async def record_sightings(
     sources_read: frozenset[Source],
     project_id: UUID | None = None,
     unread_queues: frozenset[str] = frozenset(),
-) -> list[Verdict]:
+) -> SightingsRecorded:
     """Record what the surfaced verdicts of one pass mean for the ledger's sightings and
-    return the records written: the observed verdicts that opened a sighting (the very objects
-    passed in) and the ``cleared`` records."""
+    return the records written (the observed verdicts that opened a sighting, the very objects
+    passed in, and the ``cleared`` records), with since when each sighting observed that was
+    open already has been open (its surface record's ``created_at``)."""
     seen = sightings.observed_sightings(observed)
     async with db.session("recording sightings") as conn:
         candidates = set(seen)
@@ -51,7 +53,7 @@ async def record_sightings(
             if sightings.is_read(record, sources_read, project_id, unread_queues):
                 candidates.add(sightings.ref_of(record))
         if not candidates:
-            return []
+            return SightingsRecorded([])
         refs = sorted(candidates)
         async with conn.transaction():
             await conn.fetchval(QUERIES["lock_sightings"], [_lock_key(r) for r in refs])
@@ -63,29 +65,19 @@ async def record_sightings(
                 [r.key.scope for r in refs],
             )
             latest = {refs[row["ord"] - 1]: _record_verdict(row) for row in rows}
+            opened_at = {refs[row["ord"] - 1]: row["created_at"] for row in rows}
             records = sightings.records_to_write(
                 seen, latest, sources_read, project_id, unread_queues
             )
             events = [ledger.event_of(v) for v in records]
             await ledger.append(conn, events, now)
             await _index(conn, records, events)
-    return records
-
-
-async def open_since(db: Database, observed: Sequence[Verdict]) -> dict[SightingKey, datetime]:
-    """When the open sighting of each surfaced verdict opened (by its key); a verdict whose
-    sighting is not open is absent. Read from the sightings' index on the ledger: its cost is
-    what is asked, not the ledger's age."""
-    refs = sorted(sightings.observed_sightings(observed))
-    if not refs:
-        return {}
-    async with db.session("reading when the open sightings began") as conn:
-        rows = await conn.fetch(QUERIES["latest_sightings"], *_columns(refs))
-    return {
-        refs[row["ord"] - 1].key: row["created_at"]
-        for row in rows
-        if _record_verdict(row).action is Action.SURFACE
+    since = {
+        ref.key: opened_at[ref]
+        for ref in seen
+        if ref in latest and latest[ref].action is Action.SURFACE
     }
+    return SightingsRecorded(records, since)
 
 
 async def _index(

@@ -11,18 +11,19 @@ the mark that pass kept in the store); otherwise it is read first without bodies
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from reaper.broker.port import Broker
-from reaper.config import Settings
 from reaper.core import dead_letters
 from reaper.core.dead_letters import DispatchPointer
 from reaper.core.domain import Action, BrokerFacts, DeadLetter, Dispatch, QueueStats, Verdict
+from reaper.errors import SourceUnreadable
 from reaper.jobqueue.port import DeadLetterParks, JobQueue, ParkRules
-from reaper.reap.progress import Progress, RowNotMoved
+from reaper.reap.pass_config import PassConfig
+from reaper.reap.progress import Found, RowNotMoved, written
 
-__all__ = ["DeadLetterOutcome", "park_dead_letters"]
+__all__ = ["DeadLetterOutcome", "DeadLettersOutcome", "park_dead_letters"]
 
 
 @dataclass(frozen=True)
@@ -52,159 +53,186 @@ class DeadLetterOutcome:
 
 
 @dataclass(frozen=True)
+class DeadLettersOutcome:
+    #: Each owned dead-letter queue the pass could read the depth of, after the pass.
+    queues: tuple[DeadLetterOutcome, ...] = ()
+    #: The dead-letter verdicts to surface, for the sightings step: foreign queues, and owned
+    #: ones with letters not parked.
+    surfaced: tuple[Verdict, ...] = ()
+    found: Found = field(default_factory=Found)
+
+
+@dataclass(frozen=True)
 class _Step:
     """What the pass needs for one queue."""
 
-    settings: Settings
+    config: PassConfig
     broker: Broker
     store: JobQueue | None
     facts: BrokerFacts
     now: datetime
-    dry_run: bool
     writable: bool
     dispatch: Dispatch
 
 
 async def park_dead_letters(
-    settings: Settings,
+    config: PassConfig,
     broker: Broker,
     store: JobQueue | None,
     facts: BrokerFacts,
     verdicts: Sequence[Verdict],
     *,
     now: datetime,
-    dry_run: bool,
     writable: bool,
     dispatch: Dispatch,
-    progress: Progress,
-) -> tuple[list[DeadLetterOutcome], list[Verdict]]:
-    """Each owned dead-letter queue's outcome, and the dead-letter verdicts to surface (foreign
-    queues, and owned ones with letters not parked), for the sightings step. With outbox
-    dispatch a letter that is a dispatch pointer parks the job it points to instead."""
-    step = _Step(settings, broker, store, facts, now, dry_run, writable, dispatch)
+) -> DeadLettersOutcome:
+    """Each owned dead-letter queue's outcome, and the dead-letter verdicts to surface. With
+    outbox dispatch a letter that is a dispatch pointer parks the job it points to instead.
+    A source that fails on a queue is named, and that queue left to the next pass."""
+    step = _Step(config, broker, store, facts, now, writable, dispatch)
     outcomes: list[DeadLetterOutcome] = []
     surfaced: list[Verdict] = []
+    found = Found()
     for verdict in verdicts:
         if verdict.action is not Action.PARK:  # a foreign queue: surfaced, never read
             surfaced.append(verdict)
             continue
-        outcome = await _park_queue(step, verdict.object, progress)
+        outcome, said = await _park_queue(step, verdict.object)
+        found += said
         if outcome is None:
             continue
         outcomes.append(outcome)
-        # A dry run does not read, so its remainder is unknown, not unparked.
-        if outcome.read_blocked or (outcome.unread and not dry_run):
-            why = outcome.read_blocked or (
-                f"past the read limit of {settings.queue.reap.dead_letter_peek_limit} per pass"
-            )
-            # Recorded again only when it reaches a higher power of ten (the sighting's scope
-            # is `<queue>#<bucket>`): a steady trickle is not an event per pass.
-            bucket = dead_letters.remainder_bucket(outcome.unread)
-            surfaced.append(
-                replace(
-                    verdict,
-                    action=Action.SURFACE,
-                    measured=outcome.unread,
-                    threshold=0,
-                    detail=(
-                        f"{outcome.unread} dead letter(s) not parked (at least {bucket}): {why}"
-                    ),
-                    bucket=bucket,
-                )
-            )
-    return outcomes, surfaced
+        surfaced.extend(_remainder(verdict, outcome, config))
+    return DeadLettersOutcome(tuple(outcomes), tuple(surfaced), found)
 
 
-async def _park_queue(step: _Step, name: str, progress: Progress) -> DeadLetterOutcome | None:
-    reap = step.settings.queue.reap
-    # Fresh from the broker: reconciliation may just have put the dead-letter policy in force.
-    queue = await progress.guarded(step.broker.queue(name))
-    if queue is None:
-        return None
-    depth = queue.messages
-    if step.store is None:
-        blocked = "the ledger (PostgreSQL) could not be read, so nothing read could be parked"
-        return DeadLetterOutcome(name, depth, 0, 0, depth, blocked)
-    hint = await progress.guarded(step.store.count_parked_dead_letters(name))
-    if hint is None:
-        return None
-    plan = dead_letters.read_plan(queue, step.facts, reap.dead_letter_peek_limit, hint)
-    if plan.blocked:
-        return DeadLetterOutcome(name, depth, 0, 0, depth, plan.blocked)
-    if step.dry_run:
-        # A read sets `redelivered` and, on quorum queues, spends a delivery and reorders:
-        # a dry run moves nothing on the broker, so it does not read at all.
-        progress.notes.append(
-            f"dry run: dead-letter queue {name!r} not read; a real pass would read up to "
-            f"{plan.count} message(s) and park the new ones"
+def _remainder(verdict: Verdict, outcome: DeadLetterOutcome, config: PassConfig) -> list[Verdict]:
+    """The letters of an owned queue not parked, as a verdict to surface (none if none)."""
+    # A dry run does not read, so its remainder is unknown, not unparked.
+    if not (outcome.read_blocked or (outcome.unread and not config.dry_run)):
+        return []
+    why = outcome.read_blocked or (
+        f"past the read limit of {config.thresholds.dead_letter_peek_limit} per pass"
+    )
+    # Recorded again only when it reaches a higher power of ten (the sighting's scope is
+    # `<queue>#<bucket>`): a steady trickle is not an event per pass.
+    bucket = dead_letters.remainder_bucket(outcome.unread)
+    return [
+        replace(
+            verdict,
+            action=Action.SURFACE,
+            measured=outcome.unread,
+            threshold=0,
+            detail=f"{outcome.unread} dead letter(s) not parked (at least {bucket}): {why}",
+            bucket=bucket,
         )
-        return DeadLetterOutcome(name, depth, 0, hint, max(0, depth - hint), None)
-    if plan.count < 1:
-        # Nothing listed to read: a get of none is never sent.
-        return DeadLetterOutcome(name, depth, 0, 0, depth, None)
-    scope = step.settings.bus.vhost
-    mark = await progress.guarded(step.store.quiet_mark(scope, name)) if step.writable else None
-    decision = dead_letters.quiet_decision(queue, mark, step.now)
-    if mark is not None and not decision.read:
-        progress.notes.append(f"dead-letter queue {name!r} not read: {decision.why}")
-        return DeadLetterOutcome(name, depth, 0, mark.letters, 0, None, not_fetched=decision.why)
-    # First without bodies: a pass that finds only letters already parked reads no body.
-    heads = await progress.guarded(step.broker.get_messages(name, plan.count, truncate=0))
-    if heads is None:
-        return None
-    seen = dead_letters.header_read(heads)
-    known = await _known_parked(step.store, seen, progress)
-    if known is None:
-        return None
-    if known.quiet or not step.writable:
-        # Nothing new, or no ledger to park into: what is not known parked is unread.
-        if step.writable:
-            await _keep_mark(step, queue, mark, len(heads), known.covered, len(heads), progress)
-        return DeadLetterOutcome(name, depth, 0, known.parked, max(0, depth - known.covered), None)
-    raw = await progress.guarded(step.broker.get_messages(name, plan.count))
-    if raw is None:
-        return None
-    letters = dead_letters.decode_read(raw, queue=name)
-    outcome = await _park_letters(step, step.store, name, depth, letters, progress)
-    if outcome is None:
-        return None
-    # Every letter read is parked now only when none is left unread.
-    parked = len(letters) if outcome.unread == 0 else 0
-    await _keep_mark(step, queue, mark, len(letters), parked, len(heads) + len(raw), progress)
-    return replace(outcome, bodies_read=len(letters))
+    ]
+
+
+async def _park_queue(step: _Step, name: str) -> tuple[DeadLetterOutcome | None, Found]:
+    """One owned queue: read once proven safe, and its new letters parked. None: a source
+    failed part-way (named in what is found), or a write that had to come first failed."""
+    found = Found()
+    try:
+        # Fresh from the broker: reconciliation may just have put the dead-letter policy in force.
+        queue = await step.broker.queue(name)
+        depth = queue.messages
+        if step.store is None:
+            blocked = "the ledger (PostgreSQL) could not be read, so nothing read could be parked"
+            return DeadLetterOutcome(name, depth, 0, 0, depth, blocked), found
+        store = step.store
+        hint = await store.count_parked_dead_letters(name)
+        plan = dead_letters.read_plan(
+            queue, step.facts, step.config.thresholds.dead_letter_peek_limit, hint
+        )
+        if plan.blocked:
+            return DeadLetterOutcome(name, depth, 0, 0, depth, plan.blocked), found
+        if step.config.dry_run:
+            # A read sets `redelivered` and, on quorum queues, spends a delivery and reorders:
+            # a dry run moves nothing on the broker, so it does not read at all.
+            found += Found.noted(
+                f"dry run: dead-letter queue {name!r} not read; a real pass would read up to "
+                f"{plan.count} message(s) and park the new ones"
+            )
+            return DeadLetterOutcome(name, depth, 0, hint, max(0, depth - hint), None), found
+        if plan.count < 1:
+            # Nothing listed to read: a get of none is never sent.
+            return DeadLetterOutcome(name, depth, 0, 0, depth, None), found
+        mark, said = await _quiet_mark(step, store, name) if step.writable else (None, Found())
+        found += said
+        decision = dead_letters.quiet_decision(queue, mark, step.now)
+        if mark is not None and not decision.read:
+            found += Found.noted(f"dead-letter queue {name!r} not read: {decision.why}")
+            skipped = DeadLetterOutcome(
+                name, depth, 0, mark.letters, 0, None, not_fetched=decision.why
+            )
+            return skipped, found
+        # First without bodies: a pass that finds only letters already parked reads no body.
+        heads = await step.broker.get_messages(name, plan.count, truncate=0)
+        known = await _known_parked(store, dead_letters.header_read(heads))
+        if known.quiet or not step.writable:
+            # Nothing new, or no ledger to park into: what is not known parked is unread.
+            if step.writable:
+                found += await _keep_mark(
+                    step, store, queue, mark, len(heads), known.covered, len(heads)
+                )
+            unread = max(0, depth - known.covered)
+            return DeadLetterOutcome(name, depth, 0, known.parked, unread, None), found
+        raw = await step.broker.get_messages(name, plan.count)
+        letters = dead_letters.decode_read(raw, queue=name)
+        outcome, parking = await _park_letters(step, store, name, depth, letters)
+        found += parking
+        if outcome is None:
+            return None, found
+        # Every letter read is parked now only when none is left unread.
+        parked = len(letters) if outcome.unread == 0 else 0
+        fetched = len(heads) + len(raw)
+        found += await _keep_mark(step, store, queue, mark, len(letters), parked, fetched)
+        return replace(outcome, bodies_read=len(letters)), found
+    except SourceUnreadable as exc:
+        return None, found + Found.failed(exc)
+
+
+async def _quiet_mark(
+    step: _Step, store: JobQueue, name: str
+) -> tuple[dead_letters.QuietMark | None, Found]:
+    """The mark the last proving read kept; one that cannot be read is named, and the queue
+    is read as if it had none."""
+    try:
+        return await store.quiet_mark(step.config.vhost, name), Found()
+    except SourceUnreadable as exc:
+        return None, Found.failed(exc)
 
 
 async def _keep_mark(
     step: _Step,
+    store: JobQueue,
     queue: QueueStats,
     previous: dead_letters.QuietMark | None,
     read: int,
     known_parked: int,
     fetched: int,
-    progress: Progress,
-) -> None:
+) -> Found:
     """Leave the next pass the mark of this read (:func:`reaper.core.dead_letters.quiet_mark`):
-    proven or not, it replaces the last."""
-    if step.store is None:
-        return
+    proven or not, it replaces the last. One that cannot be kept is named."""
     mark = dead_letters.quiet_mark(
         queue, previous, read=read, known_parked=known_parked, fetched_by_pass=fetched, now=step.now
     )
-    await progress.guarded(step.store.keep_quiet_mark(step.settings.bus.vhost, mark))
+    try:
+        await store.keep_quiet_mark(step.config.vhost, mark)
+    except SourceUnreadable as exc:
+        return Found.failed(exc)
+    return Found()
 
 
-async def _known_parked(
-    store: JobQueue, seen: dead_letters.HeaderRead, progress: Progress
-) -> dead_letters.QuietRead | None:
+async def _known_parked(store: JobQueue, seen: dead_letters.HeaderRead) -> dead_letters.QuietRead:
     """What the store knows of the letters a read without bodies saw."""
-    identities: set[str] | None = set()
+    identities: set[str] = set()
     if seen.identities:
-        identities = await progress.guarded(store.parked_identities(sorted(set(seen.identities))))
-    envelopes: dict[str, int] | None = {}
+        identities = await store.parked_identities(sorted(set(seen.identities)))
+    envelopes: dict[str, int] = {}
     if seen.envelopes:
-        envelopes = await progress.guarded(store.parked_envelopes(sorted(set(seen.envelopes))))
-    if identities is None or envelopes is None:
-        return None
+        envelopes = await store.parked_envelopes(sorted(set(seen.envelopes)))
     return dead_letters.quiet_read(seen, identities, envelopes)
 
 
@@ -214,59 +242,55 @@ async def _park_letters(
     name: str,
     depth: int,
     letters: list[DeadLetter],
-    progress: Progress,
-) -> DeadLetterOutcome | None:
-    """Park the new letters of a read with bodies."""
-    reap = step.settings.queue.reap
-    parked = await progress.guarded(store.parked_identities([x.identity for x in letters]))
-    if parked is None:
-        return None
+) -> tuple[DeadLetterOutcome | None, Found]:
+    """Park the new letters of a read with bodies. None: the envelopes could not be noted."""
+    thresholds = step.config.thresholds
+    parked = await store.parked_identities([x.identity for x in letters])
     # Letters parked before envelopes were kept, or read since with another one: noted, so
     # that the next pass knows them without their bodies.
     noted = [
         (x.identity, x.envelope) for x in letters if x.identity in parked and x.envelope is not None
     ]
-    if (
-        noted
-        and await progress.written(store.keep_envelopes(noted), f"envelopes of {name}") is None
-    ):
-        return None
-    new, already = dead_letters.select_new(letters, parked, reap.dead_letter_peek_limit)
+    if noted:
+        kept, found = await written(store.keep_envelopes(noted), f"envelopes of {name}")
+        if kept is None:
+            return None, found
+    new, already = dead_letters.select_new(letters, parked, thresholds.dead_letter_peek_limit)
     if not new:
         unread = dead_letters.unread_count(depth, letters, parked, ())
-        return DeadLetterOutcome(name, depth, 0, already, unread, None)
+        return DeadLetterOutcome(name, depth, 0, already, unread, None), Found()
     rules = ParkRules(
         depth=depth,
-        min_depth=reap.dead_letter_min_depth,
-        owned_queue_pattern=reap.owned_queue_pattern,
-        dead_letter_queue_pattern=reap.dead_letter_queue_pattern,
-        lease_grace_seconds=reap.lease_grace_seconds,
+        min_depth=thresholds.dead_letter_min_depth,
+        owned_queue_pattern=thresholds.owned_queue_pattern,
+        dead_letter_queue_pattern=thresholds.dead_letter_queue_pattern,
+        lease_grace_seconds=thresholds.lease_grace_seconds,
     )
     pointers, plain = _split_pointers(new, step.dispatch)
-    parks = await progress.written(
+    parks, found = await written(
         store.park_dead_letters(plain, now=step.now, rules=rules), f"dead letters of {name}"
     )
-    pointer_parks = (
-        await progress.written(
+    pointer_parks: DeadLetterParks | None = DeadLetterParks()
+    if pointers:
+        pointer_parks, failed_pointers = await written(
             store.park_dispatch_pointers(pointers, now=step.now, rules=rules),
             f"dispatch pointers of {name}",
         )
-        if pointers
-        else DeadLetterParks()
-    )
+        found += failed_pointers
     if parks is None or pointer_parks is None:
         unread = dead_letters.unread_count(depth, letters, parked, ())
-        return DeadLetterOutcome(name, depth, 0, already, unread, None)
+        return DeadLetterOutcome(name, depth, 0, already, unread, None), found
     recorded = [*parks.parked, *pointer_parks.parked, *pointer_parks.stale]
     failed = [*parks.failed, *pointer_parks.failed]
-    progress.record(recorded, True)
-    progress.not_moved.extend(
-        RowNotMoved(f"dead letter {identity}", reason) for identity, reason in failed
+    found += Found.recorded(recorded, True) + Found(
+        not_moved=tuple(
+            RowNotMoved(f"dead letter {identity}", reason) for identity, reason in failed
+        )
     )
     # A letter that could not be parked is unread, never assumed parked.
     unread = dead_letters.unread_count(depth, letters, parked, new) + len(failed)
     raced = len(parks.already_parked) + len(pointer_parks.already_parked)  # another reaper's
-    return DeadLetterOutcome(
+    outcome = DeadLetterOutcome(
         name,
         depth,
         len(recorded),
@@ -275,6 +299,7 @@ async def _park_letters(
         None,
         stale_pointers=len(pointer_parks.stale),
     )
+    return outcome, found
 
 
 def _split_pointers(

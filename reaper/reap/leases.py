@@ -16,21 +16,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 from uuid import UUID
 
 from reaper.core.domain import Dispatch, Thresholds
 from reaper.core.judge_leases import LeaseColumns, LeaseRulings, judge_lease_page
+from reaper.errors import SourceUnreadable
 from reaper.jobqueue.port import JobQueue, LeaseMoves, MovesInterrupted
 from reaper.reap.lease_log import LeaseLog
-from reaper.reap.progress import Progress, RowNotMoved, Unreadable
+from reaper.reap.progress import Found, RowNotMoved
 
-__all__ = ["LEASE_PAGE_SIZE", "reap_leases"]
+__all__ = ["LEASE_PAGE_SIZE", "LeaseReapOutcome", "reap_leases"]
 
 #: Leases read, judged and moved at once. A few thousand: enough that a page is a handful of
 #: set-based statements, few enough that a pass holds little whatever its number of leases.
 LEASE_PAGE_SIZE: Final = 5000
+
+
+@dataclass(frozen=True)
+class LeaseReapOutcome:
+    #: Expired leases left unread because the budget was spent (0: the reap went to the end).
+    remaining: int = 0
+    found: Found = field(default_factory=Found)
 
 
 async def reap_leases(
@@ -43,59 +52,50 @@ async def reap_leases(
     dispatch: Dispatch,
     write: bool,
     log: LeaseLog,
-    progress: Progress,
     monotonic: Callable[[], float] = time.monotonic,
     page_size: int | None = None,
-) -> int:
+) -> LeaseReapOutcome:
     """Read the expired leases in pages (of ``page_size``, by default :data:`LEASE_PAGE_SIZE`)
     until none is left or ``budget_seconds`` (by ``monotonic``) is spent, judge each page, and
     (``write``) move what the judge ruled, each with its event. A dry run (``write`` false)
     reads and judges the same and moves nothing. A database that goes away part-way is named
-    in ``unreadable``, and what had committed is still logged as recorded.
-
-    Returns how many expired leases are left unread because the budget was spent (counted
-    after the last page read, and noted in ``progress``); 0 when the reap went to the end."""
+    in ``unreadable``, and what had committed is still logged as recorded. What the budget
+    left is counted (``remaining``) and noted."""
     page_size = page_size or LEASE_PAGE_SIZE
     grace = thresholds.lease_grace_seconds
     deadline = monotonic() + budget_seconds
     after: tuple[datetime, UUID] | None = None
-    while True:
-        page = await progress.guarded(
-            store.expired_lease_page(now, grace, page_size, after, project_id)
-        )
-        if page is None:
-            return 0  # named in unreadable
-        if len(page):
-            after = page.last_key()
-        rulings = judge_lease_page(page, thresholds, now)
-        if not write or not rulings.rows:
-            log.add(page, rulings, ())
-        elif not await _move(store, page, rulings, now, dispatch, log, progress):
-            return 0
-        if len(page) < page_size:
-            return 0
-        if monotonic() >= deadline:
-            return await _remaining(store, now, grace, after, project_id, budget_seconds, progress)
+    found = Found()
+    try:
+        while True:
+            page = await store.expired_lease_page(now, grace, page_size, after, project_id)
+            if len(page):
+                after = page.last_key()
+            rulings = judge_lease_page(page, thresholds, now)
+            if not write or not rulings.rows:
+                log.add(page, rulings, ())
+            else:
+                moved, said = await _move(store, page, rulings, now, dispatch, log)
+                found += said
+                if not moved:
+                    return LeaseReapOutcome(0, found)
+            if len(page) < page_size:
+                return LeaseReapOutcome(0, found)
+            if monotonic() >= deadline:
+                left = await store.count_expired_leases(now, grace, project_id, after)
+                return LeaseReapOutcome(left, found + _left(left, budget_seconds))
+    except SourceUnreadable as exc:
+        return LeaseReapOutcome(0, found + Found.failed(exc))
 
 
-async def _remaining(
-    store: JobQueue,
-    now: datetime,
-    grace: int,
-    after: tuple[datetime, UUID] | None,
-    project_id: UUID | None,
-    budget_seconds: float,
-    progress: Progress,
-) -> int:
-    """The expired leases past the last page read, once the budget is spent: counted, noted."""
-    left = await progress.guarded(store.count_expired_leases(now, grace, project_id, after))
+def _left(left: int, budget_seconds: float) -> Found:
+    """The note on the expired leases past the last page read, once the budget is spent."""
     if not left:
-        return 0  # the last page was the last, or the count is named in unreadable
-    progress.notes.append(
+        return Found()  # the last page was the last
+    return Found.noted(
         f"{left} more expired lease(s) left when the lease reap's budget of {budget_seconds:g} s "
         "was spent: the next turn comes at once and takes them"
     )
-    return int(left)
 
 
 async def _move(
@@ -105,19 +105,15 @@ async def _move(
     now: datetime,
     dispatch: Dispatch,
     log: LeaseLog,
-    progress: Progress,
-) -> bool:
+) -> tuple[bool, Found]:
     """Move a page as the judge ruled and log it; False when the database went away."""
     try:
         moves = await store.move_lease_page(page, rulings, now, dispatch=dispatch)
     except MovesInterrupted as exc:
-        progress.unreadable.append(Unreadable(exc.source, exc.reason))
-        _report(exc.moves, progress)
         log.add(page, rulings, {*exc.moves.requeued, *exc.moves.parked})
-        return False
-    _report(moves, progress)
+        return False, Found.failed(exc) + _report(exc.moves)
     log.add(page, rulings, {*moves.requeued, *moves.parked})
-    return True
+    return True, _report(moves)
 
 
 #: Skipped jobs named one by one per page; the rest of a page's are counted in one note, so
@@ -125,22 +121,23 @@ async def _move(
 _SKIPS_NAMED: Final = 3
 
 
-def _report(moves: LeaseMoves, progress: Progress) -> None:
-    for job_id in moves.skipped[:_SKIPS_NAMED]:
-        progress.notes.append(
-            f"job {job_id} changed after it was read (finished, re-leased, or moved by "
-            "another reaper): left alone"
-        )
+def _report(moves: LeaseMoves) -> Found:
+    """The notes and the writes not done of one page's moves."""
+    notes = [
+        f"job {job_id} changed after it was read (finished, re-leased, or moved by "
+        "another reaper): left alone"
+        for job_id in moves.skipped[:_SKIPS_NAMED]
+    ]
     if len(moves.skipped) > _SKIPS_NAMED:
-        progress.notes.append(
+        notes.append(
             f"and {len(moves.skipped) - _SKIPS_NAMED} more job(s) read with job "
             f"{moves.skipped[_SKIPS_NAMED - 1]}, each changed after it was read: left alone"
         )
-    progress.not_moved.extend(RowNotMoved(f"job {job}", reason) for job, reason in moves.failed)
+    not_moved = [RowNotMoved(f"job {job}", reason) for job, reason in moves.failed]
     if moves.unknown:
         shown = ", ".join(str(job) for job in moves.unknown[:3])
         more = f" and {len(moves.unknown) - 3} more" if len(moves.unknown) > 3 else ""
-        progress.not_moved.append(
+        not_moved.append(
             RowNotMoved(
                 f"{len(moves.unknown)} lease move(s) (job {shown}{more})",
                 "the database went away while they were committing: each is either moved with "
@@ -148,3 +145,4 @@ def _report(moves: LeaseMoves, progress: Progress) -> None:
                 unknown=True,
             )
         )
+    return Found(notes=tuple(notes), not_moved=tuple(not_moved))

@@ -6,10 +6,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import datetime
-from uuid import UUID
 
 from reaper.broker.port import Broker
-from reaper.config import Settings
 from reaper.core.cluster import queue_unavailable
 from reaper.core.domain import (
     BrokerFacts,
@@ -23,7 +21,8 @@ from reaper.core.domain import (
 from reaper.core.observation import ChannelStats, ConsumerSeen
 from reaper.jobqueue.port import JobQueue
 from reaper.reap.dispatch import DispatchInForce, dispatch_in_force
-from reaper.reap.progress import Progress, Unreadable, unreadable_from
+from reaper.reap.pass_config import PassConfig
+from reaper.reap.progress import Found, Unreadable, unreadable_from
 
 __all__ = ["BrokerReading", "JobQueueReading", "Reading", "measure"]
 
@@ -60,15 +59,20 @@ class BrokerReading:
 
 @dataclass(frozen=True)
 class Reading:
-    """Both sources as read; a source not read is None."""
+    """Both sources as read; a source not read is None, and named in ``unreadable`` when it
+    failed (or, with its queue, a queue of the broker that cannot be measured now)."""
 
     job_queue: JobQueueReading | None
     broker: BrokerReading | None
+    unreadable: tuple[Unreadable, ...] = ()
+
+    @property
+    def found(self) -> Found:
+        return Found(unreadable=self.unreadable)
 
     def measurements(self) -> Measurements:
         jq, br = self.job_queue, self.broker
         return Measurements(
-            leases=(),  # judged a page at a time by the lease reap
             claimable=jq.claimable if jq else None,
             queues=br.queues if br else None,
             broker=br.facts if br else None,
@@ -76,21 +80,19 @@ class Reading:
         )
 
 
-async def _read_job_queue(
-    store: JobQueue, settings: Settings, project_id: UUID | None, leases_only: bool
-) -> JobQueueReading:
-    reap = settings.queue.reap
+async def _read_job_queue(store: JobQueue, config: PassConfig) -> JobQueueReading:
     # The host stamps leases and run_after with its database's clock (or its workers' own):
     # the database's clock decides, never the reaper's (SPEC §10).
     facts = await store.database_facts()
     now = facts.now
-    dispatch = dispatch_in_force(reap.dispatch, facts.outbox_schema)
+    dispatch = dispatch_in_force(config.dispatch, facts.outbox_schema)
     # The expired leases are not counted here: the lease reap reads them a page at a time
     # until none is left (reaper.reap.leases.reap_leases), and counts only what it leaves.
-    if leases_only:
+    if config.leases_only:
         return JobQueueReading(now, dispatch, None, None)
+    project_id = config.project_id
     claimable, unsent = await asyncio.gather(
-        store.claimable_heads(now, frozenset(reap.known_phases), project_id),
+        store.claimable_heads(now, config.thresholds.known_phases, project_id),
         store.unsent_dispatches(project_id) if dispatch.mode is Dispatch.OUTBOX else _none(),
     )
     return JobQueueReading(now, dispatch, tuple(claimable), tuple(unsent))
@@ -122,34 +124,26 @@ async def _none() -> list[UnsentDispatch]:
     return []
 
 
-async def measure(
-    settings: Settings,
-    store: JobQueue | None,
-    broker: Broker | None,
-    project_id: UUID | None,
-    progress: Progress,
-    *,
-    leases_only: bool = False,
-) -> Reading:
+async def measure(config: PassConfig, store: JobQueue | None, broker: Broker | None) -> Reading:
     """Read both sources at once; a failing one is named and read as unknown. A lease-only
-    pass reads the expired leases alone."""
-    declared_ms = settings.queue.reap.consumer_timeout_seconds * 1000
+    pass reads the database's clock and dispatch alone (the lease reap reads the leases)."""
     pg_read, broker_read = await asyncio.gather(
-        _read_job_queue(store, settings, project_id, leases_only) if store else _nothing(),
-        _read_broker(broker, declared_ms) if broker else _nothing(),
+        _read_job_queue(store, config) if store else _nothing(),
+        _read_broker(broker, config.consumer_timeout_ms) if broker else _nothing(),
         return_exceptions=True,
     )
     job_queue: JobQueueReading | None = None
+    unreadable: list[Unreadable] = []
     if isinstance(pg_read, BaseException):
-        progress.unreadable.append(unreadable_from(Source.JOB_QUEUE, pg_read))
+        unreadable.append(unreadable_from(Source.JOB_QUEUE, pg_read))
     elif pg_read is not None:
         job_queue = pg_read
     reading: BrokerReading | None = None
     if isinstance(broker_read, BaseException):
-        progress.unreadable.append(unreadable_from(Source.BROKER, broker_read))
+        unreadable.append(unreadable_from(Source.BROKER, broker_read))
     elif broker_read is not None:
         reading = broker_read
-        progress.unreadable.extend(
+        unreadable.extend(
             Unreadable(
                 Source.BROKER.value,
                 f"{why}: not measured; nothing is concluded from it (no finding, and no "
@@ -158,4 +152,4 @@ async def measure(
             )
             for queue, why in reading.unavailable
         )
-    return Reading(job_queue, reading)
+    return Reading(job_queue, reading, tuple(unreadable))

@@ -4,38 +4,41 @@ and before the judge, on the database's clock."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from reaper.config import Settings
 from reaper.core.bounds import is_owned_queue
 from reaper.core.observation import Observed, QueueFlow, observe
+from reaper.errors import SourceUnreadable
 from reaper.jobqueue.port import JobQueue
 from reaper.reap.measure import BrokerReading
-from reaper.reap.progress import Progress
+from reaper.reap.pass_config import PassConfig
+from reaper.reap.progress import Found, written
 
-__all__ = ["observe_broker"]
+__all__ = ["ObserveOutcome", "observe_broker"]
+
+
+@dataclass(frozen=True)
+class ObserveOutcome:
+    #: This pass's observations; None when the broker or the store could not be read (and
+    #: then nothing is concluded from them).
+    observed: Observed | None = None
+    found: Found = field(default_factory=Found)
 
 
 async def observe_broker(
-    settings: Settings,
-    store: JobQueue | None,
-    reading: BrokerReading | None,
-    now: datetime,
-    *,
-    keep: bool,
-    progress: Progress,
-) -> Observed | None:
-    """This pass's observations; None when the broker or the store could not be read (and
-    then nothing is concluded from them). ``keep``: write them for the next pass."""
+    config: PassConfig, store: JobQueue | None, reading: BrokerReading | None, now: datetime
+) -> ObserveOutcome:
+    """This pass's observations, continued from the last pass's and, unless a dry run, kept
+    for the next."""
     if reading is None or store is None:
-        return None
-    scope = settings.bus.vhost
-    previous = await progress.guarded(store.observations(scope))
-    if previous is None:
-        return None
-    thresholds = settings.thresholds()
-    owned = frozenset(q.name for q in reading.queues if is_owned_queue(q.name, thresholds))
-    _unseen_consumers(reading, owned, settings.bus.username, progress)
+        return ObserveOutcome()
+    try:
+        previous = await store.observations(config.vhost)
+    except SourceUnreadable as exc:
+        return ObserveOutcome(None, Found.failed(exc))
+    owned = frozenset(q.name for q in reading.queues if is_owned_queue(q.name, config.thresholds))
+    notes = _unseen_consumers(reading, owned, config.user)
     observed = observe(
         previous,
         queues=[
@@ -50,21 +53,21 @@ async def observe_broker(
     )
     if observed.unmeasured:
         shown = ", ".join(repr(c) for c in observed.unmeasured[:5])
-        progress.notes.append(
+        notes.append(
             f"{len(observed.unmeasured)} channel(s) hold deliveries from owned queues but the "
             f"broker lists no acknowledgement counter for them ({shown}"
             f"{' …' if len(observed.unmeasured) > 5 else ''}): their holds are not measured"
         )
-    if keep:
-        await progress.written(
-            store.keep_observations(scope, observed.observations), "the observations kept"
+    found = Found.noted(*notes)
+    if not config.dry_run:
+        _, kept = await written(
+            store.keep_observations(config.vhost, observed.observations), "the observations kept"
         )
-    return observed
+        found += kept
+    return ObserveOutcome(observed, found)
 
 
-def _unseen_consumers(
-    reading: BrokerReading, owned: frozenset[str], user: str, progress: Progress
-) -> None:
+def _unseen_consumers(reading: BrokerReading, owned: frozenset[str], user: str) -> list[str]:
     """Say where an owned queue lists consumers the reaper's user cannot see: their held
     deliveries cannot be measured (the management API shows another user's channels only to
     a user with the monitoring or administrator tag)."""
@@ -74,10 +77,11 @@ def _unseen_consumers(
         for q in reading.queues
         if q.name in owned and q.counts_known and q.consumers > 0 and q.name not in seen
     )
-    if hidden:
-        shown = ", ".join(repr(name) for name in hidden[:5]) + (" …" if len(hidden) > 5 else "")
-        progress.notes.append(
-            f"{len(hidden)} owned queue(s) list consumers that user {user!r} cannot see "
-            f"({shown}): held deliveries there are not measured (give the user the "
-            "monitoring tag)"
-        )
+    if not hidden:
+        return []
+    shown = ", ".join(repr(name) for name in hidden[:5]) + (" …" if len(hidden) > 5 else "")
+    return [
+        f"{len(hidden)} owned queue(s) list consumers that user {user!r} cannot see "
+        f"({shown}): held deliveries there are not measured (give the user the "
+        "monitoring tag)"
+    ]

@@ -4,27 +4,25 @@ verified (SPEC §4), or only planned in a dry run."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from reaper.broker.port import Broker
 from reaper.config import Settings
 from reaper.core.domain import BrokerFacts, QueueStats
-from reaper.errors import ConfigError
-from reaper.policies.declarations import DEFAULT_POLICY_DIR, PolicyParameters, load_declarations
+from reaper.errors import ConfigError, SourceUnreadable
+from reaper.policies.declarations import DEFAULT_POLICY_DIR, load_declarations
 from reaper.policies.reconcile import Plan, PolicyOutcome, plan, reconcile
 from reaper.policies.render import DesiredPolicy, render
-from reaper.reap.progress import Progress
+from reaper.reap.pass_config import PassConfig, policy_parameters
+from reaper.reap.progress import Found
 
-__all__ = ["desired_for", "policy_parameters", "policy_plan", "reconcile_policies"]
-
-
-def policy_parameters(settings: Settings) -> PolicyParameters:
-    """The values the declarations' placeholders take from ``[queue.reap]`` and ``[bus]``."""
-    return PolicyParameters.from_thresholds(
-        settings.thresholds(),
-        prefix=settings.bus.prefix,
-        policy_priority=settings.queue.reap.policy_priority,
-    )
+__all__ = [
+    "PoliciesOutcome",
+    "desired_for",
+    "policy_plan",
+    "reconcile_policies",
+]
 
 
 def desired_for(
@@ -38,35 +36,40 @@ def desired_for(
     return render(load_declarations(directory), policy_parameters(settings), facts, queues)
 
 
+@dataclass(frozen=True)
+class PoliciesOutcome:
+    policies: tuple[PolicyOutcome, ...] = ()
+    found: Found = field(default_factory=Found)
+
+
 async def reconcile_policies(
-    settings: Settings,
+    config: PassConfig,
     broker: Broker,
     facts: BrokerFacts,
-    *,
-    dry_run: bool,
-    policies_dir: Path | None,
-    progress: Progress,
     queues: Sequence[QueueStats] = (),
-) -> list[PolicyOutcome]:
+) -> PoliciesOutcome:
     """Reconcile (or in a dry run, plan) every declared policy; declarations that cannot be
-    rendered are one refused outcome, never an exception."""
+    rendered are one refused outcome, never an exception. ``queues`` (the vhost's) withhold
+    a delivery limit where it would drop."""
     try:
-        desired = desired_for(settings, facts, policies_dir or DEFAULT_POLICY_DIR, queues)
+        declared = load_declarations(config.policies_dir)
+        desired = render(declared, config.policies, facts, queues)
     except ConfigError as exc:
         refused = PolicyOutcome(
             "declarations", "refused", False, 0, (), exc.reason, "InvalidDeclaration"
         )
-        return [refused]
-    outcomes = await progress.guarded(
-        reconcile(
+        return PoliciesOutcome((refused,))
+    try:
+        outcomes = await reconcile(
             broker,
             desired,
-            vhost=settings.bus.vhost,
-            dry_run=dry_run,
-            verify_wait_seconds=settings.queue.reap.policy_verify_wait_seconds,
+            vhost=config.vhost,
+            dry_run=config.dry_run,
+            verify_wait_seconds=config.policy_verify_wait_seconds,
         )
-    )
-    return outcomes or []
+    except SourceUnreadable as exc:
+        return PoliciesOutcome((), Found.failed(exc))
+    return PoliciesOutcome(tuple(outcomes))
 
 
 async def policy_plan(broker: Broker, settings: Settings) -> Plan:

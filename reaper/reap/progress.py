@@ -1,12 +1,12 @@
-"""What one pass has found and done so far: the record each step adds to, and the small result
-types it is made of. :func:`reaper.reap.run.run_pass` turns it into a
+"""What a step of a pass found and did (:class:`Found`), and the small result types it is made
+of. :func:`reaper.reap.run.run_pass` adds up its steps' and turns the sum into a
 :class:`~reaper.reap.result.PassResult` at the end."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from reaper.core.domain import Action, Source, Verdict
@@ -14,12 +14,13 @@ from reaper.errors import ReaperError, SourceUnreadable, scrub
 
 __all__ = [
     "SIGHTINGS_WRITE",
-    "Progress",
+    "Found",
     "RecordedVerdict",
     "RowNotMoved",
     "Unreadable",
     "unreadable_from",
     "write_fix",
+    "written",
 ]
 
 T = TypeVar("T")
@@ -92,31 +93,43 @@ def unreadable_from(source: Source, exc: BaseException) -> Unreadable:
     return Unreadable(source.value, scrub(f"{type(exc).__name__}: {exc}"))
 
 
-@dataclass
-class Progress:
-    """The pass's record so far: what it found on its way, what it wrote, what it could not."""
+@dataclass(frozen=True)
+class Found:
+    """What one step of a pass found on its way, beside its own result: the sources it could
+    not read, its notes, the verdicts it recorded (or could not) and the writes it could not
+    make. Steps return it; the pass adds them up in the order the steps ran."""
 
-    unreadable: list[Unreadable] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    verdicts: list[RecordedVerdict] = field(default_factory=list)
-    not_moved: list[RowNotMoved] = field(default_factory=list)
+    unreadable: tuple[Unreadable, ...] = ()
+    notes: tuple[str, ...] = ()
+    verdicts: tuple[RecordedVerdict, ...] = ()
+    not_moved: tuple[RowNotMoved, ...] = ()
 
-    async def guarded(self, awaitable: Awaitable[T]) -> T | None:
-        """Await a step against a source; a source failing mid-pass is named, never raised."""
-        try:
-            return await awaitable
-        except SourceUnreadable as exc:
-            self.unreadable.append(Unreadable(exc.source, exc.reason))
-            return None
+    def __add__(self, other: Found) -> Found:
+        return Found(
+            self.unreadable + other.unreadable,
+            self.notes + other.notes,
+            self.verdicts + other.verdicts,
+            self.not_moved + other.not_moved,
+        )
 
-    async def written(self, awaitable: Awaitable[T], what: str) -> T | None:
-        """Await a write; a write that fails is named as not done (with the database's reason),
-        never as a source that could not be read: the source was read."""
-        try:
-            return await awaitable
-        except SourceUnreadable as exc:
-            self.not_moved.append(RowNotMoved(what, exc.reason))
-            return None
+    @classmethod
+    def failed(cls, exc: SourceUnreadable) -> Found:
+        """A source that failed during the step: named, never raised."""
+        return cls(unreadable=(Unreadable(exc.source, exc.reason),))
 
-    def record(self, verdicts: list[Verdict], recorded: bool) -> None:
-        self.verdicts.extend(RecordedVerdict(v, recorded) for v in verdicts)
+    @classmethod
+    def noted(cls, *notes: str) -> Found:
+        return cls(notes=notes)
+
+    @classmethod
+    def recorded(cls, verdicts: Iterable[Verdict], recorded: bool) -> Found:
+        return cls(verdicts=tuple(RecordedVerdict(v, recorded) for v in verdicts))
+
+
+async def written(awaitable: Awaitable[T], what: str) -> tuple[T | None, Found]:
+    """Await a write: one that fails is named as not done (with the database's reason), never
+    as a source that could not be read, since the source was read. None: it failed."""
+    try:
+        return await awaitable, Found()
+    except SourceUnreadable as exc:
+        return None, Found(not_moved=(RowNotMoved(what, exc.reason),))

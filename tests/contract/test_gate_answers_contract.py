@@ -15,8 +15,8 @@ from reaper.core.domain import (
     GATE_BUS_DEAD_LETTERED,
     GATE_DELIVERY_EXHAUSTED,
     Dispatch,
-    Gate,
 )
+from reaper.core.records import Gate
 from reaper.errors import GateError
 from reaper.jobqueue.port import EventFilter, GateCount, ParkedDeadLetter
 from reaper.jobqueue.rules import gate_id_range

@@ -257,27 +257,28 @@ async def test_a_sighting_is_recorded_once_and_cleared_once(subject: Subject) ->
     cleared = await store.record_sightings([], now=NOW, sources_read=read)
     after = await store.record_sightings([], now=NOW, sources_read=read)
 
-    assert first == [seen] and again == [] and unread == [] and other_project == []
-    assert [(c.action, c.object) for c in cleared] == [(Action.CLEARED, seen.object)]
-    assert after == []
+    assert first.records == [seen] and again.records == [] and unread.records == []
+    assert other_project.records == []
+    assert [(c.action, c.object) for c in cleared.records] == [(Action.CLEARED, seen.object)]
+    assert after.records == []
     assert [e.payload["action"] for e in await store.events(project)] == ["surface", "cleared"]
 
 
 async def test_an_open_sighting_says_since_when_it_has_been_open(subject: Subject) -> None:
     project, read, store = uuid.uuid4(), frozenset(Source), subject.store
     seen = surfaced(project)
-    never = surfaced(uuid.uuid4())
-    assert await store.sightings_open_since([seen, never]) == {}
+    opening = await store.record_sightings([seen], now=NOW, sources_read=read)
+    assert opening.records == [seen] and opening.since == {}  # opened now, not open before
 
-    await store.record_sightings([seen], now=NOW, sources_read=read)
     later = NOW + timedelta(hours=1)
-    assert await store.record_sightings([surfaced(project)], now=later, sources_read=read) == []
+    again = await store.record_sightings([surfaced(project)], now=later, sources_read=read)
     # still open: since the record that opened it, not the pass that saw it again
-    since = await store.sightings_open_since([surfaced(project), never])
-    assert since == {seen.sighting_key: NOW}
+    assert again.records == [] and again.since == {seen.sighting_key: NOW}
 
-    await store.record_sightings([], now=later, sources_read=read)  # cleared
-    assert await store.sightings_open_since([seen]) == {}
+    cleared = await store.record_sightings([], now=later, sources_read=read)
+    assert cleared.since == {}
+    back = await store.record_sightings([surfaced(project)], now=later, sources_read=read)
+    assert [r.action for r in back.records] == [Action.SURFACE] and back.since == {}
 
 
 async def test_broker_sightings_live_on_the_fleet_stream(subject: Subject) -> None:

@@ -29,8 +29,8 @@ from reaper.core.domain import (
     FLEET_PROJECT_ID,
     GATE_BUS_DEAD_LETTERED,
     DeadLetter,
-    Gate,
 )
+from reaper.core.records import Gate
 from reaper.edges.gates import answer_gate
 from reaper.errors import GateError
 from reaper.jobqueue.port import DeadLetterParks, ParkRules

@@ -17,7 +17,8 @@ import pytest
 
 from reaper.broker.client import ManagementClient
 from reaper.config import Settings, load_config
-from reaper.core.domain import FLEET_PROJECT_ID, GATE_BUS_DEAD_LETTERED, Gate
+from reaper.core.domain import FLEET_PROJECT_ID, GATE_BUS_DEAD_LETTERED
+from reaper.core.records import Gate
 from reaper.edges.gates import answer_gate, short_id
 from reaper.errors import GateError
 from reaper.jobqueue.postgres import PostgresStore

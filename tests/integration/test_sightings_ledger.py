@@ -76,21 +76,25 @@ async def test_first_seen_persisting_cleared_and_seen_again(pg_dsn: str) -> None
     try:
         p, q = uuid.uuid4(), f"vibey.jobs.{uuid.uuid4().hex[:6]}"
         first = [stale(p), broker_finding(q)]
-        assert await store.record_sightings(first, now=NOW, sources_read=BOTH) == first
+        assert (await store.record_sightings(first, now=NOW, sources_read=BOTH)).records == first
         for minute in range(1, 4):  # persisting: nothing more
             again = [stale(p, "another-head", 2000), broker_finding(q)]
             later = NOW + timedelta(minutes=minute)
-            assert await store.record_sightings(again, now=later, sources_read=BOTH) == []
+            assert (await store.record_sightings(again, now=later, sources_read=BOTH)).records == []
         # the broker could not be read: its sighting stays open, the job queue's clears
         written = await store.record_sightings(
             [], now=NOW + timedelta(minutes=5), sources_read=frozenset({Source.JOB_QUEUE})
         )
-        assert [(w.source, w.action) for w in written] == [(Source.JOB_QUEUE, Action.CLEARED)]
-        assert await store.record_sightings([broker_finding(q)], now=NOW, sources_read=BOTH) == []
+        assert [(w.source, w.action) for w in written.records] == [
+            (Source.JOB_QUEUE, Action.CLEARED)
+        ]
+        assert (
+            await store.record_sightings([broker_finding(q)], now=NOW, sources_read=BOTH)
+        ).records == []
         # seen again after clearing: a new episode
         back = [stale(p, "job-3")]
         written = await store.record_sightings(back, now=NOW, sources_read=BOTH)
-        assert [(w.source, w.action) for w in written] == [
+        assert [(w.source, w.action) for w in written.records] == [
             (Source.JOB_QUEUE, Action.SURFACE),
             (Source.BROKER, Action.CLEARED),
         ]
@@ -118,7 +122,7 @@ async def test_many_reapers_at_once_record_each_episode_once(pg_dsn: str) -> Non
         observed = [stale(p) for p in projects] + [broker_finding(q) for q in queues]
 
         async def everyone(seen: list[Verdict]) -> list[list[Verdict]]:
-            return await asyncio.gather(
+            recorded = await asyncio.gather(
                 *(
                     s.record_sightings(
                         seen if i % 2 else list(reversed(seen)), now=NOW, sources_read=BOTH
@@ -126,6 +130,7 @@ async def test_many_reapers_at_once_record_each_episode_once(pg_dsn: str) -> Non
                     for i, s in enumerate(stores)
                 )
             )
+            return [r.records for r in recorded]
 
         opened = await everyone(observed)
         assert Counter(id(v) for written in opened for v in written) == Counter(
@@ -248,7 +253,7 @@ class SightingsMachine(RuleBasedStateMachine):
                 observed.append(replace(verdict, object=f"{verdict.object}-dup", measured=9))
 
         async def together() -> list[list[Verdict]]:
-            return await asyncio.gather(
+            recorded = await asyncio.gather(
                 *(
                     self.stores[r].record_sightings(
                         observed, now=self.now, sources_read=read, project_id=project
@@ -256,6 +261,7 @@ class SightingsMachine(RuleBasedStateMachine):
                     for r in reapers
                 )
             )
+            return [r.records for r in recorded]
 
         written = [w for per_reaper in self._run(together()) for w in per_reaper]
 

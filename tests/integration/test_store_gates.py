@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 from test_store_support import NOW, fetch_job, insert_jobs, lease_verdict, leased
 
-from reaper.core.domain import Gate
+from reaper.core.records import Gate
 from reaper.errors import GateError, StoreUnavailable
 from reaper.jobqueue.postgres import PostgresStore
 

@@ -205,9 +205,7 @@ def test_a_version_never_pinned_has_no_consumer_timeout_in_force() -> None:
 
 
 def judged(*queues: QueueStats, facts: BrokerFacts) -> tuple[list[Any], list[str]]:
-    judgement = judge(
-        Measurements(leases=(), claimable=(), queues=queues, broker=facts), Thresholds(), NOW
-    )
+    judgement = judge(Measurements(claimable=(), queues=queues, broker=facts), Thresholds(), NOW)
     return list(judgement.verdicts), list(judgement.notes)
 
 

@@ -36,6 +36,7 @@ from reaper.core.domain import (
     Verdict,
 )
 from reaper.core.judge import judge
+from reaper.core.judge_leases import LeaseColumns, judge_lease_page
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
 NOW_S = int(NOW.timestamp())
@@ -102,19 +103,23 @@ def queue(
 
 
 def on_job_queue(
-    *leases: HeldLease, heads: tuple[ClaimableHead, ...] = (), thresholds: Thresholds = T
+    *, heads: tuple[ClaimableHead, ...] = (), thresholds: Thresholds = T
 ) -> list[Verdict]:
-    judgement = judge(Measurements(leases=leases, claimable=heads, queues=()), thresholds, NOW)
+    judgement = judge(Measurements(claimable=heads, queues=()), thresholds, NOW)
     assert judgement.notes == ()
     return list(judgement.verdicts)
+
+
+def on_leases(*leases: HeldLease, thresholds: Thresholds = T) -> list[Verdict]:
+    """The lease judge's verdicts on one page of ``leases``."""
+    page = LeaseColumns.of_leases(leases)
+    return list(judge_lease_page(page, thresholds, NOW).verdicts(page))
 
 
 def on_broker(
     *queues: QueueStats, broker: BrokerFacts | None = RABBITMQ_40, thresholds: Thresholds = T
 ) -> tuple[list[Verdict], list[str]]:
-    judgement = judge(
-        Measurements(leases=(), claimable=(), queues=queues, broker=broker), thresholds, NOW
-    )
+    judgement = judge(Measurements(claimable=(), queues=queues, broker=broker), thresholds, NOW)
     for verdict in judgement.verdicts:
         assert verdict.source is Source.BROKER
         assert verdict.project_id is None
@@ -138,7 +143,7 @@ def conditions(verdicts: list[Verdict]) -> set[Condition]:
 
 def test_an_expired_lease_past_grace_is_requeued() -> None:
     held = lease(expired_ago=timedelta(seconds=42, microseconds=123_400))
-    (verdict,) = on_job_queue(held)
+    (verdict,) = on_leases(held)
     assert verdict.source is Source.JOB_QUEUE
     assert verdict.condition is Condition.LEASE_EXPIRED
     assert verdict.action is Action.REQUEUE
@@ -155,9 +160,9 @@ def test_an_expired_lease_past_grace_is_requeued() -> None:
 
 def test_a_lease_is_judged_against_its_grace() -> None:
     grace = Thresholds(lease_grace_seconds=30)
-    assert on_job_queue(lease(expired_ago=timedelta(seconds=30)), thresholds=grace) == []
-    assert on_job_queue(lease(expired_ago=timedelta(seconds=12)), thresholds=grace) == []
-    (verdict,) = on_job_queue(
+    assert on_leases(lease(expired_ago=timedelta(seconds=30)), thresholds=grace) == []
+    assert on_leases(lease(expired_ago=timedelta(seconds=12)), thresholds=grace) == []
+    (verdict,) = on_leases(
         lease(expired_ago=timedelta(seconds=30, microseconds=1)), thresholds=grace
     )
     assert verdict.measured == 30.001
@@ -165,15 +170,15 @@ def test_a_lease_is_judged_against_its_grace() -> None:
 
 
 def test_a_lease_not_yet_expired_gets_no_verdict_whatever_the_store_returned() -> None:
-    assert on_job_queue(lease(expired_ago=timedelta(seconds=-60))) == []
-    assert on_job_queue(lease(expired_ago=timedelta(0))) == []
-    assert on_job_queue(lease(expired_ago=timedelta(seconds=-60), attempts=9)) == []
+    assert on_leases(lease(expired_ago=timedelta(seconds=-60))) == []
+    assert on_leases(lease(expired_ago=timedelta(0))) == []
+    assert on_leases(lease(expired_ago=timedelta(seconds=-60), attempts=9)) == []
 
 
 @pytest.mark.parametrize("attempts", [7, 8])
 def test_an_expired_lease_out_of_attempts_is_poison_and_parked(attempts: int) -> None:
     held = lease(expired_ago=timedelta(minutes=5), attempts=attempts, max_attempts=7)
-    (verdict,) = on_job_queue(held)
+    (verdict,) = on_leases(held)
     assert verdict.condition is Condition.POISON
     assert verdict.action is Action.PARK
     assert verdict.measured == attempts
@@ -184,12 +189,18 @@ def test_an_expired_lease_out_of_attempts_is_poison_and_parked(attempts: int) ->
 
 
 def test_a_lease_with_attempts_left_is_not_poison() -> None:
-    (verdict,) = on_job_queue(lease(expired_ago=timedelta(minutes=5), attempts=6, max_attempts=7))
+    (verdict,) = on_leases(lease(expired_ago=timedelta(minutes=5), attempts=6, max_attempts=7))
     assert verdict.condition is Condition.LEASE_EXPIRED
 
 
+def test_lease_verdicts_come_in_the_order_the_page_was_read() -> None:
+    later = lease(expired_ago=timedelta(minutes=1), job_id=JOB_2)
+    earlier = lease(expired_ago=timedelta(minutes=2), attempts=7)
+    assert [v.object for v in on_leases(later, earlier)] == [str(JOB_2), str(JOB)]
+
+
 def test_a_lease_without_an_owner_says_so() -> None:
-    (verdict,) = on_job_queue(lease(expired_ago=timedelta(minutes=1), owner=None))
+    (verdict,) = on_leases(lease(expired_ago=timedelta(minutes=1), owner=None))
     assert "no recorded owner" in verdict.detail
 
 
@@ -253,7 +264,7 @@ def test_one_lost_dispatch_per_project_the_oldest_unsent_row_past_the_threshold(
         unsent(written_ago=timedelta(hours=2), job_id=JOB),
         unsent(written_ago=timedelta(seconds=900), project_id=OTHER_PROJECT),
     )
-    measurements = Measurements(leases=(), claimable=(), unsent=rows, queues=())
+    measurements = Measurements(claimable=(), unsent=rows, queues=())
     (verdict,) = judge(measurements, T, NOW).verdicts
     assert verdict.condition is Condition.LOST_DISPATCH
     assert verdict.action is Action.SURFACE
@@ -262,30 +273,25 @@ def test_one_lost_dispatch_per_project_the_oldest_unsent_row_past_the_threshold(
     assert verdict.detail.startswith("dispatch 2 of a ready build job was written to the outbox")
 
 
-@pytest.mark.parametrize(
-    ("leases_read", "claimable_read"), [(False, False), (False, True), (True, False)]
-)
-def test_a_part_of_the_job_queue_not_read_yields_nothing(
-    leases_read: bool, claimable_read: bool
-) -> None:
-    stuck = lease(expired_ago=timedelta(hours=1), attempts=99)
+@pytest.mark.parametrize("claimable_read", [False, True])
+def test_a_part_of_the_job_queue_not_read_yields_nothing(claimable_read: bool) -> None:
     old = head(waiting=timedelta(days=1))
     measurements = Measurements(
-        leases=(stuck,) if leases_read else None,
         claimable=(old,) if claimable_read else None,
         unsent=None,
         queues=None,
     )
     conditions = {v.condition for v in judge(measurements, T, NOW).verdicts}
-    expected = ({Condition.POISON} if leases_read else set()) | (
-        {Condition.STALE_READY} if claimable_read else set()
-    )
-    assert conditions == expected
+    assert conditions == ({Condition.STALE_READY} if claimable_read else set())
     assert judge(measurements, T, NOW).notes == ()
+    # the lease judge rules on a page of leases read; a page not read is judged nowhere
+    stuck = lease(expired_ago=timedelta(hours=1), attempts=99)
+    assert {v.condition for v in on_leases(stuck)} == {Condition.POISON}
+    assert on_leases() == []
 
 
 def test_an_unreadable_broker_yields_nothing() -> None:
-    measurements = Measurements(leases=(), claimable=(), queues=None, broker=RABBITMQ_40)
+    measurements = Measurements(claimable=(), queues=None, broker=RABBITMQ_40)
     judgement = judge(measurements, T, NOW)
     assert judgement.verdicts == () and judgement.notes == ()
 
@@ -700,8 +706,10 @@ def test_a_dead_letter_queue_below_the_minimum_depth_is_quiet() -> None:
 
 def test_verdicts_come_in_a_stable_order() -> None:
     measurements = Measurements(
-        leases=(lease(expired_ago=timedelta(hours=1), job_id=JOB_2),),
-        claimable=(head(waiting=timedelta(days=1)),),
+        claimable=(
+            head(waiting=timedelta(days=2), project_id=OTHER_PROJECT, job_id=JOB_2),
+            head(waiting=timedelta(days=1)),
+        ),
         queues=(
             queue("z.dlq", ready=1),
             queue("celery", unacked=1, consumers=0),
@@ -712,7 +720,7 @@ def test_verdicts_come_in_a_stable_order() -> None:
     keys = [(v.source, v.object, v.condition) for v in judge(measurements, T, NOW).verdicts]
     assert keys == [
         (Source.JOB_QUEUE, str(JOB), Condition.STALE_READY),
-        (Source.JOB_QUEUE, str(JOB_2), Condition.LEASE_EXPIRED),
+        (Source.JOB_QUEUE, str(JOB_2), Condition.STALE_READY),
         (Source.BROKER, "a.dlq", Condition.DEAD_LETTER),
         (Source.BROKER, "celery", Condition.HOLDER_GONE),
         (Source.BROKER, "z.dlq", Condition.DEAD_LETTER),

@@ -5,7 +5,7 @@ vocabulary's, foreign queues are only ever surfaced, and judging never raises.""
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -27,6 +27,7 @@ from reaper.core.domain import (
     Thresholds,
 )
 from reaper.core.judge import judge
+from reaper.core.judge_leases import LeaseColumns, judge_lease_page
 
 #: Local to this module: a loaded profile would change every other module's settings too.
 judged = settings(deadline=None, max_examples=100)
@@ -174,8 +175,33 @@ def queue_stats(draw: st.DrawFn, now: datetime, name: str) -> QueueStats:
     )
 
 
+@dataclass(frozen=True)
+class Read:
+    """What a pass reads: the measurements the judge rules on, and the expired leases the lease
+    judge rules on, as one page (None: the job queue was not read)."""
+
+    measurements: Measurements
+    leases: tuple[HeldLease, ...] | None
+
+    @property
+    def claimable(self) -> tuple[ClaimableHead, ...] | None:
+        return self.measurements.claimable
+
+    @property
+    def queues(self) -> tuple[QueueStats, ...] | None:
+        return self.measurements.queues
+
+
+def judged_all(read: Read, t: Thresholds, now: datetime) -> Judgement:
+    """The lease judge's verdicts on the leases read, then the judge's on the rest."""
+    judgement = judge(read.measurements, t, now)
+    page = LeaseColumns.of_leases(read.leases or ())
+    leases = tuple(judge_lease_page(page, t, now).verdicts(page)) if read.leases is not None else ()
+    return Judgement(leases + judgement.verdicts, judgement.notes)
+
+
 @st.composite
-def measurements(draw: st.DrawFn, now: datetime) -> Measurements:
+def measurements(draw: st.DrawFn, now: datetime) -> Read:
     leases = tuple(
         HeldLease(
             job_id=draw(job_ids),
@@ -200,21 +226,21 @@ def measurements(draw: st.DrawFn, now: datetime) -> Measurements:
     queue_names = draw(st.lists(names, min_size=1, max_size=8, unique=True))
     queues = tuple(draw(queue_stats(now, name)) for name in queue_names)
     readable = draw(st.sampled_from(["both", "no job queue", "no broker", "neither"]))
-    return Measurements(
-        leases=None if readable in ("no job queue", "neither") else leases,
+    measured = Measurements(
         claimable=None if readable in ("no job queue", "neither") else heads,
         queues=None if readable in ("no broker", "neither") else queues,
         broker=draw(brokers),
     )
+    return Read(measured, None if readable in ("no job queue", "neither") else leases)
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> tuple[Measurements, Thresholds, datetime]:
+def cases(draw: st.DrawFn) -> tuple[Read, Thresholds, datetime]:
     now = draw(nows)
     return draw(measurements(now)), draw(thresholds), now
 
 
-def _queue(m: Measurements, name: str) -> QueueStats:
+def _queue(m: Read, name: str) -> QueueStats:
     (queue,) = [q for q in m.queues or () if q.name == name]
     return queue
 
@@ -225,10 +251,10 @@ def _queue(m: Measurements, name: str) -> QueueStats:
 @judged
 @given(cases())
 def test_a_verdict_never_fires_at_or_below_its_threshold(
-    case: tuple[Measurements, Thresholds, datetime],
+    case: tuple[Read, Thresholds, datetime],
 ) -> None:
     m, t, now = case
-    for v in judge(m, t, now).verdicts:
+    for v in judged_all(m, t, now).verdicts:
         if v.condition in (Condition.LEASE_EXPIRED, Condition.STALE_READY, Condition.HOLDER_GONE):
             assert v.measured is not None and v.threshold is not None
             assert v.measured > v.threshold, v
@@ -243,10 +269,10 @@ def test_a_verdict_never_fires_at_or_below_its_threshold(
 @judged
 @given(cases())
 def test_an_unmeasurable_age_or_count_never_fires(
-    case: tuple[Measurements, Thresholds, datetime],
+    case: tuple[Read, Thresholds, datetime],
 ) -> None:
     m, t, now = case
-    for v in judge(m, t, now).verdicts:
+    for v in judged_all(m, t, now).verdicts:
         if v.source is Source.BROKER and v.condition is not Condition.UNBOUNDED:
             assert _queue(m, v.object).counts_known  # zeros listed before statistics are not 0
         if v.condition is not Condition.STALE_READY:
@@ -263,11 +289,11 @@ def test_an_unmeasurable_age_or_count_never_fires(
 @judged
 @given(cases(), st.randoms(use_true_random=False))
 def test_the_judgement_depends_only_on_its_arguments(
-    case: tuple[Measurements, Thresholds, datetime], rnd: Any
+    case: tuple[Read, Thresholds, datetime], rnd: Any
 ) -> None:
     m, t, now = case
-    first = judge(m, t, now)
-    assert judge(m, t, now) == first
+    first = judged_all(m, t, now)
+    assert judged_all(m, t, now) == first
 
     def shuffled(items: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
         if items is None:
@@ -276,10 +302,14 @@ def test_the_judgement_depends_only_on_its_arguments(
         rnd.shuffle(out)
         return tuple(out)
 
-    permuted = replace(
-        m, leases=shuffled(m.leases), claimable=shuffled(m.claimable), queues=shuffled(m.queues)
+    permuted = Read(
+        replace(m.measurements, claimable=shuffled(m.claimable), queues=shuffled(m.queues)),
+        shuffled(m.leases),
     )
-    assert judge(permuted, t, now) == first
+    again = judged_all(permuted, t, now)
+    # the judge's verdicts come in one order; the lease judge's, in the order the page was read
+    assert judge(permuted.measurements, t, now) == judge(m.measurements, t, now)
+    assert sorted(map(repr, again.verdicts)) == sorted(map(repr, first.verdicts))
 
 
 def _timed(judgement: Judgement) -> set[tuple[Source, str, Condition]]:
@@ -290,20 +320,20 @@ def _timed(judgement: Judgement) -> set[tuple[Source, str, Condition]]:
 @judged
 @given(cases(), st.integers(0, 10 * 86_400_000_000))
 def test_moving_now_forward_never_removes_a_lease_or_stale_verdict(
-    case: tuple[Measurements, Thresholds, datetime], later_us: int
+    case: tuple[Read, Thresholds, datetime], later_us: int
 ) -> None:
     m, t, now = case
     later = now + timedelta(microseconds=later_us)
-    assert _timed(judge(m, t, now)) <= _timed(judge(m, t, later))
+    assert _timed(judged_all(m, t, now)) <= _timed(judged_all(m, t, later))
 
 
 @judged
 @given(cases())
 def test_every_verdict_speaks_the_vocabulary(
-    case: tuple[Measurements, Thresholds, datetime],
+    case: tuple[Read, Thresholds, datetime],
 ) -> None:
     m, t, now = case
-    for v in judge(m, t, now).verdicts:
+    for v in judged_all(m, t, now).verdicts:
         payload = v.payload()
         assert payload["source"] in SOURCES
         assert payload["condition"] in CONDITIONS
@@ -320,10 +350,10 @@ def test_every_verdict_speaks_the_vocabulary(
 @judged
 @given(cases())
 def test_a_foreign_queue_is_only_ever_surfaced(
-    case: tuple[Measurements, Thresholds, datetime],
+    case: tuple[Read, Thresholds, datetime],
 ) -> None:
     m, t, now = case
-    for v in judge(m, t, now).verdicts:
+    for v in judged_all(m, t, now).verdicts:
         if v.source is Source.BROKER:
             assert v.action is not Action.REQUEUE
             if not re.search(t.owned_queue_pattern, v.object):
@@ -334,19 +364,19 @@ def test_a_foreign_queue_is_only_ever_surfaced(
 
 @judged
 @given(cases())
-def test_one_surfaced_verdict_per_sighting(case: tuple[Measurements, Thresholds, datetime]) -> None:
+def test_one_surfaced_verdict_per_sighting(case: tuple[Read, Thresholds, datetime]) -> None:
     m, t, now = case
-    keys = [v.sighting_key for v in judge(m, t, now).verdicts if v.action is Action.SURFACE]
+    keys = [v.sighting_key for v in judged_all(m, t, now).verdicts if v.action is Action.SURFACE]
     assert len(keys) == len(set(keys))
 
 
 @judged
 @given(cases())
 def test_an_unreadable_source_concludes_nothing(
-    case: tuple[Measurements, Thresholds, datetime],
+    case: tuple[Read, Thresholds, datetime],
 ) -> None:
     m, t, now = case
-    judgement = judge(m, t, now)
+    judgement = judged_all(m, t, now)
     sources = {v.source for v in judgement.verdicts}
     if m.leases is None or m.claimable is None:
         assert Source.JOB_QUEUE not in sources
@@ -428,8 +458,19 @@ def test_the_threshold_itself_never_fires_and_just_past_it_does(
     if ttl_ms is None or ttl_ms % 1000 == 0:
         arguments = {} if ttl_ms is None else {"x-message-ttl": ttl_ms}
         queues.append(head_at("vibey.jobs.wait.t", wait_limit, arguments))
-    m = Measurements(
-        leases=(
+    m = Read(
+        Measurements(
+            claimable=(
+                ClaimableHead(
+                    project_id=UUID(int=1),
+                    job_id=UUID(int=11),
+                    kind="review",
+                    claimable_since=now - stale - step,
+                ),
+            ),
+            queues=tuple(queues),
+        ),
+        (
             HeldLease(
                 job_id=UUID(int=10),
                 project_id=UUID(int=1),
@@ -440,17 +481,8 @@ def test_the_threshold_itself_never_fires_and_just_past_it_does(
                 max_attempts=3,
             ),
         ),
-        claimable=(
-            ClaimableHead(
-                project_id=UUID(int=1),
-                job_id=UUID(int=11),
-                kind="review",
-                claimable_since=now - stale - step,
-            ),
-        ),
-        queues=tuple(queues),
     )
-    fired = {(v.object, v.condition) for v in judge(m, t, now).verdicts}
+    fired = {(v.object, v.condition) for v in judged_all(m, t, now).verdicts}
     expected = {
         (str(UUID(int=10)), Condition.POISON),
         (str(UUID(int=11)), Condition.STALE_READY),

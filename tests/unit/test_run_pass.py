@@ -237,17 +237,15 @@ async def test_a_pass_over_nothing_is_quiet(dry_run: bool) -> None:
 
 async def test_leases_another_reaper_moved_are_named_a_few_per_page_and_counted() -> None:
     from reaper.reap.leases import _report
-    from reaper.reap.progress import Progress
 
     skipped = tuple(uuid.uuid4() for _ in range(10))
-    progress = Progress()
-    _report(LeaseMoves(skipped=skipped), progress)
+    found = _report(LeaseMoves(skipped=skipped))
 
-    assert progress.notes[:3] == [
+    assert list(found.notes[:3]) == [
         f"job {job} changed after it was read (finished, re-leased, or moved by another "
         "reaper): left alone"
         for job in skipped[:3]
     ]
-    assert progress.notes[3:] == [
+    assert list(found.notes[3:]) == [
         f"and 7 more job(s) read with job {skipped[2]}, each changed after it was read: left alone"
     ]

@@ -20,7 +20,8 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reaper.core.domain import Action, Condition, Gate, Source, Unit, Verdict
+from reaper.core.domain import Action, Condition, Source, Unit, Verdict
+from reaper.core.records import Gate
 from reaper.edges.gate_board import GateBoard
 from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.serve import ListenError, parse_listen, serve
