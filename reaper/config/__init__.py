@@ -5,12 +5,7 @@ Nothing is guessed. A typo is an unknown key, not a silent default; a wrong type
 out-of-range number, a regex that does not compile or owns another system's queues, a URL
 with a password in it: each is a problem that names the key, the value and why, and
 :func:`load_config` reports all of them at once in one :class:`~reaper.errors.ConfigError`.
-
-- :mod:`~reaper.config.model`: every key, its default, its bounds and why (``Settings``);
-- :mod:`~reaper.config.sources`: the drop-ins and the environment;
-- :mod:`~reaper.config.provenance`: where each value came from;
-- :mod:`~reaper.config.problems`: a problem as an operator reads it;
-- :mod:`~reaper.config.loading`: :func:`load_config` and :func:`show`.
+Its modules are named in ``docs/architecture.md``.
 """
 
 from reaper.config.loading import (

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
-from pydantic import SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError, create_model
 from pydantic_settings import SettingsError
 
 from reaper.config.model import Settings
@@ -31,7 +31,7 @@ from reaper.config.provenance import (
     Origins,
 )
 from reaper.config.secrets import SECRET_PATHS, SecretsDir, read_secrets_dir
-from reaper.config.sources import EnvironSource, KeyPath, loading, read_drop_ins, walk
+from reaper.config.sources import EnvironSource, KeyPath, overlay, read_drop_ins, walk
 from reaper.errors import ConfigError, register_secret, scrub
 
 __all__ = [
@@ -106,8 +106,7 @@ def load_config(
 
     settings: Settings | None = None
     try:
-        with loading(environ, drop_ins.merged, secrets_dir.values):
-            settings = Settings()
+        settings = _validated(drop_ins.merged, secrets_dir.values, env_data)
     except ValidationError as exc:
         problems.extend(describe(error, origins) for error in exc.errors(include_url=False))
     except (SettingsError, ValueError) as exc:
@@ -131,6 +130,30 @@ def load_config(
     return LoadedConfig(
         settings=settings, config_dir=config_dir, files=drop_ins.files, values=values
     )
+
+
+_SECTIONS: Final[dict[str, Any]] = {
+    name: (info.annotation, info) for name, info in Settings.model_fields.items()
+}
+
+#: ``Settings`` as a plain model, its sections as strict and closed, validated from the layers
+#: a load read and from nothing else: not the process environment, and no drop-in's top-level
+#: key taken for one of pydantic-settings' ``_``-options, as a keyword argument would be.
+#: ``Settings`` keeps no rule of its own beyond these: every check lives in a section.
+_Layers: Final[type[BaseModel]] = create_model(
+    "Settings", __config__=ConfigDict(extra="forbid", frozen=True), **_SECTIONS
+)
+
+
+def _validated(*layers: Mapping[str, Any]) -> Settings:
+    """The layers, lowest first (drop-ins, secrets directory, environment), validated as one:
+    a table merges key by key, any other value replaces."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        merged = overlay(merged, layer)
+    checked = _Layers.model_validate(merged)
+    fields = {name: getattr(checked, name) for name in Settings.model_fields}
+    return Settings.model_construct(checked.model_fields_set, **fields)
 
 
 def show(loaded: LoadedConfig, *, masked: bool = True) -> list[ConfigValue]:

@@ -22,7 +22,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from reaper.config.connections import BusSettings, DatabaseSettings
 from reaper.config.fields import MAX_COUNT, SECTION, YEAR, bound_reasons, bounded, refused
-from reaper.config.sources import ENV_DELIMITER, ENV_PREFIX, DropInSource, EnvironSource, inputs
+from reaper.config.sources import ENV_DELIMITER, ENV_PREFIX, EnvironSource
 from reaper.core.domain import Thresholds
 
 __all__ = [
@@ -337,15 +337,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        loading = inputs(os.environ)
-        # Earlier wins: arguments, then the environment, then the secrets directory, then the
-        # merged drop-ins.
-        return (
-            init_settings,
-            EnvironSource(settings_cls, loading.environ),
-            DropInSource(settings_cls, loading.secrets),
-            DropInSource(settings_cls, loading.files),
-        )
+        # Earlier wins: the arguments, then the process environment. No dotenv file, no
+        # secrets directory of pydantic-settings' own: load_config reads those itself.
+        return (init_settings, EnvironSource(settings_cls, os.environ))
 
     def thresholds(self) -> Thresholds:
         """The judging subset, as the pure judge takes it."""

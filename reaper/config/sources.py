@@ -1,38 +1,34 @@
 """Where configuration comes from: ``conf.d/*.toml`` drop-ins and the ``REAPER_`` environment.
 
-The environment overlay is pydantic-settings' own (prefix ``REAPER_``, nested delimiter
-``__``), reading a given mapping rather than ``os.environ`` so that a load is reproducible; the
-drop-ins reach ``Settings`` as one more settings source below it. Files are typed strictly
-(``"600"`` is not a number, ``true`` is not one either); the environment is all strings, so
-its values are converted to the declared type before the same strict validation
-(``REAPER_QUEUE__REAP__STALE_READY_SECONDS=600`` is a number, ``=true`` is not; a list is a JSON
-array: ``REAPER_QUEUE__REAP__KNOWN_PHASES='["build","test"]'``).
+The environment is pydantic-settings' :class:`EnvSettingsSource` (prefix ``REAPER_``, nested
+delimiter ``__``) through its documented hooks, given the mapping to read in place of
+``os.environ`` so that a load is reproducible. Files are typed strictly (``"600"`` is not a
+number, ``true`` is not one either); the environment is all strings, so its values are
+converted to the declared type before the same strict validation (``=600`` is a number,
+``=true`` is not; a list is a JSON array: ``REAPER_QUEUE__REAP__KNOWN_PHASES='["a","b"]'``).
+The layers meet in :func:`overlay`, lowest first.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import tomllib
 from collections.abc import Iterator, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource
+from pydantic_settings import BaseSettings, EnvSettingsSource
 
 __all__ = [
     "ENV_DELIMITER",
     "ENV_PREFIX",
-    "DropInSource",
     "DropIns",
     "EnvironSource",
     "KeyPath",
-    "inputs",
-    "loading",
+    "overlay",
     "read_drop_ins",
     "walk",
 ]
@@ -44,52 +40,35 @@ ENV_DELIMITER: Final = "__"
 KeyPath = tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class _Inputs:
-    environ: Mapping[str, str]
-    files: dict[str, Any]
-    #: The secrets directory's values, as nested tables (between the environment and files).
-    secrets: dict[str, Any] = field(default_factory=dict)
-
-
-#: What the load in progress reads: ``settings_customise_sources`` is a classmethod, so the
-#: environment and the merged drop-ins of one load reach it through here.
-_current: ContextVar[_Inputs | None] = ContextVar("reaper_config_inputs", default=None)
-
-
-def inputs(default_environ: Mapping[str, str]) -> _Inputs:
-    """What the settings being built read: the load in progress's, else ``default_environ``
-    and no drop-in (``Settings()`` built directly)."""
-    return _current.get() or _Inputs(default_environ, {})
-
-
-@contextlib.contextmanager
-def loading(
-    environ: Mapping[str, str], files: dict[str, Any], secrets: dict[str, Any] | None = None
-) -> Iterator[None]:
-    """Make ``environ``, the merged drop-ins ``files`` and the secrets directory's values
-    what ``Settings()`` reads inside."""
-    token = _current.set(_Inputs(environ, files, secrets or {}))
-    try:
-        yield
-    finally:
-        _current.reset(token)
-
-
 class EnvironSource(EnvSettingsSource):
-    """pydantic-settings' environment source, reading a given mapping rather than
-    ``os.environ``, turning each string into the declared type before strict validation."""
+    """pydantic-settings' environment source reading ``environ`` rather than ``os.environ``,
+    each string turned into the declared type before strict validation. Only its documented
+    hooks are overridden: where a field's value is found, and how it is prepared."""
 
     def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
-        self._environ = environ
         super().__init__(settings_cls)
-
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        return {
+        # as pydantic-settings keys the environment: lowercased unless case-sensitive
+        self._environ: dict[str, str | None] = {
             (k if self.case_sensitive else k.lower()): v
-            for k, v in self._environ.items()
+            for k, v in environ.items()
             if not (self.env_ignore_empty and v == "")
         }
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        name = self.env_prefix + field_name
+        return self._environ.get(name if self.case_sensitive else name.lower()), field_name, False
+
+    def prepare_field_value(
+        self, field_name: str, field: FieldInfo, value: Any, value_is_complex: bool
+    ) -> Any:
+        # A section (every field of Settings) is a JSON object, under its nested variables.
+        if not (value_is_complex or self.field_is_complex(field)):
+            return value
+        nested = self.explode_env_vars(field_name, field, self._environ)
+        if value is None:
+            return nested or None
+        decoded = self.decode_complex_value(field_name, field, value)
+        return overlay(decoded, nested) if isinstance(decoded, dict) else decoded
 
     def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
         # A value that is not JSON stays a string; validation then names the key and the type.
@@ -134,18 +113,16 @@ def _adapter(annotation: Any) -> TypeAdapter[Any]:
     return TypeAdapter(annotation)
 
 
-class DropInSource(PydanticBaseSettingsSource):
-    """The drop-ins, already read and merged by :func:`read_drop_ins`."""
-
-    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
-        super().__init__(settings_cls)
-        self._data = data
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return self._data.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return {key: _copy(value) for key, value in self._data.items()}
+def overlay(lower: Mapping[str, Any], higher: Mapping[str, Any]) -> dict[str, Any]:
+    """``higher`` over ``lower``: a table merges key by key, anything else replaces."""
+    merged = {key: _copy(value) for key, value in lower.items()}
+    for key, value in higher.items():
+        below = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(below, dict):
+            merged[key] = overlay(below, value)
+        else:
+            merged[key] = _copy(value)
+    return merged
 
 
 # --------------------------------------------------------------------------- the drop-ins

@@ -1,19 +1,10 @@
 """The demo's fourth step: a host that dispatches through RabbitMQ (SPEC §3, ADR-0044 §3-§5),
-in miniature, on the demo's own database and vhost. A requeued job runs again:
-
-1. ``reaper db migrate --outbox``: ``job.dispatch_seq``, ``job.dispatched_at``, ``job_outbox``;
-   the dispatch in force becomes outbox (``[queue.reap] dispatch = "auto"``).
-2. The host enqueues a job at generation 1 with its outbox row; its relay publishes the row to
-   the work queue and marks it sent.
-3. A worker takes the message, claims the job (fenced on the generation) and dies holding its
-   lease; the broker keeps the message for redelivery.
-4. ``reaper reap``: the expired lease is requeued, generation 2 and its outbox row written in
-   the same transaction as the move and its ledger event.
-5. The relay publishes generation 2. A second worker drains the work queue: generation 1's
-   message fails the fence and is dropped; generation 2's is claimed, run, and succeeds.
-
-The host, relay and workers here are the demo's stand-ins, a few lines each (their queries are
-in ``scenario.sql``); the reaper's part is the one real pass of step 4.
+in miniature, on the demo's own database and vhost: ``reaper db migrate --outbox``, a job
+enqueued at generation 1 and relayed, a worker that dies holding its lease, one real pass that
+requeues it at generation 2 (its outbox row in the same transaction as the move), and a second
+worker for which generation 1 fails the fence and generation 2 runs. The host, relay and
+workers are the demo's stand-ins, a few lines each (their queries in ``scenario.sql``); the
+steps one by one are in ``docs/architecture.md`` ("The demo").
 """
 
 from __future__ import annotations
@@ -21,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Final
 
@@ -44,22 +35,23 @@ _LEASE: Final = timedelta(seconds=1)
 
 
 async def outbox_step(
-    demo: Settings, client: ManagementClient, password: str | None, out: Callable[[str], None]
-) -> dict[str, int | str]:
-    """Run the step (see the module docstring) and print what happens; the job's summary."""
+    demo: Settings, client: ManagementClient, password: str | None
+) -> AsyncIterator[str]:
+    """Run the step (see the module docstring), yielding what happens, a line at a time."""
     store = await PostgresStore.connect(demo.database.dsn, password=password, pool_size=2)
     try:
         run = await migrate(store.database, outbox=True)
-        out(f"reaper db migrate --outbox: {', '.join(run.applied) or 'already in place'}")
+        yield f"reaper db migrate --outbox: {', '.join(run.applied) or 'already in place'}"
         await declare_queue(client, WORK_QUEUE)
         job, project = uuid.uuid4(), uuid.uuid4()
         now = (await store.database_facts()).now
         await run_scenario_query(store, "outbox_enqueue", job, project, "render.thumbnail", now)
-        await _relay(store, client, out)
+        async for line in _relay(store, client):
+            yield line
 
         message = await _take(client, requeue=True)
         claimed = await _claim(store, message, "worker-a", now + _LEASE)
-        out(
+        yield (
             f"worker-a took generation {message['dispatch_seq']} of job {str(job)[:8]}: "
             f"{'claimed' if claimed else 'NOT claimed'}, then died holding its lease "
             "(the broker keeps the message for redelivery)"
@@ -73,48 +65,38 @@ async def outbox_step(
             if r.verdict.object == str(job) and r.verdict.condition is Condition.LEASE_EXPIRED
         ]
         dispatch = result.dispatch.why if result.dispatch else "unknown"
-        out(f"reaper reap (dispatch in force: {dispatch}):")
+        yield f"reaper reap (dispatch in force: {dispatch}):"
         for verdict in moved:
             what = f"{verdict.action.value} {verdict.condition.value} {str(job)[:8]}"
-            out(f"  {what}: {verdict.detail}")
-        await _relay(store, client, out)
+            yield f"  {what}: {verdict.detail}"
+        async for line in _relay(store, client):
+            yield line
 
         for _ in range(2):
             message = await _take(client, requeue=False)
             generation = message["dispatch_seq"]
             now = (await store.database_facts()).now
             if not await _claim(store, message, "worker-b", now + timedelta(minutes=5)):
-                out(f"worker-b: generation {generation} fails the fence: dropped")
+                yield f"worker-b: generation {generation} fails the fence: dropped"
                 continue
             done = await run_scenario_query(
                 store, "outbox_finish", job, "worker-b", generation, now
             )
-            out(
+            yield (
                 f"worker-b: generation {generation} claimed and run: "
                 f"{'succeeded' if done else 'NOT finished'}"
             )
         (row,) = await run_scenario_query(store, "outbox_job", job)
-        summary: dict[str, int | str] = {
-            "job": str(job),
-            "state": str(row["state"]),
-            "attempts": int(row["attempts"]),
-            "generations": int(row["dispatch_seq"]),
-            "outbox_rows": int(row["outbox_rows"]),
-            "events": int(row["events"]),
-        }
-        out(
-            f"job {str(job)[:8]}: {summary['state']} on attempt {summary['attempts']}, "
-            f"{summary['generations']} dispatch episodes, {summary['outbox_rows']} outbox rows, "
-            f"{summary['events']} ledger event(s) (the requeue)"
+        yield (
+            f"job {str(job)[:8]}: {row['state']} on attempt {int(row['attempts'])}, "
+            f"{int(row['dispatch_seq'])} dispatch episodes, {int(row['outbox_rows'])} outbox "
+            f"rows, {int(row['events'])} ledger event(s) (the requeue)"
         )
-        return summary
     finally:
         await store.close()
 
 
-async def _relay(
-    store: PostgresStore, client: ManagementClient, out: Callable[[str], None]
-) -> None:
+async def _relay(store: PostgresStore, client: ManagementClient) -> AsyncIterator[str]:
     """The host's relay: publish every unsent outbox row, then mark it sent."""
     for row in await run_scenario_query(store, "outbox_unsent"):
         routed = await client.publish(
@@ -123,7 +105,7 @@ async def _relay(
         now = (await store.database_facts()).now
         await run_scenario_query(store, "outbox_mark_sent", row["id"], now)
         state = "routed" if routed else "NOT routed"
-        out(f"relay: published {row['key']} to {WORK_QUEUE} ({state})")
+        yield f"relay: published {row['key']} to {WORK_QUEUE} ({state})"
 
 
 async def _take(client: ManagementClient, *, requeue: bool) -> dict[str, object]:

@@ -1,38 +1,28 @@
 """``reaper demo``: the whole product on the configured services, in under a minute.
 
-It makes a database and a vhost of its own on the configured PostgreSQL server and broker
-(named ``queue_reaper_demo_<random>``, both), migrates the database, seeds the scenario of
-:mod:`reaper.demo.scenario` on both sides, then runs what an operator runs:
-
-1. a dry-run audit (``reaper reap --dry-run``): everything judged, nothing written;
-2. a real pass (``reaper reap``): leases requeued, poison and dead letters parked, the drifted
-   policy put back, every finding recorded in the ledger;
-3. a second real pass: nothing new to record (the ledger's event count does not move);
-4. outbox dispatch (:mod:`reaper.demo.outbox`): the same database given the schema of a host
-   that dispatches through RabbitMQ, where a job whose worker died is requeued at a new
-   dispatch generation, published again by the host's relay and run by another worker.
-
-Each pass's report is printed as ``reaper reap`` prints it, with the ledger's event count
-before and after. By default the database and vhost are kept for a person to look at, and the
-end says where to look and how to remove them; with ``cleanup`` (``reaper demo --cleanup``)
-both are removed at the end, and the end says so.
-
-Exit 0 when the demo ran (its passes find problems on purpose); 1, with a one-line reason,
-when a service cannot be reached or the scenario cannot be seeded.
+It makes a database and a vhost of its own (``queue_reaper_demo_<random>``, both), seeds the
+scenario of :mod:`reaper.demo.scenario`, then runs what an operator runs: a dry-run audit, a
+real pass, a second real pass that records nothing new, and outbox dispatch
+(:mod:`reaper.demo.outbox`). It yields what happens as it happens, as values (a line said, a
+pass and its ledger count, the exit code); the edge prints them, each pass's report as ``reaper
+reap`` prints it. The database and vhost are kept for a person to look at unless ``cleanup``.
+Exit 0 when the demo ran (its passes find problems on purpose), 1 when a service cannot be
+reached or the scenario cannot be seeded. ``docs/architecture.md`` ("The demo") says more.
 """
 
 from __future__ import annotations
 
 import secrets
 import shlex
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from reaper.broker.client import ManagementClient
 from reaper.config import Settings
+from reaper.config.connections import BusSettings
 from reaper.demo.admin import (
     create_database,
     create_vhost,
@@ -43,18 +33,45 @@ from reaper.demo.admin import (
 from reaper.demo.outbox import outbox_step
 from reaper.demo.scenario import Scenario
 from reaper.demo.seed import seed
-from reaper.edges.report import render_text
 from reaper.errors import ReaperError
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
 from reaper.schema.migrations import migrate
 
-__all__ = ["demo_dsn", "run_demo"]
+__all__ = ["DemoPass", "DemoStep", "Finished", "Said", "demo_dsn", "run_demo"]
 
 EXIT_OK, EXIT_NOT_OK = 0, 1
 
 _WIDTH = 92
+
+
+@dataclass(frozen=True)
+class Said:
+    """A line the demo says; ``trouble``: what went wrong (the edge writes it to stderr)."""
+
+    text: str
+    trouble: bool = False
+
+
+@dataclass(frozen=True)
+class DemoPass:
+    """One of the demo's passes: its result, shown whole or by its status line alone, and
+    what the ledger counted before and after it."""
+
+    result: PassResult
+    whole: bool
+    ledger: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The demo's end, with its exit code."""
+
+    exit_code: int
+
+
+DemoStep = Said | DemoPass | Finished
 
 
 def demo_dsn(dsn: str, database: str) -> str:
@@ -67,14 +84,26 @@ def _banner(title: str) -> str:
     return f"\n{'=' * 3} {title} {'=' * max(3, _WIDTH - len(title) - 5)}"
 
 
-async def run_demo(
-    settings: Settings, *, out: Callable[[str], None] = print, cleanup: bool = False
-) -> int:
-    """Run the demo against the services ``settings`` names; see the module docstring."""
+def _trouble(text: str) -> Said:
+    return Said(f"reaper demo: {text}", trouble=True)
+
+
+def _client(bus: BusSettings, vhost: str) -> ManagementClient:
+    return ManagementClient(
+        bus.urls_in_force(),
+        bus.username,
+        bus.password.get_secret_value(),
+        vhost=vhost,
+        timeout_seconds=bus.timeout_seconds,
+    )
+
+
+async def run_demo(settings: Settings, *, cleanup: bool = False) -> AsyncIterator[DemoStep]:
+    """Run the demo against the services ``settings`` names, yielding each step as it
+    happens; the last is :class:`Finished`. See the module docstring."""
     started = time.monotonic()
     name = f"queue_reaper_demo_{secrets.token_hex(3)}"
-    db = settings.database
-    bus = settings.bus
+    db, bus = settings.database, settings.bus
     password = db.password.get_secret_value() if db.password else None
     dsn = demo_dsn(db.dsn, name)
     demo = settings.model_copy(
@@ -84,115 +113,117 @@ async def run_demo(
         }
     )
     where_db = urlsplit(db.dsn).netloc or "the configured server"
+    yield Said(_banner("queue-reaper demo").lstrip("\n"))  # the first line, not a blank
+    yield Said(
+        f"PostgreSQL {where_db}, RabbitMQ {bus.urls_in_force()[0]}: database and vhost {name}"
+    )
 
-    out(_banner("queue-reaper demo").lstrip("\n"))  # the first line of the output, not a blank
-    out(f"PostgreSQL {where_db}, RabbitMQ {bus.urls_in_force()[0]}: database and vhost {name}")
+    seeded = await _set_up(settings, demo, name, password)
+    if not isinstance(seeded, Scenario):
+        for said in seeded:
+            yield said
+        yield Finished(EXIT_NOT_OK)
+        return
+    first, *rest = seeded.describe()
+    yield Said(f"\nSeeded in {time.monotonic() - started:.1f} s: {first}")
+    for line in rest:
+        yield Said(f"  {line}")
 
+    counts: list[tuple[int, int]] = []
+    async for step in _passes(demo, password, counts):
+        yield step
+
+    yield Said(_banner("4. Outbox dispatch: a requeued job is dispatched again and runs"))
+    client = _client(bus, name)
+    try:
+        failed = False
+        try:
+            async for line in outbox_step(demo, client, password):
+                yield Said(line)
+        except ReaperError as exc:
+            failed = True
+            yield _trouble(f"the outbox step failed: {exc.reason}")
+        if cleanup:
+            removed = True
+            async for said in _remove(settings, client, name, password):
+                removed = removed and not said.trouble
+                yield said
+            yield Finished(EXIT_NOT_OK if failed or not removed else EXIT_OK)
+            return
+    finally:
+        await client.aclose()
+    if failed:
+        yield Finished(EXIT_NOT_OK)
+        return
+    yield Said(_banner("Where to look"))
+    for line in _where_to_look(settings, name, dsn, counts, time.monotonic() - started):
+        yield Said(line)
+    yield Finished(EXIT_OK)
+
+
+async def _set_up(
+    settings: Settings, demo: Settings, name: str, password: str | None
+) -> Scenario | list[Said]:
+    """Create the demo's database and vhost and seed the scenario; or why not (and nothing of
+    the demo's left behind)."""
+    db = settings.database
     try:
         await create_database(db.dsn, name, password=password)
     except ReaperError as exc:
-        print(f"reaper demo: cannot create the demo database: {exc.reason}", file=sys.stderr)
-        return EXIT_NOT_OK
-    client = ManagementClient(
-        bus.urls_in_force(),
-        bus.username,
-        bus.password.get_secret_value(),
-        vhost=name,
-        timeout_seconds=bus.timeout_seconds,
-    )
+        return [_trouble(f"cannot create the demo database: {exc.reason}")]
+    client = _client(settings.bus, name)
     try:
         try:
             await _check_administrator(client)
             await create_vhost(client, name)
         except ReaperError as exc:
-            await _drop_quietly(db.dsn, name, password)
-            print(f"reaper demo: cannot create the demo vhost: {exc.reason}", file=sys.stderr)
-            return EXIT_NOT_OK
+            dropped = await _drop_quietly(db.dsn, name, password)
+            return [*dropped, _trouble(f"cannot create the demo vhost: {exc.reason}")]
         try:
-            seeded = await _prepare(demo, client, dsn, password)
+            return await _prepare(demo, client, demo.database.dsn, password)
         except ReaperError as exc:
-            await _drop_quietly(db.dsn, name, password)
-            await _delete_quietly(client, name)
-            print(f"reaper demo: cannot seed the scenario: {exc.reason}", file=sys.stderr)
-            return EXIT_NOT_OK
+            left = await _drop_quietly(db.dsn, name, password)
+            left += await _delete_quietly(client, name)
+            return [*left, _trouble(f"cannot seed the scenario: {exc.reason}")]
     finally:
         await client.aclose()
 
-    first, *rest = seeded.describe()
-    out(f"\nSeeded in {time.monotonic() - started:.1f} s: {first}")
-    for line in rest:
-        out(f"  {line}")
 
+async def _passes(
+    demo: Settings, password: str | None, counts: list[tuple[int, int]]
+) -> AsyncIterator[DemoStep]:
+    """The dry-run audit and two real passes, each with the ledger's count around it."""
     steps = (
         ("1. Dry-run audit: reaper reap --dry-run (judges everything, writes nothing)", True),
         ("2. A real pass: reaper reap", False),
         ("3. A second real pass, moments later: reaper reap", False),
     )
-    counts: list[tuple[int, int]] = []
+    dsn = demo.database.dsn
     for title, dry_run in steps:
-        out(_banner(title))
+        yield Said(_banner(title))
         before = await _event_count(dsn, password)
         result = await reap_once(demo, dry_run=dry_run)
         after = await _event_count(dsn, password)
         counts.append((before, after))
-        text = render_text(result)
         # the second pass finds what the first did: its status says so, and the ledger line
-        out(text if dry_run or len(counts) == 2 else text.splitlines()[0])
-        out(_ledger_line(before, after, result))
-
-    out(_banner("4. Outbox dispatch: a requeued job is dispatched again and runs"))
-    client = ManagementClient(
-        bus.urls_in_force(),
-        bus.username,
-        bus.password.get_secret_value(),
-        vhost=name,
-        timeout_seconds=bus.timeout_seconds,
-    )
-    try:
-        await outbox_step(demo, client, password, out)
-    except ReaperError as exc:
-        print(f"reaper demo: the outbox step failed: {exc.reason}", file=sys.stderr)
-        if cleanup:
-            await _remove(settings, client, name, password, out)
-        return EXIT_NOT_OK
-    finally:
-        if not cleanup:
-            await client.aclose()
-
-    if cleanup:
-        try:
-            return await _remove(settings, client, name, password, out)
-        finally:
-            await client.aclose()
-    out(_banner("Where to look"))
-    for line in _where_to_look(settings, name, dsn, counts, time.monotonic() - started):
-        out(line)
-    return EXIT_OK
+        yield DemoPass(result, dry_run or len(counts) == 2, _ledger_line(before, after, result))
 
 
 async def _remove(
-    settings: Settings,
-    client: ManagementClient,
-    name: str,
-    password: str | None,
-    out: Callable[[str], None],
-) -> int:
-    """``--cleanup``: drop the demo's database and delete its vhost; 1 if either remains."""
-    out(_banner("Cleanup: --cleanup removes the demo's database and vhost"))
-    removed = True
+    settings: Settings, client: ManagementClient, name: str, password: str | None
+) -> AsyncIterator[Said]:
+    """``--cleanup``: drop the demo's database and delete its vhost; trouble if either remains."""
+    yield Said(_banner("Cleanup: --cleanup removes the demo's database and vhost"))
     try:
         await drop_database(settings.database.dsn, name, password=password)
-        out(f"database {name}: dropped")
+        yield Said(f"database {name}: dropped")
     except ReaperError as exc:
-        removed = False
-        print(f"reaper demo: could not drop database {name}: {exc.reason}", file=sys.stderr)
+        yield _trouble(f"could not drop database {name}: {exc.reason}")
     try:
         await delete_vhost(client, name)
-        out(f"vhost {name}: deleted")
+        yield Said(f"vhost {name}: deleted")
     except ReaperError as exc:
-        removed = False
-        print(f"reaper demo: could not delete vhost {name}: {exc.reason}", file=sys.stderr)
-    return EXIT_OK if removed else EXIT_NOT_OK
+        yield _trouble(f"could not delete vhost {name}: {exc.reason}")
 
 
 async def _check_administrator(client: ManagementClient) -> None:
@@ -258,15 +289,17 @@ def _where_to_look(
     ]
 
 
-async def _drop_quietly(admin_dsn: str, name: str, password: str | None) -> None:
+async def _drop_quietly(admin_dsn: str, name: str, password: str | None) -> list[Said]:
     try:
         await drop_database(admin_dsn, name, password=password)
     except ReaperError as exc:
-        print(f"reaper demo: could not drop database {name}: {exc.reason}", file=sys.stderr)
+        return [_trouble(f"could not drop database {name}: {exc.reason}")]
+    return []
 
 
-async def _delete_quietly(client: ManagementClient, name: str) -> None:
+async def _delete_quietly(client: ManagementClient, name: str) -> list[Said]:
     try:
         await delete_vhost(client, name)
     except ReaperError as exc:
-        print(f"reaper demo: could not delete vhost {name}: {exc.reason}", file=sys.stderr)
+        return [_trouble(f"could not delete vhost {name}: {exc.reason}")]
+    return []

@@ -5,37 +5,9 @@ the dry-run proof audits, and what chaos and load tests start from.
 (migrated, empty) and returns a :class:`Scenario` naming everything it put there and what a
 real pass must do with it (:attr:`Scenario.expected`). Every time is relative to the ``now``
 given, and every age is scaled to the configured thresholds, so a first real pass finds each
-condition below and a second pass soon after finds nothing new:
-
-PostgreSQL (one row set per project; the first projects have workers, the last has none):
-
-- expired leases across the worker projects, most with an owner, some without, expired from
-  minutes to hours ago: ``lease_expired``, requeued;
-- a poison job (``attempts == max_attempts``, lease expired): ``poison``, parked with a
-  ``delivery_exhausted`` gate;
-- live leases (expiring later) and fresh ready work: left alone, not stale;
-- stale ready work with dependencies: a job whose dependency succeeded long ago (its project's
-  stale head) and an older one whose dependency is still running (not claimable, so not the
-  head); ``stale_ready``, surfaced once;
-- a project with no worker at all: ready work nobody has claimed for long, ``stale_ready``.
-
-RabbitMQ (the vhost of the client given):
-
-- a quorum work queue per project, ``{prefix}.jobs.<project>``, dead-lettering to the owned
-  quorum dead-letter queue ``{prefix}.jobs.dead``, which holds dead letters with realistic
-  ``x-death`` headers (JSON bodies with and without a message id, and a body that is not
-  JSON): each parked as a ``bus.dead_letter`` job, never deleted;
-- an owned classic queue with a consumerless backlog of old messages, ``{prefix}.webhooks``:
-  ``stale_ready`` (head-message age), surfaced;
-- a delay tier, ``{prefix}.jobs.wait.w5m``, with ``x-message-ttl`` and messages younger than
-  it: not stale;
-- a foreign tenant: ``celery`` with old messages and no consumer (surfaced, never touched) and
-  its dead-letter queue ``celery.dead`` (surfaced, never read);
-- the declared policies as a first reconcile wrote them, then one drifted by hand: the quorum
-  policy's ``delivery-limit`` changed, which the next real pass puts back.
-
-What no management API call can produce is left out: ``holder_gone`` and the missing consumer
-timeout both need unacknowledged messages, that is a live AMQP consumer.
+condition and a second pass soon after finds nothing new. What is seeded on each side, and
+what is left out (what only a live AMQP consumer can produce), is in ``docs/architecture.md``
+("The demo").
 """
 
 from __future__ import annotations

@@ -44,12 +44,7 @@ async def seed(
     poison job, one with dependencies, one with no worker). Raises ``ValueError`` for bad
     arguments, :class:`~reaper.errors.SourceUnreadable` when a service fails.
     """
-    if now.tzinfo is None:
-        raise ValueError("now must be timezone-aware")
-    if projects < 3:
-        raise ValueError(f"the scenario needs at least 3 projects, not {projects}")
-    if expired_leases < 0 or dead_letters < 1:
-        raise ValueError("expired_leases must be >= 0 and dead_letters >= 1")
+    _check(now, projects, expired_leases, dead_letters)
     settings = settings or Settings()
     vhost = broker.vhost if vhost is None else vhost
     reap = settings.queue.reap
@@ -59,16 +54,7 @@ async def seed(
     old = max(3 * stale, 2700)
     fresh = max(1, min(60, stale // 10))
 
-    seeded = [
-        SeededProject(
-            name=PROJECT_NAMES[i] if i < len(PROJECT_NAMES) else f"p{i}",
-            id=uuid4(),
-            work_queue=f"{prefix}.jobs."
-            + (PROJECT_NAMES[i] if i < len(PROJECT_NAMES) else f"p{i}"),
-            has_worker=i < projects - 1,
-        )
-        for i in range(projects)
-    ]
+    seeded = _projects(prefix, projects)
     jobs = Jobs(now)
     plan = plan_jobs(jobs, seeded, now, reap.lease_grace_seconds, old, fresh, expired_leases)
 
@@ -105,6 +91,28 @@ async def seed(
     desired = desired_for(settings, facts)
     await _settle(broker, vhost, scenario, desired, settle_seconds)
     return scenario
+
+
+def _check(now: datetime, projects: int, expired_leases: int, dead_letters: int) -> None:
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    if projects < 3:
+        raise ValueError(f"the scenario needs at least 3 projects, not {projects}")
+    if expired_leases < 0 or dead_letters < 1:
+        raise ValueError("expired_leases must be >= 0 and dead_letters >= 1")
+
+
+def _projects(prefix: str, count: int) -> list[SeededProject]:
+    """The scenario's projects, named in order; every one has a worker but the last."""
+    seeded = []
+    for i in range(count):
+        name = PROJECT_NAMES[i] if i < len(PROJECT_NAMES) else f"p{i}"
+        seeded.append(
+            SeededProject(
+                name=name, id=uuid4(), work_queue=f"{prefix}.jobs.{name}", has_worker=i < count - 1
+            )
+        )
+    return seeded
 
 
 async def _settle(

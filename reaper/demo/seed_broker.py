@@ -31,96 +31,21 @@ async def seed_broker(
     old: int,
     dead_letter_count: int,
 ) -> tuple[dict[str, str], dict[str, int], list[SeededLetter], list[str], str | None, str]:
+    """Declare the scenario's queues, write its policies (one drifted) and publish its
+    messages: the queues' types, the messages per queue, the dead letters, the policies
+    written, the one drifted and how."""
     prefix = settings.bus.prefix
     dead = f"{prefix}.jobs.dead"
-    webhooks = f"{prefix}.webhooks"
-    delay = f"{prefix}.jobs.wait.w5m"
-    idle = projects[-1]
     epoch = int(now.timestamp())
-
-    queues: dict[str, tuple[str, dict[str, object]]] = {
-        p.work_queue: (
-            "quorum",
-            {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead},
-        )
-        for p in projects
-    }
-    queues[dead] = ("quorum", {})
-    queues[webhooks] = ("classic", {})
-    queues[delay] = (
-        "classic",
-        {
-            "x-message-ttl": DELAY_TTL_MS,
-            "x-dead-letter-exchange": "",
-            "x-dead-letter-routing-key": projects[0].work_queue,
-        },
-    )
-    queues["celery"] = ("classic", {})
-    queues["celery.dead"] = ("classic", {})
+    queues = _queues(prefix, projects)
     for name, (kind, arguments) in queues.items():
         await declare_queue(broker, name, queue_type=kind, arguments=arguments, vhost=vhost)
 
     written, drifted, drift = await write_policies(broker, vhost, settings, facts)
 
-    messages: dict[str, int] = {}
-
-    async def publish(queue: str, body: str, properties: Mapping[str, object]) -> None:
-        if not await broker.publish(queue, body, properties=properties, vhost=vhost):
-            raise BrokerUnavailable(f"a message to {queue!r} in vhost {vhost!r} was not routed")
-        messages[queue] = messages.get(queue, 0) + 1
-
-    # Work waiting on quorum queues (which report no head-message age): a little on the first
-    # project's, more on the idle project's.
-    for project, count in ((projects[0], 1), (idle, 3)):
-        for n in range(count):
-            job = str(uuid4())
-            await publish(
-                project.work_queue,
-                json.dumps({"job_id": job, "kind": "render.thumbnail", "project": project.name}),
-                _json_properties(job, epoch - 60 * (n + 1)),
-            )
-    # The owned classic outbox nobody consumes: its head message is long past the threshold.
-    for n in range(4):
-        event = str(uuid4())
-        await publish(
-            webhooks,
-            json.dumps({"event": "invoice.paid", "id": event, "attempt": 1}),
-            _json_properties(event, epoch - old - 3600 + 300 * n),
-        )
-    # The delay tier: messages younger than their TTL are where they should be.
-    for n in range(2):
-        job = str(uuid4())
-        await publish(
-            delay,
-            json.dumps({"job_id": job, "retry_in": "5m"}),
-            _json_properties(job, epoch - _DELAY_MESSAGE_AGE - n),
-        )
-    # The foreign tenant: Celery tasks with no worker, and its own dead letters.
-    for n in range(5):
-        task = str(uuid4())
-        await publish(
-            "celery",
-            json.dumps([[n], {}, {"callbacks": None, "errbacks": None, "chain": None}]),
-            {
-                "content_type": "application/json",
-                "content_encoding": "utf-8",
-                "correlation_id": task,
-                "delivery_mode": 2,
-                "priority": 0,
-                "timestamp": epoch - old - 60 * n,
-                "headers": {"lang": "py", "task": "billing.tasks.send_reminder", "id": task},
-            },
-        )
-    for n in range(2):
-        await publish(
-            "celery.dead",
-            json.dumps([[n], {}, {}]),
-            {
-                "content_type": "application/json",
-                "delivery_mode": 2,
-                "headers": _death_headers("celery", "rejected", epoch - 7200 - n, count=1),
-            },
-        )
+    publisher = _Publisher(broker, vhost)
+    await _publish_work(publisher, prefix, projects, epoch, old)
+    await _publish_foreign(publisher, epoch, old)
     # Dead letters on the owned dead-letter queue, as RabbitMQ writes them.
     letters = _dead_letters(projects, epoch, dead_letter_count)
     for letter in letters:
@@ -137,16 +62,119 @@ async def seed_broker(
             properties["content_type"] = "application/json"
         if letter.message_id is not None:
             properties["message_id"] = letter.message_id
-        await publish(dead, letter.body, properties)
+        await publisher.publish(dead, letter.body, properties)
 
     return (
         {name: kind for name, (kind, _) in queues.items()},
-        messages,
+        publisher.messages,
         letters,
         written,
         drifted,
         drift,
     )
+
+
+def _queues(
+    prefix: str, projects: Sequence[SeededProject]
+) -> dict[str, tuple[str, dict[str, object]]]:
+    """Each queue of the scenario: its type and arguments."""
+    dead = f"{prefix}.jobs.dead"
+    queues: dict[str, tuple[str, dict[str, object]]] = {
+        p.work_queue: (
+            "quorum",
+            {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead},
+        )
+        for p in projects
+    }
+    queues[dead] = ("quorum", {})
+    queues[f"{prefix}.webhooks"] = ("classic", {})
+    queues[f"{prefix}.jobs.wait.w5m"] = (
+        "classic",
+        {
+            "x-message-ttl": DELAY_TTL_MS,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": projects[0].work_queue,
+        },
+    )
+    queues["celery"] = ("classic", {})
+    queues["celery.dead"] = ("classic", {})
+    return queues
+
+
+class _Publisher:
+    """Publishes into the demo's vhost, counting the messages routed to each queue."""
+
+    def __init__(self, broker: ManagementClient, vhost: str) -> None:
+        self._broker = broker
+        self._vhost = vhost
+        self.messages: dict[str, int] = {}
+
+    async def publish(self, queue: str, body: str, properties: Mapping[str, object]) -> None:
+        vhost = self._vhost
+        if not await self._broker.publish(queue, body, properties=properties, vhost=vhost):
+            raise BrokerUnavailable(f"a message to {queue!r} in vhost {vhost!r} was not routed")
+        self.messages[queue] = self.messages.get(queue, 0) + 1
+
+
+async def _publish_work(
+    publisher: _Publisher, prefix: str, projects: Sequence[SeededProject], epoch: int, old: int
+) -> None:
+    """The owned queues' messages: work waiting, an outbox nobody consumes, a delay tier."""
+    # Work waiting on quorum queues (which report no head-message age): a little on the first
+    # project's, more on the idle project's.
+    for project, count in ((projects[0], 1), (projects[-1], 3)):
+        for n in range(count):
+            job = str(uuid4())
+            await publisher.publish(
+                project.work_queue,
+                json.dumps({"job_id": job, "kind": "render.thumbnail", "project": project.name}),
+                _json_properties(job, epoch - 60 * (n + 1)),
+            )
+    # The owned classic outbox nobody consumes: its head message is long past the threshold.
+    for n in range(4):
+        event = str(uuid4())
+        await publisher.publish(
+            f"{prefix}.webhooks",
+            json.dumps({"event": "invoice.paid", "id": event, "attempt": 1}),
+            _json_properties(event, epoch - old - 3600 + 300 * n),
+        )
+    # The delay tier: messages younger than their TTL are where they should be.
+    for n in range(2):
+        job = str(uuid4())
+        await publisher.publish(
+            f"{prefix}.jobs.wait.w5m",
+            json.dumps({"job_id": job, "retry_in": "5m"}),
+            _json_properties(job, epoch - _DELAY_MESSAGE_AGE - n),
+        )
+
+
+async def _publish_foreign(publisher: _Publisher, epoch: int, old: int) -> None:
+    """The foreign tenant: Celery tasks with no worker, and its own dead letters."""
+    for n in range(5):
+        task = str(uuid4())
+        await publisher.publish(
+            "celery",
+            json.dumps([[n], {}, {"callbacks": None, "errbacks": None, "chain": None}]),
+            {
+                "content_type": "application/json",
+                "content_encoding": "utf-8",
+                "correlation_id": task,
+                "delivery_mode": 2,
+                "priority": 0,
+                "timestamp": epoch - old - 60 * n,
+                "headers": {"lang": "py", "task": "billing.tasks.send_reminder", "id": task},
+            },
+        )
+    for n in range(2):
+        await publisher.publish(
+            "celery.dead",
+            json.dumps([[n], {}, {}]),
+            {
+                "content_type": "application/json",
+                "delivery_mode": 2,
+                "headers": _death_headers("celery", "rejected", epoch - 7200 - n, count=1),
+            },
+        )
 
 
 def _json_properties(message_id: str, timestamp: int) -> dict[str, object]:

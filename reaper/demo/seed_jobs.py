@@ -111,9 +111,38 @@ def plan_jobs(
     fresh: int,
     expired_count: int,
 ) -> JobPlan:
+    """The scenario's jobs, added to ``jobs`` in order, and what each is for."""
     workers = [p for p in projects if p.has_worker]
-    alpha, beta, idle = projects[0], projects[1], projects[-1]
     plan = JobPlan()
+    _plan_expired(jobs, plan, workers, projects[0], grace, expired_count)
+    for project in workers:
+        # A live lease and fresh work in every project with a worker: left alone, not stale.
+        plan.live.append(
+            jobs.add(
+                project,
+                "index.document",
+                "leased",
+                run_after=-120,
+                attempts=1,
+                owner=f"worker-{project.name}-3/pid-5100",
+                lease_expires=_LIVE_LEASE_SECONDS,
+            )
+        )
+        plan.fresh.append(jobs.add(project, "send.invoice", "ready", run_after=-fresh))
+        jobs.add(project, "sync.calendar", "succeeded", run_after=-3600, attempts=1, finished=-600)
+    _plan_waiting(jobs, plan, projects[1], projects[-1], old)
+    return plan
+
+
+def _plan_expired(
+    jobs: Jobs,
+    plan: JobPlan,
+    workers: Sequence[SeededProject],
+    alpha: SeededProject,
+    grace: int,
+    expired_count: int,
+) -> None:
+    """Expired leases, requeued by a pass, and the poison job it parks."""
     # Expired leases, round robin over the projects with workers; every third has no owner
     # on record (a worker that died before writing it).
     for i in range(expired_count):
@@ -146,21 +175,13 @@ def plan_jobs(
             lease_expires=-(grace + 1200),
         )
     )
-    for project in workers:
-        # A live lease and fresh work in every project with a worker: left alone, not stale.
-        plan.live.append(
-            jobs.add(
-                project,
-                "index.document",
-                "leased",
-                run_after=-120,
-                attempts=1,
-                owner=f"worker-{project.name}-3/pid-5100",
-                lease_expires=_LIVE_LEASE_SECONDS,
-            )
-        )
-        plan.fresh.append(jobs.add(project, "send.invoice", "ready", run_after=-fresh))
-        jobs.add(project, "sync.calendar", "succeeded", run_after=-3600, attempts=1, finished=-600)
+
+
+def _plan_waiting(
+    jobs: Jobs, plan: JobPlan, beta: SeededProject, idle: SeededProject, old: int
+) -> None:
+    """Ready work waiting: behind dependencies in the second project, and in the project with
+    no worker."""
     # Dependencies in the second project: its oldest ready job waits on a job still running
     # (not claimable); the next waits on one that succeeded long ago, and that one is stale.
     running = jobs.add(
@@ -194,4 +215,3 @@ def plan_jobs(
     for ago in (old // 2, old // 4):
         jobs.add(idle, "render.thumbnail", "ready", run_after=-ago)
     plan.stale_heads[idle.id] = head
-    return plan

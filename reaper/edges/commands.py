@@ -12,7 +12,7 @@ from uuid import UUID
 
 from reaper.config import LoadedConfig
 from reaper.core.domain import Dispatch
-from reaper.demo.run import run_demo
+from reaper.demo.run import DemoPass, Said, run_demo
 from reaper.edges.gate_board import clear_notes, read_board
 from reaper.edges.hook import QueueReaper
 from reaper.edges.metrics import ReaperMetrics
@@ -175,4 +175,15 @@ async def serve(loaded: LoadedConfig, listen: str) -> int:
 
 
 async def demo(loaded: LoadedConfig, *, cleanup: bool = False) -> int:
-    return await run_demo(loaded.settings, cleanup=cleanup)
+    """``reaper demo``: each step printed as the demo yields it."""
+    code = EXIT_NOT_OK
+    async for step in run_demo(loaded.settings, cleanup=cleanup):
+        if isinstance(step, Said):
+            print(step.text, file=sys.stderr if step.trouble else sys.stdout)
+        elif isinstance(step, DemoPass):
+            text = render_text(step.result)
+            print(text if step.whole else text.splitlines()[0])
+            print(step.ledger)
+        else:
+            code = step.exit_code
+    return code

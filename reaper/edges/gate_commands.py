@@ -23,9 +23,10 @@ from reaper.edges.gate_views import (
     render_show,
     view_of,
 )
-from reaper.edges.gates import answer_gate, default_answerer, find_gate
+from reaper.edges.gates import answer_gate, default_answerer
 from reaper.errors import GateError
 from reaper.jobqueue.port import EventFilter, JobQueue
+from reaper.reap.gates import find_gate
 from reaper.reap.sources import open_sources
 
 __all__ = ["COMMANDS", "add_parsers", "run"]

@@ -1,26 +1,8 @@
-"""The idle-loop hook workers import, and the turn it shares with ``reaper serve``.
-
-A worker that finds no work calls ``await reaper.run_if_due(project_id)``:
-
-- **Not due locally**: it returns at once, having done no I/O at all.
-- **Due**: it asks PostgreSQL for the fleet's turn, in one short statement (SPEC §10 "A fleet
-  shares one pass"). However many workers ask, one takes it per ``interval_seconds``; the
-  others do no other I/O and come back when the turn is free again (told by the database,
-  spread by a little jitter so that the fleet does not ask all at once).
-- **The turn is this worker's**: one bounded pass over **every** project (the ``project_id``
-  it was called with names the worker in the logs; it does not narrow the pass). Its failure
-  is logged and returned, never raised into the worker. A pass whose lease reap spent its
-  budget with expired leases left hands the turn back: the next call takes it at once. With
-  ``[queue.reap] enabled = false`` the pass is the lease reap alone: expired leases are still
-  requeued and poison still parked.
-
-Connections: the hook uses at most ``[database] hook_connections`` (default 1) during a pass,
-of the worker's own asyncpg pool when it is given one (``pool=``), else of a pool it opens for
-the pass (from the worker's ``connection_factory=``, else from ``[database] dsn``) and closes
-after it, so that it holds no connection between passes (``[database] keep_connections =
-true`` keeps its own pool open instead).
-
-    from reaper import QueueReaper
+"""The idle-loop hook workers import, and the turn it shares with ``reaper serve``: an idle
+worker's ``await reaper.run_if_due(project_id)`` returns at once when not due, else asks
+PostgreSQL for the fleet's turn and, when it is its own, runs one bounded pass over every
+project; a failure is logged and returned, never raised into the worker (``docs/behaviour.md``,
+"The worker hook", has the turn, the lease budget and the connections):
 
     reaper = QueueReaper.from_config(pool=worker_pool)
     while True:

@@ -50,20 +50,6 @@ def verdict_json(
 def to_json(result: PassResult, *, verdicts: bool = True) -> dict[str, object]:
     """The report object of SPEC §5 (``verdicts`` false: with an empty verdict list, for
     :func:`write_json` to stream into)."""
-    broker = (
-        {
-            "product": result.broker.product,
-            "version": result.broker.version,
-            "capabilities": result.broker.capabilities(),
-            "nodes": (
-                [{"name": n.name, "running": n.running} for n in result.broker.nodes]
-                if result.broker.nodes is not None
-                else None
-            ),
-        }
-        if result.broker
-        else None
-    )
     inventory = result.inventory()
     target = result.target
     return {
@@ -89,7 +75,7 @@ def to_json(result: PassResult, *, verdicts: bool = True) -> dict[str, object]:
             "queues_foreign": inventory.queues_foreign,
             "dead_letter_queues": inventory.dead_letter_queues,
         },
-        "broker": broker,
+        "broker": _broker_json(result),
         "dispatch": (
             {"in_force": result.dispatch.mode.value, "why": result.dispatch.why}
             if result.dispatch
@@ -100,32 +86,8 @@ def to_json(result: PassResult, *, verdicts: bool = True) -> dict[str, object]:
             if verdicts
             else []
         ),
-        "policies": [
-            {
-                "name": p.name,
-                "action": p.action,
-                "verified": p.verified,
-                "reason": p.reason,
-                "queues_checked": p.queues_checked,
-                "queues_failing": list(p.queues_failing),
-                "detail": p.detail,
-                "unenforceable": p.unenforceable,
-            }
-            for p in result.policies
-        ],
-        "dead_letters": [
-            {
-                "queue": d.queue,
-                "depth": d.depth,
-                "parked_new": d.parked_new,
-                "already_parked": d.already_parked,
-                "unread": d.unread,
-                "read_blocked": d.read_blocked,
-                "stale_pointers": d.stale_pointers,
-                "bodies_read": d.bodies_read,
-            }
-            for d in result.dead_letters
-        ],
+        "policies": _policies_json(result),
+        "dead_letters": _dead_letters_json(result),
         "unreadable": [
             {"source": u.source, "queue": u.queue, "error": u.error} for u in result.unreadable
         ],
@@ -136,26 +98,76 @@ def to_json(result: PassResult, *, verdicts: bool = True) -> dict[str, object]:
             {"kind": p.kind, "subject": p.subject, "detail": p.detail, "fix": p.fix}
             for p in result.problems()
         ],
-        "findings": [
-            {
-                "condition": r.verdict.condition.value,
-                "subject": r.verdict.subject,
-                "project_id": str(r.verdict.project_id) if r.verdict.project_id else None,
-                "measured": display_number(r.verdict.measured),
-                "threshold": display_number(r.verdict.threshold),
-                "unit": r.verdict.unit.value,
-                "next_step": next_step(r.verdict),
-                "recorded": r.recorded,
-                "since": (
-                    iso(result.since[r.verdict.sighting_key])
-                    if r.verdict.sighting_key in result.since
-                    else None
-                ),
-            }
-            for r in result.findings()
-        ],
+        "findings": _findings_json(result),
         "notes": list(result.notes),
     }
+
+
+def _broker_json(result: PassResult) -> dict[str, object] | None:
+    if not result.broker:
+        return None
+    nodes = result.broker.nodes
+    return {
+        "product": result.broker.product,
+        "version": result.broker.version,
+        "capabilities": result.broker.capabilities(),
+        "nodes": (
+            [{"name": n.name, "running": n.running} for n in nodes] if nodes is not None else None
+        ),
+    }
+
+
+def _policies_json(result: PassResult) -> list[dict[str, object]]:
+    return [
+        {
+            "name": p.name,
+            "action": p.action,
+            "verified": p.verified,
+            "reason": p.reason,
+            "queues_checked": p.queues_checked,
+            "queues_failing": list(p.queues_failing),
+            "detail": p.detail,
+            "unenforceable": p.unenforceable,
+        }
+        for p in result.policies
+    ]
+
+
+def _dead_letters_json(result: PassResult) -> list[dict[str, object]]:
+    return [
+        {
+            "queue": d.queue,
+            "depth": d.depth,
+            "parked_new": d.parked_new,
+            "already_parked": d.already_parked,
+            "unread": d.unread,
+            "read_blocked": d.read_blocked,
+            "stale_pointers": d.stale_pointers,
+            "bodies_read": d.bodies_read,
+        }
+        for d in result.dead_letters
+    ]
+
+
+def _findings_json(result: PassResult) -> list[dict[str, object]]:
+    return [
+        {
+            "condition": r.verdict.condition.value,
+            "subject": r.verdict.subject,
+            "project_id": str(r.verdict.project_id) if r.verdict.project_id else None,
+            "measured": display_number(r.verdict.measured),
+            "threshold": display_number(r.verdict.threshold),
+            "unit": r.verdict.unit.value,
+            "next_step": next_step(r.verdict),
+            "recorded": r.recorded,
+            "since": (
+                iso(result.since[r.verdict.sighting_key])
+                if r.verdict.sighting_key in result.since
+                else None
+            ),
+        }
+        for r in result.findings()
+    ]
 
 
 def render_json(result: PassResult) -> str:

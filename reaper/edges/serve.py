@@ -2,18 +2,10 @@
 status page at ``/`` on a port.
 
 ``/healthz`` is liveness: 200 while the loop completed a pass (or checked the fleet's turn)
-within two intervals, else 503; its body says whether the last pass was ok, and never calls a
-pass ok that was not. After each pass the open gates are read (``gates``) for the gate gauges
-and the page.
-
-It shares the fleet's turn with the workers' hooks (:mod:`reaper.edges.hook`): when another
-reaper has the turn, ``run_once`` answers None, nothing is measured and the metrics stay those
-of serve's last pass; ``/healthz`` counts the turn checked as the loop being alive.
-
-The HTTP side is the standard library's WSGI server in a thread of its own, so a scrape is
-answered even while a pass is busy on the event loop. The loop side never cuts a pass in half:
-SIGTERM or SIGINT only sets the stop event, the pass in flight runs to its end, then the
-server closes and :func:`serve` returns 0.
+within two intervals, else 503. The HTTP side is the standard library's WSGI server in a thread
+of its own, so a scrape is answered even while a pass is busy on the event loop; SIGTERM or
+SIGINT lets the pass in flight run to its end. ``docs/behaviour.md`` ("``reaper serve``") has
+the rest: the fleet's turn, the gates read after each pass.
 """
 
 from __future__ import annotations
@@ -221,11 +213,9 @@ async def serve(
 
     ``run_once`` answers None when another reaper had the fleet's turn; ``next_in`` then says
     how long until it is free (by default the rest of the interval). A pass that left expired
-    leases (its lease reap's budget spent) is followed by the next at once. ``gates`` reads
-    the open gates after each pass (for the gate gauges and the page); ``target`` is what
-    the page names (without it, ``/`` only lists the endpoints).
-
-    A pass that raises is logged and counted (``reaper_last_pass_ok`` 0); the loop goes on.
+    leases is followed by the next at once. ``gates`` reads the open gates after each pass;
+    ``target`` is what the page names (without it, ``/`` only lists the endpoints). A pass
+    that raises is logged and counted (``reaper_last_pass_ok`` 0); the loop goes on.
     """
     if interval_seconds <= 0:
         raise ListenError(f"interval_seconds must be positive, got {interval_seconds}")

@@ -531,7 +531,7 @@ class Unreachable:
 
 
 def test_replay_message_ids_fit_amqp() -> None:
-    from reaper.edges.gates import replay_message_id
+    from reaper.reap.gates import replay_message_id
 
     gate = uuid.UUID(int=1)
     assert replay_message_id("msg:m-1", gate) == f"replay:msg:m-1:{gate}"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from reaper.edges.cli import _subcommands, build_parser, main
+from reaper.edges.arguments import _subcommands, build_parser
+from reaper.edges.cli import main
 
 
 @pytest.fixture(autouse=True)
