@@ -1,20 +1,15 @@
 """The sighting rule: what a surfaced condition records (SPEC §1 "Sightings").
 
-A surfaced condition is recorded when first seen and again only after it has cleared. A
-sighting is identified by its :class:`SightingRef` (the ledger stream it lives on and its
-:class:`~reaper.core.domain.SightingKey`); it is open while the latest record for that ref is a
-``surface`` record, and closed by a ``cleared`` record. An open sighting that this pass did
+Recorded when first seen and again only after it has cleared: a sighting (its
+:class:`SightingRef`: stream and :class:`~reaper.core.domain.SightingKey`) is open while its
+latest record is ``surface``, closed by ``cleared``. An open sighting that this pass did
 not observe is cleared only if its source was read (and, for the job queue, only within the
 project the pass measured; for the broker, only if its queue was measured): a source or a
 queue that could not be read clears nothing.
 
-The ledger decides, not the process: the store hands this rule the latest record of every
-ref in question, read under a lock, and writes what it returns. Pure: no clock, no I/O.
-
-When one pass observes several surfaced verdicts for the same ref (two queues' findings can
-never share a ref, but two job-queue verdicts of one project and condition do), the first
-in the order given is the one recorded: the judge lists findings in a stable order, so the
-same observation always records the same verdict.
+The ledger decides: the store hands this rule the latest record of every ref in question,
+read under a lock, and writes what it returns. Pure: no clock, no I/O. Of several verdicts
+for one ref in a pass, the first in the judge's stable order is the one recorded.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The one seam to PostgreSQL: a pool of asyncpg connections, and every driver failure turned
-into the package's own error.
-
-The only module of the package that imports asyncpg. Every other part of the store borrows a
+"""The one seam to PostgreSQL: a pool of asyncpg connections, every driver failure turned into
+the package's own error; the only importer of asyncpg. The rest of the store borrows a
 connection through :meth:`Database.session`, inside which any driver or network failure becomes
 :class:`~reaper.errors.StoreUnavailable` with a scrubbed one-line reason a person can act on;
 nothing above the store sees a driver type.

@@ -1,15 +1,14 @@
-"""Gates: questions a person answers (SPEC §1). Listing them, and answering one: the answer is
-recorded, its ``GateAnswered`` event appended to the gate's project stream and what it means
-for its kind done, in one transaction, with the gate row locked so two people answering at
-once cannot both act.
+"""Gates: questions a person answers (SPEC §1). Answering one records the answer, appends its
+``GateAnswered`` event and does what it means, in one transaction, with the gate row locked
+so that two people answering at once cannot both act.
 
 What an answer does, by kind (:data:`ANSWERS`):
 
 - ``delivery_exhausted``, ``retry``: the parked job is re-readied for exactly one more delivery
   (the attempt refunded when it was parked pays for it); ``cancel``: the job is given up
   (``cancelled``, finished, never delivered again; no outbox row);
-- ``bus_dead_lettered``, ``dismiss``: the parked ``bus.dead_letter`` job settles ``cancelled``;
-  ``replay`` needs the broker and is taken by :func:`reaper.jobqueue.dead_letters.answer_gate`.
+- ``bus_dead_lettered``, ``dismiss``: the parked ``bus.dead_letter`` job settles
+  ``cancelled``; ``replay`` needs the broker (:mod:`reaper.jobqueue.dead_letters`).
 """
 
 from __future__ import annotations

@@ -7,9 +7,8 @@ reaper's own, which a host writing ``max(seq) + 1`` would leave behind. Reapers 
 stream (an advisory lock per stream, held until commit, taken in stream order). The host's
 writers do not take those locks: a number one of them takes between the read and the insert is
 left to it (``ON CONFLICT DO NOTHING``), and the event it would have had goes after it, in the
-same transaction. So an event is never lost, never numbered twice, never a failed row, and the
-stream stays gapless whoever wrote it. Events are appended inside the caller's transaction, so
-each move or park commits with its event or not at all.
+same transaction: never lost, never numbered twice, the stream gapless whoever wrote it; each
+move or park commits with its event or not at all.
 """
 
 from __future__ import annotations

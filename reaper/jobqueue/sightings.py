@@ -5,11 +5,9 @@ Race-free across reapers: every sighting in question is locked (transaction advi
 ascending order), its latest record re-read under the lock, the pure rule applied, and the
 records appended before the locks are released. The ledger decides, not the process.
 
-What is open is found in ``reaper_open_sighting``, an index of the ledger's open sightings kept
-in the same transaction as the records that open and close them (built from the ledger by the
-migration that creates it), so that finding them costs what is open, not the ledger's age. It
-only nominates: the latest record, read from the ledger under the lock, decides what is
-written.
+What is open is found in ``reaper_open_sighting``, an index of the open sightings kept in the
+same transaction as the records that open and close them, so finding them costs what is open,
+not the ledger's age; it only nominates: the latest record, re-read under the lock, decides.
 """
 
 from __future__ import annotations
