@@ -22,7 +22,6 @@ from reaper.core.domain import (
     DeadLetter,
     Dispatch,
     Gate,
-    HeldLease,
     LedgerEvent,
     SightingKey,
     Source,
@@ -159,11 +158,6 @@ class PostgresStore:
 
     # ----------------------------------------------------------------------- leases
 
-    async def expired_leases(
-        self, now: datetime, grace_seconds: int, limit: int, project_id: UUID | None = None
-    ) -> list[HeldLease]:
-        return await leases.expired_leases(self.database, now, grace_seconds, limit, project_id)
-
     async def expired_lease_page(
         self,
         now: datetime,
@@ -201,11 +195,6 @@ class PostgresStore:
         self, now: datetime, known_phases: frozenset[str], project_id: UUID | None = None
     ) -> list[ClaimableHead]:
         return await leases.claimable_heads(self.database, now, known_phases, project_id)
-
-    async def apply_lease_verdicts(
-        self, verdicts: Sequence[Verdict], now: datetime, *, dispatch: Dispatch = Dispatch.POLLING
-    ) -> LeaseMoves:
-        return await leases.apply_lease_verdicts(self.database, verdicts, now, dispatch)
 
     # ----------------------------------------------------------------------- sightings
 
