@@ -229,7 +229,7 @@ async def test_a_pass_over_nothing_is_quiet(dry_run: bool) -> None:
     result = await run_pass(
         settings(), store=store, broker=broker, dry_run=dry_run, clock=lambda: NOW
     )
-    assert result.verdicts == () and result.dead_letters == () and result.unreadable == ()
+    assert list(result.verdicts) == [] and result.dead_letters == () and result.unreadable == ()
     assert store.ledger == {}
 
 
