@@ -49,7 +49,7 @@ import reaper.jobqueue.leases as lease_moves
 from reaper.config import Settings
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import Dispatch, Thresholds
-from reaper.core.judge_leases import LeaseColumns, judge_lease_page
+from reaper.core.judge_leases import judge_lease_page
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.lease_log import LeaseLog
 from reaper.reap.leases import LEASE_PAGE_SIZE, reap_leases
@@ -267,7 +267,7 @@ async def warm_reaper(store: PostgresStore, thresholds: Thresholds) -> None:
     rulings = judge_lease_page(strangers, thresholds, NOW)
     outcome = await store.move_lease_page(strangers, rulings, NOW)
     assert outcome.moved == 0 and len(outcome.skipped) == len(page)
-    every = LeaseColumns.of_leases(await store.expired_leases(NOW, 0, 10**9))
+    every = await store.expired_lease_page(NOW, 0, 10**9)
     started = time.perf_counter()
     judge_lease_page(every, thresholds, NOW)
     JUDGE_SECONDS.append((time.perf_counter() - started) / max(1, len(every)))
@@ -294,11 +294,11 @@ async def run_loop(dsn: str, expired: int) -> tuple[float, int]:
         await warm(conn)
         await store.count_expired_leases(NOW, 0)
         started = time.perf_counter()
-        leases = await store.expired_leases(NOW, 0, expired)
+        leases = await store.expired_lease_page(NOW, 0, expired)
         moved = 0
-        for lease in leases:
+        for job_id in leases.job_ids:
             async with conn.transaction():
-                row = await conn.fetchrow(LOOP_READ, lease.job_id, NOW)
+                row = await conn.fetchrow(LOOP_READ, job_id, NOW)
                 if row is None:
                     continue
                 await conn.execute(

@@ -12,8 +12,11 @@ filled with one definitions import, named as owned queues so the pass measures a
 every one; the vhost is deleted at the end. The report goes to a file and is parsed whole, so
 the figure includes writing every verdict. Targets: peak RSS under 100 MB at the largest size,
 and at most ``--flat-mb`` (5 MB: a page or two of leases in flight) more at the largest
-number of expired leases than at the
-smallest.
+number of expired leases than at the smallest.
+
+First, in this process and with no database (``--lease-log-only``: that alone), what the
+spool saves: by tracemalloc, what the pass's lease log holds once ``--lease-log`` leases are
+judged and logged, spooled as it is, against the same pages and rulings kept in memory.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote
 
@@ -38,6 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import dsn_for, migrated, report_result, scratch_database
 from broker_read import create_vhost, wait_for_statistics
+
+from reaper.core.domain import Thresholds
+from reaper.core.judge_leases import LeaseColumns, LeaseRulings, judge_lease_page
+from reaper.reap.lease_log import LeaseLog
+from reaper.reap.leases import LEASE_PAGE_SIZE
 
 TARGET_MB = 100.0
 
@@ -67,6 +77,60 @@ FROM (SELECT id, row_number() OVER (ORDER BY id) AS n
       FROM job WHERE state = 'leased' ORDER BY id LIMIT $1::int) AS x
 WHERE j.id = x.id
 """
+
+
+def lease_page(start: int, size: int, now: datetime) -> LeaseColumns:
+    """A page of expired leases as the store reads one: fresh objects in every row (1,000
+    projects, 50 holders, every 10th poison)."""
+    rows = [
+        (
+            uuid.uuid4(),
+            uuid.UUID(int=n % 1000 + 1),
+            "".join(("bui", "ld")),
+            f"worker-{n % 50}",
+            now - timedelta(seconds=1 + n % 3600),
+            7 if n % 10 == 0 else 1,
+            7,
+        )
+        for n in range(start, start + size)
+    ]
+    return LeaseColumns.of_rows(rows)
+
+
+def lease_log_held(leases: int, spooled: bool) -> tuple[float, float]:
+    """What a pass's lease verdicts hold (MB, by tracemalloc) once ``leases`` are judged and
+    logged a page at a time, spooled (the :class:`LeaseLog`) or kept in memory; and the peak."""
+    now = datetime.now(UTC)
+    tracemalloc.start()
+    log = LeaseLog()
+    kept: list[tuple[LeaseColumns, LeaseRulings, tuple[bool, ...]]] = []
+    for start in range(0, leases, LEASE_PAGE_SIZE):
+        page = lease_page(start, min(LEASE_PAGE_SIZE, leases - start), now)
+        rulings = judge_lease_page(page, Thresholds(), now)
+        if spooled:
+            log.add(page, rulings, set(page.job_ids))
+        else:
+            kept.append((page, rulings, (True,) * len(rulings)))
+        del page, rulings  # what is held after the last page is what the log keeps
+    held, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    log.close()
+    return held / 1e6, peak / 1e6
+
+
+def lease_log_figures(sizes: list[int]) -> dict[str, dict[str, float]]:
+    """What the spool saves, at each number of leases: printed, and returned for the RESULT."""
+    figures: dict[str, dict[str, float]] = {}
+    for leases in sizes:
+        spool, spool_peak = lease_log_held(leases, spooled=True)
+        memory, memory_peak = lease_log_held(leases, spooled=False)
+        print(
+            f"  lease log at {leases:>7,} leases: spooled holds {spool:6.1f} MB (peak "
+            f"{spool_peak:5.1f}), in memory {memory:6.1f} MB (peak {memory_peak:5.1f}): the "
+            f"spool saves {memory - spool:6.1f} MB"
+        )
+        figures[str(leases)] = {"spooled_mb": round(spool, 1), "in_memory_mb": round(memory, 1)}
+    return figures
 
 
 async def seed(dsn: str, jobs: int, projects: int) -> None:
@@ -116,8 +180,15 @@ async def main() -> int:
     parser.add_argument("--url", default="http://127.0.0.1:15672", help="management API")
     parser.add_argument("--user", default="guest")
     parser.add_argument("--password", default="guest")
+    parser.add_argument("--lease-log", default="20000,200000", help="comma-separated sizes")
+    parser.add_argument("--lease-log-only", action="store_true", help="no database, no broker")
     args = parser.parse_args()
     sizes = [int(s) for s in args.expired.split(",")]
+    print("what the lease log's spool saves (tracemalloc, this process):")
+    lease_log = lease_log_figures([int(s) for s in args.lease_log.split(",")])
+    if args.lease_log_only:
+        report_result("pass_memory_lease_log", {"lease_log": lease_log})
+        return 0
 
     load = os.getloadavg()
     print(
@@ -188,6 +259,7 @@ async def main() -> int:
             "expired": sizes,
             "peak_mb": {str(k): round(v, 1) for k, v in peaks.items()},
             "growth_mb": round(growth, 1),
+            "lease_log": lease_log,
             "load": [round(x, 2) for x in load],
             "ok": ok_peak and ok_flat,
         },

@@ -23,8 +23,8 @@ from hashlib import sha256
 from typing import Final
 from uuid import UUID
 
-from reaper.core.canonical import canonical_payload, lease_payload
-from reaper.core.domain import Action, ClaimableHead, Dispatch, HeldLease, UnsentDispatch, Verdict
+from reaper.core.canonical import lease_payload
+from reaper.core.domain import ClaimableHead, Dispatch, HeldLease, UnsentDispatch
 from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.errors import StoreUnavailable
 from reaper.jobqueue import ledger
@@ -38,7 +38,7 @@ from reaper.jobqueue.database import (
 from reaper.jobqueue.port import LeaseMoves, MovesInterrupted
 from reaper.jobqueue.rules import (
     DELIVERY_EXHAUSTED_CHOICES,
-    check_lease_move,
+    check_lease_page,
     park_identity,
     park_prompt,
 )
@@ -49,11 +49,9 @@ __all__ = [
     "LEASE_BATCH_SECONDS",
     "LEASE_BATCH_SIZE",
     "LEASE_LANES",
-    "apply_lease_verdicts",
     "claimable_heads",
     "count_expired_leases",
     "expired_lease_page",
-    "expired_leases",
     "lanes_by_project",
     "move_lease_page",
     "next_batch_size",
@@ -85,14 +83,6 @@ LEASE_LANES: Final = 2
 _DEADLOCK_ATTEMPTS: Final = 3
 
 _DELIVERY_EXHAUSTED_CHOICES_JSON: Final = json.dumps(list(DELIVERY_EXHAUSTED_CHOICES))
-
-
-async def expired_leases(
-    db: Database, now: datetime, grace_seconds: int, limit: int, project_id: UUID | None
-) -> list[HeldLease]:
-    async with db.session("reading expired leases") as conn:
-        rows = await conn.fetch(QUERIES["expired_leases"], now, grace_seconds, limit, project_id)
-    return [HeldLease(*r) for r in rows]  # the query's columns are HeldLease's fields
 
 
 #: Before the first page: every real key sorts after it.
@@ -157,13 +147,13 @@ class _Progress:
     failed: list[tuple[UUID, str]] = field(default_factory=list)
     unknown: list[UUID] = field(default_factory=list)
 
-    def outcome(self, job_ids: Sequence[UUID], duplicates: Sequence[UUID]) -> LeaseMoves:
+    def outcome(self, job_ids: Sequence[UUID]) -> LeaseMoves:
         unknown = set(self.unknown)
         settled = self.moved.keys() | {job_id for job_id, _ in self.failed} | unknown
         return LeaseMoves(
             requeued=tuple(j for j in job_ids if self.moved.get(j) == "requeue"),
             parked=tuple(j for j in job_ids if self.moved.get(j) == "park"),
-            skipped=tuple([j for j in job_ids if j not in settled] + list(duplicates)),
+            skipped=tuple(j for j in job_ids if j not in settled),
             failed=tuple(self.failed),
             unknown=tuple(j for j in job_ids if j in unknown),
         )
@@ -178,46 +168,20 @@ class _CommitUnknown(Exception):
         self.cause = cause
 
 
-async def apply_lease_verdicts(
-    db: Database, verdicts: Sequence[Verdict], now: datetime, dispatch: Dispatch
-) -> LeaseMoves:
-    """Requeue or park each lease verdict's job, if it is still as read, with its event.
-
-    The verdicts are split into :data:`LEASE_LANES` lanes by project, each lane on its own
-    pooled connection, all at once; a lane works in set-based batches of
-    :data:`LEASE_BATCH_SIZE`, each one transaction (its moves, gates and events). A batch
-    that fails on a row (a trigger raising, a constraint violated) is split in halves and
-    retried down to single rows, so one bad row never blocks the rest: it is named in
-    ``failed``. With outbox dispatch, every job requeued also starts a new dispatch episode
-    in the same transaction (``dispatch_jobs``); a park writes no outbox row. Raises
-    ``ValueError``, before writing anything, for a verdict that is not a lease move, and
-    :class:`MovesInterrupted` (carrying what had committed) when the database goes away
-    part-way.
-    """
-    leases = [check_lease_move(verdict) for verdict in verdicts]
-    lanes = _Lanes(db, dispatch, Counter(lease.project_id for lease in leases))
-    for verdict, lease in zip(verdicts, leases, strict=True):
-        canonical = canonical_payload(verdict)
-        lanes.add(
-            lease.job_id,
-            lease.project_id,
-            lease.lease_owner,
-            lease.lease_expires_at,
-            lease.attempts,
-            canonical,
-            lease if verdict.action is Action.PARK else None,
-        )
-    return await lanes.move(db, now)
-
-
 async def move_lease_page(
     db: Database, page: LeaseColumns, rulings: LeaseRulings, now: datetime, dispatch: Dispatch
 ) -> LeaseMoves:
-    """:func:`apply_lease_verdicts` for one page as the judge ruled on it, in columns: no
-    verdict object is built. Each move's event is the very payload its verdict would give."""
-    if len(set(page.job_ids)) < len(page):
-        # Never so for a page read by its key; as verdicts, a job named twice moves once.
-        return await apply_lease_verdicts(db, list(rulings.verdicts(page)), now, dispatch)
+    """Requeue or park each lease of ``page`` as ``rulings`` say, if it is still as read, each
+    with the very event its verdict would give (no verdict object is built).
+
+    The moves are split into :data:`LEASE_LANES` lanes by project, all at once, each on its own
+    pooled connection, in set-based batches (each one transaction: its moves, gates, events).
+    A batch a row spoils (a trigger raising, a constraint violated) is halved down to that row,
+    named in ``failed``. With outbox dispatch each requeue starts a dispatch episode in the same
+    transaction. ``ValueError`` before anything moves for a page a move cannot trust
+    (:func:`~reaper.jobqueue.rules.check_lease_page`); :class:`MovesInterrupted` (carrying
+    what had committed) when the database goes away part-way."""
+    check_lease_page(page, rulings)
     projects = page.project_ids
     lanes = _Lanes(db, dispatch, Counter(projects[i] for i in rulings.rows))
     lanes.add_page(page, rulings)
@@ -240,44 +204,16 @@ def lanes_by_project(moves_per_project: Mapping[UUID, int], lanes: int) -> dict[
 class _Lanes:
     """The moves of one call, split by project into lanes (no two lanes share a ledger
     stream) of as near equal size as whole projects allow (the lanes run at once, so the call
-    takes as long as its longest lane), each job once."""
+    takes as long as its longest lane)."""
 
     def __init__(self, db: Database, dispatch: Dispatch, moves_per_project: Counter[UUID]) -> None:
         count = max(1, min(LEASE_LANES, db.pool_size))
         self.lanes = [_LeaseMoves(dispatch=dispatch) for _ in range(count)]
         self._lane_of = lanes_by_project(moves_per_project, count)
         self.job_ids: list[UUID] = []
-        self.duplicates: list[UUID] = []
-        self._seen: set[UUID] = set()
-
-    def add(
-        self,
-        job_id: UUID,
-        project_id: UUID,
-        owner: str | None,
-        expiry: datetime,
-        attempts: int,
-        canonical: str,
-        park: HeldLease | None,
-    ) -> None:
-        if job_id in self._seen:
-            self.duplicates.append(job_id)  # a job judged twice is moved once
-            return
-        self._seen.add(job_id)
-        self.job_ids.append(job_id)
-        moves = self.lanes[self._lane_of[project_id]]
-        moves.job_ids.append(job_id)
-        moves.projects.append(project_id)
-        moves.owners.append(owner)
-        moves.expiries.append(expiry)
-        moves.attempts.append(attempts)
-        moves.payloads.append(canonical)
-        moves.digests.append(sha256(canonical.encode()).hexdigest())
-        if park is not None:
-            moves.park(park)
 
     def add_page(self, page: LeaseColumns, rulings: LeaseRulings) -> None:
-        """Every ruling of a page whose jobs are all distinct (as a page read by its key is)."""
+        """Every ruling of a checked page (its jobs all distinct, as a page read by its key's)."""
         projects = page.project_ids
         chosen: list[list[int]] = [[] for _ in self.lanes]
         for k, i in enumerate(rulings.rows):
@@ -302,10 +238,8 @@ class _Lanes:
         except StoreUnavailable as exc:
             # The batches that committed before the failure stay moved, each with its event:
             # the pass must report them, so what is known travels with the error.
-            raise MovesInterrupted(
-                exc.reason, progress.outcome(self.job_ids, self.duplicates)
-            ) from None
-        return progress.outcome(self.job_ids, self.duplicates)
+            raise MovesInterrupted(exc.reason, progress.outcome(self.job_ids)) from None
+        return progress.outcome(self.job_ids)
 
 
 def next_batch_size(size: int, seconds: float) -> int:

@@ -26,11 +26,9 @@ from reaper.core.domain import (
     FLEET_PROJECT_ID,
     GATE_BUS_DEAD_LETTERED,
     GATE_DELIVERY_EXHAUSTED,
-    Action,
     ClaimableHead,
     DeadLetter,
     Dispatch,
-    HeldLease,
     Source,
     UnsentDispatch,
     Verdict,
@@ -49,7 +47,7 @@ from reaper.jobqueue.port import (
 )
 from reaper.jobqueue.rules import (
     DELIVERY_EXHAUSTED_CHOICES,
-    check_lease_move,
+    check_lease_page,
     dead_letter_key,
     park_identity,
     park_prompt,
@@ -124,15 +122,6 @@ class MemoryJobQueue(Records):
 
     # ----------------------------------------------------------------------- leases
 
-    async def expired_leases(
-        self, now: datetime, grace_seconds: int, limit: int, project_id: UUID | None = None
-    ) -> list[HeldLease]:
-        found = sorted(self._expired(now, grace_seconds, project_id), key=lambda x: x[:2])
-        return [
-            HeldLease(j.id, j.project_id, j.kind, j.lease_owner, expiry, j.attempts, j.max_attempts)
-            for expiry, _, j in found[:limit]
-        ]
-
     async def expired_lease_page(
         self,
         now: datetime,
@@ -157,7 +146,42 @@ class MemoryJobQueue(Records):
         *,
         dispatch: Dispatch = Dispatch.POLLING,
     ) -> LeaseMoves:
-        return await self.apply_lease_verdicts(list(rulings.verdicts(page)), now, dispatch=dispatch)
+        check_lease_page(page, rulings)
+        self._open()
+        requeued: list[UUID] = []
+        parked: list[UUID] = []
+        skipped: list[UUID] = []
+        failed: list[tuple[UUID, str]] = []
+        for k, i in enumerate(rulings.rows):
+            lease = page.lease(i)
+            job = self.jobs.get(lease.job_id)
+            if job is None or not job.still_as_read(lease, now):
+                skipped.append(lease.job_id)
+                continue
+            refused = self.refused_moves.get(lease.job_id)
+            if refused is not None:
+                failed.append((lease.job_id, refused))
+                continue
+            job.lease_owner = job.lease_expires_at = None
+            job.updated_at = now
+            if rulings.poison[k]:
+                job.state, job.attempts = "awaiting_human", max(job.attempts - 1, 0)
+                self._raise_gate(
+                    job,
+                    GATE_DELIVERY_EXHAUSTED,
+                    park_prompt(lease),
+                    DELIVERY_EXHAUSTED_CHOICES,
+                    park_identity(lease),
+                    now,
+                )
+                parked.append(lease.job_id)
+            else:
+                job.state, job.run_after = "ready", now
+                if dispatch is Dispatch.OUTBOX:
+                    self._dispatch(job, now)
+                requeued.append(lease.job_id)
+            self._append(lease.project_id, rulings.verdict(page, k).payload(), True, now)
+        return LeaseMoves(tuple(requeued), tuple(parked), tuple(skipped), tuple(failed))
 
     async def count_expired_leases(
         self,
@@ -209,42 +233,6 @@ class MemoryJobQueue(Records):
             ClaimableHead(project, row.id, row.kind, since)
             for project, (since, _, _, row) in sorted(best.items(), key=lambda kv: str(kv[0]))
         ]
-
-    async def apply_lease_verdicts(
-        self, verdicts: Sequence[Verdict], now: datetime, *, dispatch: Dispatch = Dispatch.POLLING
-    ) -> LeaseMoves:
-        leases = [check_lease_move(v) for v in verdicts]
-        self._open()
-        requeued: list[UUID] = []
-        parked: list[UUID] = []
-        skipped: list[UUID] = []
-        seen: set[UUID] = set()
-        for verdict, lease in zip(verdicts, leases, strict=True):
-            job = self.jobs.get(lease.job_id)
-            if lease.job_id in seen or job is None or not _still_as_read(job, lease, now):
-                skipped.append(lease.job_id)
-                continue
-            seen.add(lease.job_id)
-            job.lease_owner = job.lease_expires_at = None
-            job.updated_at = now
-            if verdict.action is Action.PARK:
-                job.state, job.attempts = "awaiting_human", max(job.attempts - 1, 0)
-                self._raise_gate(
-                    job,
-                    GATE_DELIVERY_EXHAUSTED,
-                    park_prompt(lease),
-                    DELIVERY_EXHAUSTED_CHOICES,
-                    park_identity(lease),
-                    now,
-                )
-                parked.append(lease.job_id)
-            else:
-                job.state, job.run_after = "ready", now
-                if dispatch is Dispatch.OUTBOX:
-                    self._dispatch(job, now)
-                requeued.append(lease.job_id)
-            self._append(lease.project_id, verdict.payload(), True, now)
-        return LeaseMoves(tuple(requeued), tuple(parked), tuple(skipped))
 
     # ----------------------------------------------------------------------- sightings
 
@@ -439,17 +427,3 @@ class MemoryJobQueue(Records):
             self._append(verdict.stream, verdict.payload(), verdict.trusted, now)
             parked.append(verdict)
         return DeadLetterParks(tuple(parked), tuple(already), tuple(failed))
-
-
-def _still_as_read(job: JobRow, lease: HeldLease, now: datetime) -> bool:
-    """The guard every move re-checks: still leased, in the same project, by the same owner,
-    with the same expiry and attempts, and still expired."""
-    return (
-        job.state == "leased"
-        and job.project_id == lease.project_id
-        and job.lease_owner == lease.lease_owner
-        and job.lease_expires_at == lease.lease_expires_at
-        and job.attempts == lease.attempts
-        and job.lease_expires_at is not None
-        and job.lease_expires_at < now
-    )

@@ -12,7 +12,13 @@ from uuid import UUID, uuid4
 
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.dead_letters import DISPATCH_SCHEMA, QuietMark
-from reaper.core.domain import EVENT_KIND, GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Dispatch
+from reaper.core.domain import (
+    EVENT_KIND,
+    GATE_BUS_DEAD_LETTERED,
+    GATE_DELIVERY_EXHAUSTED,
+    Dispatch,
+    HeldLease,
+)
 from reaper.core.observation import Observation
 from reaper.core.records import Gate, LedgerEvent
 from reaper.errors import GateError, StoreUnavailable
@@ -51,6 +57,19 @@ class JobRow:
     #: The dispatch generation (outbox dispatch): 0, never dispatched.
     dispatch_seq: int = 0
     id: UUID = field(default_factory=uuid4)
+
+    def still_as_read(self, lease: HeldLease, now: datetime) -> bool:
+        """The guard every lease move re-checks: still leased, in the same project, by the
+        same owner, with the same expiry and attempts, and still expired."""
+        return (
+            self.state == "leased"
+            and self.project_id == lease.project_id
+            and self.lease_owner == lease.lease_owner
+            and self.lease_expires_at == lease.lease_expires_at
+            and self.attempts == lease.attempts
+            and self.lease_expires_at is not None
+            and self.lease_expires_at < now
+        )
 
 
 @dataclass(kw_only=True)
@@ -94,6 +113,9 @@ class Records:
         self.quiet_marks: dict[tuple[str, str], QuietMark] = {}
         #: ``reaper_turn``: each turn's ``taken_at`` and ``taken_by``.
         self.turns: dict[str, tuple[datetime, str]] = {}
+        #: Jobs whose lease move fails, with the reason it gives: what a trigger raising for
+        #: that one row does on the real store (the move is named in ``failed``, the rest move).
+        self.refused_moves: dict[UUID, str] = {}
         self.closed = False
 
     def add_job(self, row: JobRow) -> UUID:

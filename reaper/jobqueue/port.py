@@ -20,7 +20,6 @@ from reaper.core.domain import (
     ClaimableHead,
     DeadLetter,
     Dispatch,
-    HeldLease,
     SightingKey,
     Source,
     UnsentDispatch,
@@ -49,7 +48,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class LeaseMoves:
-    """What became of each lease verdict given to :meth:`JobQueue.apply_lease_verdicts`."""
+    """What became of each ruling given to :meth:`JobQueue.move_lease_page`."""
 
     #: Moved back to ready (lease cleared, ``run_after`` = now), each with its event.
     requeued: tuple[UUID, ...] = ()
@@ -244,12 +243,6 @@ class JobQueue(Protocol):
         episode (outbox dispatch only)."""
         ...
 
-    async def expired_leases(
-        self, now: datetime, grace_seconds: int, limit: int, project_id: UUID | None = None
-    ) -> list[HeldLease]:
-        """Leased jobs past ``lease_expires_at + grace``, oldest first, at most ``limit``."""
-        ...
-
     async def expired_lease_page(
         self,
         now: datetime,
@@ -258,8 +251,9 @@ class JobQueue(Protocol):
         after: tuple[datetime, UUID] | None = None,
         project_id: UUID | None = None,
     ) -> LeaseColumns:
-        """One page of :meth:`expired_leases`, at most ``size``, after the key ``after`` (the
-        previous page's last expiry and job id; None: the first page), as columns."""
+        """Leased jobs past ``lease_expires_at + grace``, oldest first (by expiry, then job id),
+        at most ``size``, after the key ``after`` (the previous page's last expiry and job id;
+        None: the first page), as columns."""
         ...
 
     async def move_lease_page(
@@ -270,8 +264,13 @@ class JobQueue(Protocol):
         *,
         dispatch: Dispatch = Dispatch.POLLING,
     ) -> LeaseMoves:
-        """:meth:`apply_lease_verdicts` for a page as the lease judge ruled on it, with no
-        verdict object built: the same moves, the same events."""
+        """Requeue or park each lease of ``page`` as the lease judge's ``rulings`` say, if it is
+        still as read (still leased, same project, owner, expiry and attempts: else
+        ``skipped``), each with the event its verdict would give; a park raises one
+        ``delivery_exhausted`` gate per episode; with outbox dispatch a requeue also starts a
+        new dispatch episode. A row that cannot be moved is named in ``failed`` and the rest
+        move. ``ValueError``, before anything moves, for a page naming a job twice or rulings
+        not of that page; :class:`MovesInterrupted` when the database goes away part-way."""
         ...
 
     async def count_expired_leases(
@@ -289,14 +288,6 @@ class JobQueue(Protocol):
         self, now: datetime, known_phases: frozenset[str], project_id: UUID | None = None
     ) -> list[ClaimableHead]:
         """Per project with ready work, the claimable job that has waited longest."""
-        ...
-
-    async def apply_lease_verdicts(
-        self, verdicts: Sequence[Verdict], now: datetime, *, dispatch: Dispatch = Dispatch.POLLING
-    ) -> LeaseMoves:
-        """Requeue or park each lease verdict's job if it is still as read, each with its
-        event; with outbox dispatch a requeue also starts a new dispatch episode. Raises
-        :class:`MovesInterrupted` when the database goes away part-way."""
         ...
 
     async def record_sightings(

@@ -13,12 +13,12 @@ from the caller. The schema is the schema room's (:mod:`reaper.schema`): a pass 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 from uuid import UUID
 
-from reaper.core.domain import ClaimableHead, Dispatch, HeldLease, UnsentDispatch, Verdict
+from reaper.core.domain import ClaimableHead, Dispatch, UnsentDispatch
 from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.jobqueue import dead_letters, gates, leases, ledger, quiet_marks, sightings, turns
 from reaper.jobqueue import observations as watched
@@ -119,11 +119,6 @@ class PostgresStore:
 
     # ----------------------------------------------------------------------- leases
 
-    async def expired_leases(
-        self, now: datetime, grace_seconds: int, limit: int, project_id: UUID | None = None
-    ) -> list[HeldLease]:
-        return await leases.expired_leases(self.database, now, grace_seconds, limit, project_id)
-
     async def expired_lease_page(
         self,
         now: datetime,
@@ -161,11 +156,6 @@ class PostgresStore:
         self, now: datetime, known_phases: frozenset[str], project_id: UUID | None = None
     ) -> list[ClaimableHead]:
         return await leases.claimable_heads(self.database, now, known_phases, project_id)
-
-    async def apply_lease_verdicts(
-        self, verdicts: Sequence[Verdict], now: datetime, *, dispatch: Dispatch = Dispatch.POLLING
-    ) -> LeaseMoves:
-        return await leases.apply_lease_verdicts(self.database, verdicts, now, dispatch)
 
     # ----------------------------------------------------------------------- sightings
 

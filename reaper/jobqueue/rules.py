@@ -6,7 +6,9 @@ what a gate's answers do to its job, a dead letter's key. Shared by
 from __future__ import annotations
 
 import re
+from collections import Counter
 from datetime import UTC, datetime
+from operator import ge
 from typing import Final, TypeVar
 from uuid import UUID
 
@@ -14,11 +16,10 @@ from reaper.core.dead_letters import GATE_CHOICES
 from reaper.core.domain import (
     GATE_BUS_DEAD_LETTERED,
     GATE_DELIVERY_EXHAUSTED,
-    Action,
     Condition,
     HeldLease,
-    Verdict,
 )
+from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.core.records import Gate
 from reaper.errors import GateError
 
@@ -34,7 +35,7 @@ __all__ = [
     "REPLAY_NEEDS_BROKER",
     "answered_payload",
     "check_answerable",
-    "check_lease_move",
+    "check_lease_page",
     "dead_letter_key",
     "gate_id_range",
     "not_the_latest",
@@ -165,12 +166,19 @@ def replay_parts(gate: Gate, replay: _R | None, parked: _P | None) -> tuple[_R, 
     return replay, parked
 
 
-def check_lease_move(verdict: Verdict) -> HeldLease:
-    """The lease a verdict moves; ``ValueError`` for a verdict that is not a lease move."""
-    if verdict.lease is None or verdict.action not in (Action.REQUEUE, Action.PARK):
-        reason = "no lease" if verdict.lease is None else "action must be requeue or park"
-        raise ValueError(f"not a lease move: {verdict.action.value} of {verdict.object} ({reason})")
-    return verdict.lease
+def check_lease_page(page: LeaseColumns, rulings: LeaseRulings) -> None:
+    """``ValueError`` for a page a move cannot trust: one naming a job twice (a page read by
+    its key never does, and which of the two leases would a move guard on?), or rulings that
+    are not this page's (a row outside it, or rows out of order)."""
+    if len(set(page.job_ids)) < len(page):
+        [twice] = [job for job, n in Counter(page.job_ids).most_common(1)]
+        raise ValueError(f"not a lease page: job {twice} is in it twice; nothing was moved")
+    rows = rulings.rows
+    if rows and (rows[0] < 0 or rows[-1] >= len(page) or any(map(ge, rows, rows[1:]))):
+        raise ValueError(
+            f"not this page's rulings: rows {rows[0]}..{rows[-1]} of a page of {len(page)}, "
+            "or out of order; nothing was moved"
+        )
 
 
 def park_identity(lease: HeldLease) -> str:

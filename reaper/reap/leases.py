@@ -6,10 +6,9 @@ judge in columns, and moved as one set-based step, and only then is the next pag
 moves keep both of a small machine's cores busy on their own (two lanes, see
 :mod:`reaper.jobqueue.leases`); measured, reading or judging the next page beside them slowed
 the moves by more than it saved (``bench/lease_reap.py``). Every ruling goes to the pass's
-:class:`~reaper.reap.lease_log.LeaseLog`, so the whole pass holds one page of leases at a time,
-whatever their number. The pages go on until no expired lease is left or the pass's time budget
-(``lease_reap_budget_seconds``) is spent; what is left then is counted and reported, and the
-next turn comes at once.
+:class:`~reaper.reap.lease_log.LeaseLog`, so a pass holds one page of leases at a time. The
+pages go on until none is left or the time budget (``lease_reap_budget_seconds``) is spent;
+what is left then is counted and reported, and the next turn comes at once.
 """
 
 from __future__ import annotations

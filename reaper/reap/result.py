@@ -4,7 +4,7 @@ logs, and the one list of what made it not ok."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
@@ -121,9 +121,8 @@ class PassResult:
     started_at: datetime
     finished_at: datetime
     broker: BrokerFacts | None
-    #: Every verdict: a pass's own is a :class:`~reaper.reap.lease_log.VerdictLog` (its lease
-    #: verdicts spooled, read back as they are iterated), any sequence otherwise.
-    verdicts: Sequence[RecordedVerdict]
+    #: Every verdict: the lease verdicts spooled (read back as they are iterated), then the rest.
+    verdicts: VerdictLog
     policies: tuple[PolicyOutcome, ...] = ()
     dead_letters: tuple[DeadLetterOutcome, ...] = ()
     unreadable: tuple[Unreadable, ...] = ()
@@ -204,10 +203,9 @@ class PassResult:
 
     def surfaced(self) -> Iterator[RecordedVerdict]:
         """The verdicts that surface a finding. A lease verdict never does (the lease reap
-        requeues or parks), so a pass's spooled lease verdicts are not read back for them: the
+        requeues or parks), so the spooled lease verdicts are not read back for them: the
         metrics collector asks on every scrape."""
-        verdicts = self.verdicts.others if isinstance(self.verdicts, VerdictLog) else self.verdicts
-        return (r for r in verdicts if r.verdict.action is Action.SURFACE)
+        return (r for r in self.verdicts.others if r.verdict.action is Action.SURFACE)
 
     @property
     def duration_seconds(self) -> float:

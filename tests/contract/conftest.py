@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+import asyncpg
 import pytest
 
 from reaper.jobqueue.memory import JobRow, MemoryJobQueue
@@ -58,6 +59,10 @@ class Subject(Protocol):
 
     async def outbox(self) -> list[Outbox]: ...
 
+    async def refuse_moves(self, job_id: uuid.UUID) -> None:
+        """Make every later move of this job fail, saying it is cursed: a trigger raising for
+        that row on PostgreSQL, the double's ``refused_moves``."""
+
 
 @dataclass
 class OnPostgres:
@@ -91,6 +96,23 @@ class OnPostgres:
             self.dsn, "SELECT key, job_id, payload::text, sent_at FROM job_outbox ORDER BY id"
         )
         return [Outbox(r[0], r[1], json.loads(r[2]), r[3] is not None) for r in rows]
+
+    async def refuse_moves(self, job_id: uuid.UUID) -> None:
+        name = f"refuse_{job_id.hex}"
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await conn.execute(
+                f"""
+                CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF NEW.id = '{job_id}' THEN RAISE EXCEPTION 'row % is cursed', NEW.id; END IF;
+                    RETURN NEW;
+                END $$;
+                CREATE TRIGGER {name} BEFORE UPDATE ON job FOR EACH ROW EXECUTE FUNCTION {name}();
+                """
+            )
+        finally:
+            await conn.close()
 
     async def update(self, job_id: uuid.UUID, **columns: object) -> None:
         sets = ", ".join(f"{name} = ${n}" for n, name in enumerate(columns, start=2))
@@ -141,6 +163,9 @@ class InMemory:
             )
             for row in self.store.outbox or ()
         ]
+
+    async def refuse_moves(self, job_id: uuid.UUID) -> None:
+        self.store.refused_moves[job_id] = f"row {job_id} is cursed"
 
     async def update(self, job_id: uuid.UUID, **columns: object) -> None:
         job = self.store.jobs[job_id]

@@ -22,7 +22,7 @@ from reaper.jobqueue.port import EventFilter, GateCount, ParkedDeadLetter
 from reaper.jobqueue.rules import gate_id_range
 from tests.contract.conftest import Subject
 from tests.contract.test_job_queue_contract import RULES, dead_letter
-from tests.integration.test_store_support import NOW, lease_verdict, leased
+from tests.integration.test_store_support import NOW, leased, reap_page
 
 pytestmark = pytest.mark.postgres
 
@@ -33,9 +33,7 @@ async def park_poison(subject: Subject, project: uuid.UUID, **changes: object) -
     poison = replace(leased(project, attempts=7, max_attempts=7), **changes)  # type: ignore[arg-type]
     await subject.add(poison)
     store = subject.store
-    await store.apply_lease_verdicts(
-        [lease_verdict(x) for x in await store.expired_leases(NOW, 0, 10, project)], NOW
-    )
+    await reap_page(store, project_id=project)
     [gate] = await store.list_gates(project_id=project)
     return gate
 
@@ -82,7 +80,7 @@ async def test_a_cancel_answer_gives_the_job_up_for_good(subject: Subject) -> No
     [_, answer] = await store.events(project)
     assert (answer.kind, answer.payload["choice"]) == ("GateAnswered", "cancel")
     later = LATER + timedelta(hours=1)
-    assert await store.expired_leases(later, 0, 10) == []  # never requeued
+    assert len(await store.expired_lease_page(later, 0, 10)) == 0  # never requeued
     with pytest.raises(GateError, match="already answered"):
         await store.answer_gate(gate.id, "retry", later)
     assert len(await store.events(project)) == 2  # a refused answer writes nothing
@@ -113,9 +111,7 @@ async def test_a_stale_answer_is_refused_and_writes_no_event(subject: Subject) -
         lease_owner="worker-2",
         lease_expires_at=again - timedelta(minutes=1),
     )
-    await store.apply_lease_verdicts(
-        [lease_verdict(x, again) for x in await store.expired_leases(again, 0, 10)], again
-    )
+    await reap_page(store, again)
     listed = {g.id: g for g in await store.list_gates(project_id=project)}
     [second] = [g for g in listed.values() if g.id != first.id]
     assert (listed[first.id].superseded_by, second.superseded_by) == (second.id, None)

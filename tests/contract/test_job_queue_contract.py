@@ -22,6 +22,7 @@ from reaper.core.domain import (
     Action,
     Condition,
     DeadLetter,
+    HeldLease,
     Source,
     Thresholds,
     Unit,
@@ -29,9 +30,9 @@ from reaper.core.domain import (
 )
 from reaper.core.judge_leases import LeaseColumns, judge_lease_page
 from reaper.errors import GateError
-from reaper.jobqueue.port import ParkedDeadLetter, ParkRules
+from reaper.jobqueue.port import LeaseMoves, ParkedDeadLetter, ParkRules
 from tests.contract.conftest import Subject
-from tests.integration.test_store_support import NOW, Job, lease_verdict, leased
+from tests.integration.test_store_support import NOW, Job, judged_page, leased, reap_page
 
 pytestmark = pytest.mark.postgres
 
@@ -84,17 +85,20 @@ async def test_expired_leases_past_the_grace_oldest_first_bounded(subject: Subje
     await subject.add(old, recent, live, elsewhere)
     store = subject.store
 
-    assert [x.job_id for x in await store.expired_leases(NOW, 0, 10)] == [
+    assert list((await store.expired_lease_page(NOW, 0, 10)).job_ids) == [
         elsewhere.id,
         old.id,
         recent.id,
     ]
-    assert [x.job_id for x in await store.expired_leases(NOW, 60, 10)] == [elsewhere.id, old.id]
-    assert [x.job_id for x in await store.expired_leases(NOW, 0, 1)] == [elsewhere.id]
-    assert [x.job_id for x in await store.expired_leases(NOW, 0, 10, project)] == [
+    assert list((await store.expired_lease_page(NOW, 60, 10)).job_ids) == [elsewhere.id, old.id]
+    assert list((await store.expired_lease_page(NOW, 0, 1)).job_ids) == [elsewhere.id]
+    assert list((await store.expired_lease_page(NOW, 0, 10, None, project)).job_ids) == [
         old.id,
         recent.id,
     ]
+    assert (await store.expired_lease_page(NOW, 0, 1)).lease(0) == HeldLease(
+        elsewhere.id, other, "build", "worker-1", NOW - timedelta(seconds=600), 1, 7
+    )
     assert await store.count_expired_leases(NOW, 0) == 3
     assert await store.count_expired_leases(NOW, 60, other) == 1
     # what a pass whose budget was spent left: those after the last page's key
@@ -144,9 +148,8 @@ async def test_a_requeue_and_a_park_each_commit_with_one_event(subject: Subject)
     poison = leased(project, attempts=7, max_attempts=7)
     await subject.add(expired, poison)
     store = subject.store
-    verdicts = [lease_verdict(x) for x in await store.expired_leases(NOW, 0, 10)]
 
-    moves = await store.apply_lease_verdicts(verdicts, NOW)
+    moves = await reap_page(store)
 
     assert (moves.requeued, moves.parked, moves.skipped, moves.failed, moves.unknown) == (
         (expired.id,),
@@ -168,31 +171,59 @@ async def test_a_requeue_and_a_park_each_commit_with_one_event(subject: Subject)
         assert e.digest == hashlib.sha256(canonical.encode()).hexdigest()
 
 
-async def test_a_lease_that_changed_since_it_was_read_is_left_alone(subject: Subject) -> None:
+#: What the host may do to a lease between the pass's read and its move (River #1302).
+CHANGES = [
+    pytest.param(
+        {"state": "succeeded", "finished_at": NOW, "lease_owner": None, "lease_expires_at": None},
+        id="finished",
+    ),
+    pytest.param(
+        {"lease_owner": "worker-2", "attempts": 2, "lease_expires_at": NOW + timedelta(minutes=5)},
+        id="re-leased-by-another-owner",
+    ),
+    pytest.param({"lease_expires_at": NOW + timedelta(minutes=5)}, id="extended-by-heartbeat"),
+    pytest.param(
+        {"lease_expires_at": NOW - timedelta(seconds=59)}, id="still-expired-but-another-lease"
+    ),
+    pytest.param(
+        {"state": "ready", "lease_owner": None, "lease_expires_at": None, "run_after": NOW},
+        id="requeued-by-someone-else",
+    ),
+]
+
+
+@pytest.mark.parametrize("change", CHANGES)
+async def test_a_lease_that_changed_between_read_and_move_is_skipped(
+    subject: Subject, change: dict[str, object]
+) -> None:
     project = uuid.uuid4()
-    job = leased(project)
-    await subject.add(job)
-    [lease] = await subject.store.expired_leases(NOW, 0, 10)
-    reread = replace(lease, lease_owner="another-worker")
+    job, bystander = leased(project), leased(project, attempts=7, max_attempts=7)
+    await subject.add(job, bystander)
+    page, rulings = await judged_page(subject.store)  # the pass reads and judges ...
+    before = await subject.row(job.id)
+    await subject.update(job.id, **change)  # ... the host changes the row meanwhile ...
+    changed = await subject.row(job.id)
+    assert changed != before
 
-    moves = await subject.store.apply_lease_verdicts([lease_verdict(reread)], NOW)
+    moves = await subject.store.move_lease_page(page, rulings, NOW)  # ... then the move
 
-    assert (moves.requeued, moves.skipped) == ((), (job.id,))
-    assert (await subject.row(job.id)).state == "leased"
-    assert await subject.store.events(project) == []
-    # moved once, even when judged twice, and never again
-    twice = await subject.store.apply_lease_verdicts([lease_verdict(lease)] * 2, NOW)
-    assert (twice.requeued, twice.skipped) == ((job.id,), (job.id,))
-    again = await subject.store.apply_lease_verdicts([lease_verdict(lease)], NOW)
-    assert (again.requeued, again.skipped) == ((), (job.id,))
+    assert (moves.requeued, moves.parked, moves.skipped) == ((), (bystander.id,), (job.id,))
+    assert not moves.failed and not moves.unknown
+    assert await subject.row(job.id) == changed  # untouched
+    events = await subject.store.events(project)
+    assert [(e.seq, e.payload["object"]) for e in events] == [(1, str(bystander.id))]
+    # the same page moved again (another reaper's stale read) moves nothing, writes nothing
+    again = await subject.store.move_lease_page(page, rulings, NOW)
+    assert (again.requeued, again.parked) == ((), ())
+    assert sorted(again.skipped) == sorted([job.id, bystander.id])
     assert len(await subject.store.events(project)) == 1
+    assert len(await subject.store.list_gates(open_only=False)) == 1
 
 
-async def test_a_judged_page_moves_as_its_verdicts_would_each_job_once(subject: Subject) -> None:
+async def test_a_judged_page_moves_as_its_verdicts_would(subject: Subject) -> None:
     """The pass's path: a page read in columns and judged in columns moves every lease with
     the very event its verdict gives, spread over projects of uneven size (lanes), parks
-    included; a page that names a job twice (a page read by its key never does) moves it
-    once."""
+    included."""
     projects = [uuid.uuid4() for _ in range(4)]
     sizes = [9, 5, 2, 1]  # uneven, so the lanes are balanced by whole projects
     jobs = [
@@ -201,17 +232,13 @@ async def test_a_judged_page_moves_as_its_verdicts_would_each_job_once(subject: 
         for n in range(size)
     ]
     await subject.add(*jobs)
-    page = await subject.store.expired_lease_page(NOW, 0, 100)
-    rulings = judge_lease_page(page, Thresholds(), NOW)
-    twice = LeaseColumns.of_leases([page.lease(i) for i in (*range(len(page)), 0)])
+    page, rulings = await judged_page(subject.store)
 
-    moves = await subject.store.move_lease_page(
-        twice, judge_lease_page(twice, Thresholds(), NOW), NOW
-    )
+    moves = await subject.store.move_lease_page(page, rulings, NOW)
 
     assert sorted(moves.requeued) == sorted(j.id for j in jobs if j.attempts == 1)
     assert sorted(moves.parked) == sorted(j.id for j in jobs if j.attempts == 7)
-    assert moves.skipped == (page.job_ids[0],) and not moves.failed
+    assert not moves.skipped and not moves.failed and not moves.unknown
     written = {
         e.payload["object"]: e for project in projects for e in await subject.store.events(project)
     }
@@ -226,17 +253,54 @@ async def test_a_judged_page_moves_as_its_verdicts_would_each_job_once(subject: 
     assert sorted(g.job_id for g in gates) == sorted(moves.parked)
 
 
-async def test_a_verdict_that_is_not_a_lease_move_is_refused_before_anything_moves(
+async def test_a_bad_row_in_a_page_is_named_and_the_rest_move(subject: Subject) -> None:
+    project = uuid.uuid4()
+    jobs = [leased(project, expired_seconds_ago=60 - n) for n in range(5)]
+    jobs += [leased(project, expired_seconds_ago=50, attempts=7, max_attempts=7)]
+    bad = jobs[2]
+    await subject.add(*jobs)
+    await subject.refuse_moves(bad.id)
+    page, rulings = await judged_page(subject.store)
+    assert len(rulings) == 6
+
+    moves = await subject.store.move_lease_page(page, rulings, NOW)
+
+    assert set(moves.requeued) == {j.id for j in jobs[:5]} - {bad.id}
+    assert moves.parked == (jobs[5].id,) and not moves.skipped and not moves.unknown
+    assert [job_id for job_id, _ in moves.failed] == [bad.id]
+    assert "cursed" in moves.failed[0][1]
+    assert (await subject.row(bad.id)).state == "leased"
+    events = await subject.store.events(project)
+    assert [e.seq for e in events] == [1, 2, 3, 4, 5]
+    assert str(bad.id) not in {e.payload["object"] for e in events}
+    assert len(await subject.store.list_gates()) == 1
+
+
+async def test_a_page_a_move_cannot_trust_is_refused_before_anything_moves(
     subject: Subject,
 ) -> None:
+    """A page read by its key never names a job twice, and its rulings are its own: a page
+    that does not hold to that is refused whole, not moved in part."""
     project = uuid.uuid4()
-    job = leased(project)
-    await subject.add(job)
-    [lease] = await subject.store.expired_leases(NOW, 0, 10)
+    first, second = leased(project, expired_seconds_ago=90), leased(project)
+    await subject.add(first, second)
+    page, rulings = await judged_page(subject.store)
+    twice = LeaseColumns.of_leases([page.lease(0), page.lease(1), page.lease(0)])
+    shorter = LeaseColumns.of_leases([page.lease(1)])
 
-    with pytest.raises(ValueError, match="not a lease move"):
-        await subject.store.apply_lease_verdicts([lease_verdict(lease), surfaced(project)], NOW)
-    assert (await subject.row(job.id)).state == "leased"
+    with pytest.raises(ValueError, match=f"job {first.id} is in it twice"):
+        await subject.store.move_lease_page(twice, judge_lease_page(twice, Thresholds(), NOW), NOW)
+    with pytest.raises(ValueError, match="not this page's rulings"):
+        await subject.store.move_lease_page(shorter, rulings, NOW)
+    backwards = replace(rulings, rows=rulings.rows[::-1])
+    with pytest.raises(ValueError, match="not this page's rulings"):
+        await subject.store.move_lease_page(page, backwards, NOW)
+
+    assert [(await subject.row(j.id)).state for j in (first, second)] == ["leased", "leased"]
+    assert await subject.store.events(project) == []
+    empty = LeaseColumns.of_rows([])
+    nothing = judge_lease_page(empty, Thresholds(), NOW)
+    assert await subject.store.move_lease_page(empty, nothing, NOW) == LeaseMoves()
 
 
 # --------------------------------------------------------------------------- sightings
@@ -327,9 +391,7 @@ async def test_a_retry_answer_readies_the_parked_job_once(subject: Subject) -> N
     poison = leased(project, attempts=7, max_attempts=7)
     await subject.add(poison)
     store = subject.store
-    await store.apply_lease_verdicts(
-        [lease_verdict(x) for x in await store.expired_leases(NOW, 0, 10)], NOW
-    )
+    await reap_page(store)
     [gate] = await store.list_gates()
     later = NOW + timedelta(minutes=5)
 
@@ -389,9 +451,7 @@ async def test_a_gate_answers_only_while_its_job_waits_behind_it(subject: Subjec
     poison = leased(project, attempts=7, max_attempts=7)
     await subject.add(poison)
     store = subject.store
-    await store.apply_lease_verdicts(
-        [lease_verdict(x) for x in await store.expired_leases(NOW, 0, 10)], NOW
-    )
+    await reap_page(store)
     [first] = await store.list_gates()
     # an operator re-readies the job by hand; it is leased again and its holder dies again
     later = NOW + timedelta(minutes=10)
@@ -402,9 +462,7 @@ async def test_a_gate_answers_only_while_its_job_waits_behind_it(subject: Subjec
         lease_owner="worker-2",
         lease_expires_at=later - timedelta(minutes=1),
     )
-    await store.apply_lease_verdicts(
-        [lease_verdict(x, later) for x in await store.expired_leases(later, 0, 10)], later
-    )
+    await reap_page(store, later)
     second = next(g for g in await store.list_gates() if g.id != first.id)
 
     with pytest.raises(GateError, match=f"gate {second.id} .* is, and the job waits behind"):

@@ -17,7 +17,7 @@ from reaper.core.dead_letters import DISPATCH_SCHEMA, DispatchPointer, decode, d
 from reaper.core.domain import Action, DeadLetter, Dispatch
 from reaper.jobqueue.port import ParkRules
 from tests.contract.conftest import Subject
-from tests.integration.test_store_support import NOW, Job, lease_verdict, leased
+from tests.integration.test_store_support import NOW, Job, leased, reap_page
 
 pytestmark = pytest.mark.postgres
 
@@ -73,9 +73,8 @@ async def test_a_requeue_starts_a_new_dispatch_episode_and_a_park_none(
     poison = replace(leased(project, attempts=7, max_attempts=7), dispatch_seq=5)
     await outbox_subject.add(expired, poison)
     store = outbox_subject.store
-    verdicts = [lease_verdict(x) for x in await store.expired_leases(NOW, 0, 10)]
 
-    moves = await store.apply_lease_verdicts(verdicts, NOW, dispatch=Dispatch.OUTBOX)
+    moves = await reap_page(store, dispatch=Dispatch.OUTBOX)
 
     assert (moves.requeued, moves.parked) == ((expired.id,), (poison.id,))
     assert await outbox_subject.generation(expired.id) == 4
@@ -100,8 +99,7 @@ async def test_polling_dispatch_writes_no_outbox_row_even_where_the_schema_has_o
     project = uuid.uuid4()
     await outbox_subject.add(leased(project))
     store = outbox_subject.store
-    verdicts = [lease_verdict(x) for x in await store.expired_leases(NOW, 0, 10)]
-    await store.apply_lease_verdicts(verdicts, NOW, dispatch=Dispatch.POLLING)
+    await reap_page(store, dispatch=Dispatch.POLLING)
     assert await outbox_subject.outbox() == []
 
 
@@ -112,8 +110,7 @@ async def test_a_retry_answer_dispatches_the_job_at_a_new_generation(
     poison = replace(leased(project, attempts=7, max_attempts=7), dispatch_seq=2)
     await outbox_subject.add(poison)
     store = outbox_subject.store
-    verdicts = [lease_verdict(x) for x in await store.expired_leases(NOW, 0, 10)]
-    await store.apply_lease_verdicts(verdicts, NOW, dispatch=Dispatch.OUTBOX)
+    await reap_page(store, dispatch=Dispatch.OUTBOX)
     [gate] = await store.list_gates()
     later = NOW + timedelta(minutes=5)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from test_store_support import NOW, insert_jobs, lease_verdict, leased, query
+from test_store_support import NOW, insert_jobs, leased, query, reap_page
 
 from reaper.config import Settings, load_config
 from reaper.core import dead_letters
@@ -504,8 +504,7 @@ async def test_delivery_exhausted_gates_are_answered_by_the_store(
 ) -> None:
     job = leased(uuid.uuid4(), attempts=7, max_attempts=7)
     await insert_jobs(pg_dsn, [job])
-    [lease] = await store.expired_leases(NOW, 0, 10)
-    await store.apply_lease_verdicts([lease_verdict(lease)], NOW)
+    await reap_page(store)
     [gate] = await store.list_gates(kind="delivery_exhausted")
     with pytest.raises(GateError, match="'dismiss' is not an answer"):
         await answer_gate(sources(store), settings, gate.id, "dismiss")

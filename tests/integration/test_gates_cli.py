@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 from test_pass import run_cli
-from test_store_support import insert_jobs, lease_verdict, leased, query
+from test_store_support import insert_jobs, leased, query
 
+from reaper.core.domain import Thresholds
+from reaper.core.judge_leases import LeaseColumns, judge_lease_page
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
 
@@ -31,8 +33,9 @@ async def park(store: PostgresStore, dsn: str, hours_ago: float, kind: str) -> u
     now = (await store.database_facts()).now - timedelta(hours=hours_ago)
     job = replace(leased(uuid.uuid4(), attempts=7, max_attempts=7, now=now), kind=kind)
     await insert_jobs(dsn, [job])
-    [lease] = [x for x in await store.expired_leases(now, 0, 100) if x.job_id == job.id]
-    await store.apply_lease_verdicts([lease_verdict(lease, now)], now)
+    read = await store.expired_lease_page(now, 0, 100)
+    page = LeaseColumns.of_leases([read.lease(read.job_ids.index(job.id))])  # this job's alone
+    await store.move_lease_page(page, judge_lease_page(page, Thresholds(), now), now)
     [(gate_id,)] = await query(dsn, "SELECT id FROM human_gate WHERE job_id = $1", job.id)
     return gate_id  # type: ignore[no-any-return]
 

@@ -9,8 +9,10 @@ import uuid
 from collections import Counter
 
 import pytest
-from test_store_support import NOW, insert_jobs, lease_verdict, leased, query
+from test_store_support import NOW, insert_jobs, leased, query
 
+from reaper.core.domain import Thresholds
+from reaper.core.judge_leases import LeaseColumns, judge_lease_page
 from reaper.jobqueue.port import LeaseMoves
 from reaper.jobqueue.postgres import PostgresStore
 
@@ -22,18 +24,18 @@ PROJECTS = 50
 
 
 async def _reap_until_done(store: PostgresStore, seed: int) -> list[LeaseMoves]:
-    """One reaper's passes: read a bounded batch of the oldest expired leases (the same ones
-    the other reapers read), apply, until nothing is left."""
+    """One reaper's passes: read a bounded page of the oldest expired leases (the same ones
+    the other reapers read), judge it, move it, until nothing is left."""
     rng = random.Random(seed)
     outcomes = []
     while True:
-        leases = await store.expired_leases(NOW, 0, limit=rng.choice([200, 500, 1000]))
-        if not leases:
+        page = await store.expired_lease_page(NOW, 0, rng.choice([200, 500, 1000]))
+        if not len(page):
             return outcomes
-        verdicts = [lease_verdict(lease) for lease in leases]
-        if seed % 2:
-            verdicts.reverse()  # opposite orders across reapers: still no deadlock
-        outcomes.append(await store.apply_lease_verdicts(verdicts, NOW))
+        if seed % 2:  # opposite orders across reapers: still no deadlock
+            page = LeaseColumns.of_leases([page.lease(i) for i in reversed(range(len(page)))])
+        rulings = judge_lease_page(page, Thresholds(), NOW)
+        outcomes.append(await store.move_lease_page(page, rulings, NOW))
 
 
 async def test_eight_reapers_move_each_lease_once_with_one_event_each(pg_dsn: str) -> None:

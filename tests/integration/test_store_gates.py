@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import asyncpg
 import pytest
-from test_store_support import NOW, fetch_job, insert_jobs, lease_verdict, leased
+from test_store_support import NOW, fetch_job, insert_jobs, leased, reap_page
 
 from reaper.core.records import Gate
 from reaper.errors import GateError, StoreUnavailable
@@ -22,8 +22,7 @@ LATER = NOW + timedelta(minutes=10)
 async def _parked(pg_dsn: str, store: PostgresStore) -> tuple[uuid.UUID, Gate]:
     job = leased(uuid.uuid4(), attempts=7, max_attempts=7)
     await insert_jobs(pg_dsn, [job])
-    [lease] = await store.expired_leases(NOW, 0, 10)
-    outcome = await store.apply_lease_verdicts([lease_verdict(lease)], NOW)
+    outcome = await reap_page(store)
     assert outcome.parked == (job.id,)
     [gate] = await store.list_gates()
     return job.id, gate

@@ -17,9 +17,10 @@ from test_store_support import (
     Job,
     fetch_job,
     insert_jobs,
-    lease_verdict,
+    judged_page,
     leased,
     query,
+    reap_page,
 )
 
 import reaper.jobqueue.leases as lease_moves
@@ -49,13 +50,13 @@ async def test_expired_leases_are_bounded_oldest_first_past_the_grace(
     jobs += [Job(project)]  # ready
     await insert_jobs(pg_dsn, jobs)
 
-    got = await store.expired_leases(NOW, 10, limit=3)
-    assert [lease.job_id for lease in got] == [jobs[4].id, jobs[1].id, jobs[2].id]
+    got = await store.expired_lease_page(NOW, 10, 3)
+    assert list(got.job_ids) == [jobs[4].id, jobs[1].id, jobs[2].id]
     assert await store.count_expired_leases(NOW, 10) == 4
     assert await store.count_expired_leases(NOW, 10, project) == 3
-    mine = await store.expired_leases(NOW, 0, limit=10, project_id=project)
-    assert [lease.job_id for lease in mine] == [jobs[1].id, jobs[2].id, jobs[0].id, jobs[3].id]
-    first = got[0]
+    mine = await store.expired_lease_page(NOW, 0, 10, project_id=project)
+    assert list(mine.job_ids) == [jobs[1].id, jobs[2].id, jobs[0].id, jobs[3].id]
+    first = got.lease(0)
     assert (first.project_id, first.kind, first.lease_owner, first.attempts) == (
         other,
         "build",
@@ -71,10 +72,10 @@ async def test_requeue_moves_the_lease_back_to_ready_with_its_event(
     project = uuid.uuid4()
     job = leased(project, attempts=3)
     await insert_jobs(pg_dsn, [job])
-    [lease] = await store.expired_leases(NOW, 0, 10)
-    verdict = lease_verdict(lease)
+    page, rulings = await judged_page(store)
+    verdict = rulings.verdict(page, 0)
 
-    outcome = await store.apply_lease_verdicts([verdict], NOW)
+    outcome = await store.move_lease_page(page, rulings, NOW)
 
     assert outcome == LeaseMoves(requeued=(job.id,))
     row = await fetch_job(pg_dsn, job.id)
@@ -94,13 +95,12 @@ async def test_poison_is_parked_with_one_gate_per_episode(
     project = uuid.uuid4()
     job = leased(project, attempts=7, max_attempts=7, owner="worker-9")
     await insert_jobs(pg_dsn, [job])
-    [lease] = await store.expired_leases(NOW, 0, 10)
-    verdict = lease_verdict(lease)
-    assert verdict.action is Action.PARK
+    page, rulings = await judged_page(store)
+    assert rulings.action(0) is Action.PARK
 
-    assert await store.apply_lease_verdicts([verdict], NOW) == LeaseMoves(parked=(job.id,))
-    # a second pass over the same episode (a replay of the same verdict) moves nothing
-    assert await store.apply_lease_verdicts([verdict], NOW) == LeaseMoves(skipped=(job.id,))
+    assert await store.move_lease_page(page, rulings, NOW) == LeaseMoves(parked=(job.id,))
+    # a second pass over the same episode (a replay of the same page) moves nothing
+    assert await store.move_lease_page(page, rulings, NOW) == LeaseMoves(skipped=(job.id,))
 
     row = await fetch_job(pg_dsn, job.id)
     assert (row["state"], row["attempts"], row["lease_owner"]) == ("awaiting_human", 6, None)
@@ -131,11 +131,9 @@ async def test_poison_is_parked_with_one_gate_per_episode(
         )
     finally:
         await conn.close()
-    [lease2] = await store.expired_leases(later, 0, 10)
-    assert lease2.attempts == 7
-    assert await store.apply_lease_verdicts([lease_verdict(lease2, later)], later) == (
-        LeaseMoves(parked=(job.id,))
-    )
+    page2, rulings2 = await judged_page(store, later)
+    assert list(page2.attempts) == [7]
+    assert await store.move_lease_page(page2, rulings2, later) == LeaseMoves(parked=(job.id,))
     gates = await store.list_gates(open_only=False)
     assert len(gates) == 2 and len({g.identity for g in gates}) == 2
     # the park, the answer (a GateAnswered event, gapless on the same stream), the second park
@@ -183,7 +181,7 @@ async def test_a_row_that_changed_after_the_read_is_left_alone(
     project = uuid.uuid4()
     job, bystander = leased(project), leased(project, attempts=7, max_attempts=7)
     await insert_jobs(pg_dsn, [job, bystander])
-    leases = await store.expired_leases(NOW, 0, 10)  # the pass reads ...
+    page, rulings = await judged_page(store)  # the pass reads ...
     before = await fetch_job(pg_dsn, job.id)
     conn = await asyncpg.connect(pg_dsn)
     try:
@@ -193,7 +191,7 @@ async def test_a_row_that_changed_after_the_read_is_left_alone(
     changed = await fetch_job(pg_dsn, job.id)
     assert changed != before
 
-    outcome = await store.apply_lease_verdicts([lease_verdict(x) for x in leases], NOW)
+    outcome = await store.move_lease_page(page, rulings, NOW)
 
     assert outcome.skipped == (job.id,)
     assert outcome.parked == (bystander.id,) and not outcome.failed
@@ -210,7 +208,7 @@ async def test_a_row_finishing_while_the_reap_runs_is_skipped_not_waited_for(
     project = uuid.uuid4()
     job, other = leased(project), leased(project)
     await insert_jobs(pg_dsn, [job, other])
-    leases = await store.expired_leases(NOW, 0, 10)
+    page, rulings = await judged_page(store)
     worker = await asyncpg.connect(pg_dsn)
     try:
         tx = worker.transaction()
@@ -221,7 +219,7 @@ async def test_a_row_finishing_while_the_reap_runs_is_skipped_not_waited_for(
             job.id,
             NOW,
         )
-        outcome = await store.apply_lease_verdicts([lease_verdict(x) for x in leases], NOW)
+        outcome = await store.move_lease_page(page, rulings, NOW)
         await tx.commit()
     finally:
         await worker.close()
@@ -251,9 +249,8 @@ async def test_one_bad_row_does_not_block_the_others(pg_dsn: str, store: Postgre
         )
     finally:
         await conn.close()
-    leases = await store.expired_leases(NOW, 0, 10)
 
-    outcome = await store.apply_lease_verdicts([lease_verdict(x) for x in leases], NOW)
+    outcome = await reap_page(store)
 
     assert set(outcome.requeued) == {j.id for j in jobs[:5]} - {bad.id}
     assert outcome.parked == (jobs[5].id,)
@@ -273,31 +270,13 @@ async def test_moves_span_batches_and_projects_with_gapless_streams(
     projects = [uuid.uuid4() for _ in range(3)]
     jobs = [leased(projects[i % 3], expired_seconds_ago=i + 1) for i in range(40)]
     await insert_jobs(pg_dsn, jobs)
-    leases = await store.expired_leases(NOW, 0, 100)
-    outcome = await store.apply_lease_verdicts([lease_verdict(x) for x in leases], NOW)
+    outcome = await reap_page(store)
     assert sorted(outcome.requeued) == sorted(j.id for j in jobs)
     for project in projects:
         events = await store.events(project)
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
     rows = await query(pg_dsn, "SELECT count(*) AS n FROM event")
     assert rows[0]["n"] == 40
-
-
-async def test_a_verdict_that_is_not_a_lease_move_is_refused(store: PostgresStore) -> None:
-    from dataclasses import replace
-
-    from test_store_support import leased as make
-
-    job = make(uuid.uuid4())
-    from reaper.core.domain import HeldLease
-
-    lease = HeldLease(job.id, job.project_id, "build", "w", NOW, 1, 7)
-    verdict = lease_verdict(lease)
-    with pytest.raises(ValueError, match="not a lease move"):
-        await store.apply_lease_verdicts([replace(verdict, action=Action.SURFACE)], NOW)
-    with pytest.raises(ValueError, match="no lease"):
-        await store.apply_lease_verdicts([replace(verdict, lease=None)], NOW)
-    assert await store.apply_lease_verdicts([], NOW) == LeaseMoves()
 
 
 _text = st.text(max_size=30)

@@ -13,7 +13,9 @@ from typing import Any
 
 import asyncpg
 
-from reaper.core.domain import Action, Condition, HeldLease, Source, Unit, Verdict
+from reaper.core.domain import Dispatch, Thresholds
+from reaper.core.judge_leases import LeaseColumns, LeaseRulings, judge_lease_page
+from reaper.jobqueue.port import JobQueue, LeaseMoves
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
 
@@ -111,33 +113,30 @@ async def add_dependency(dsn: str, job_id: uuid.UUID, depends_on: uuid.UUID) -> 
         await conn.close()
 
 
-def lease_verdict(lease: HeldLease, now: datetime = NOW) -> Verdict:
-    """What the judge decides for an expired lease: park when out of attempts, else requeue."""
-    poison = lease.attempts >= lease.max_attempts
-    if poison:
-        return Verdict(
-            source=Source.JOB_QUEUE,
-            object=str(lease.job_id),
-            condition=Condition.POISON,
-            measured=lease.attempts,
-            threshold=lease.max_attempts,
-            unit=Unit.ATTEMPTS,
-            action=Action.PARK,
-            project_id=lease.project_id,
-            lease=lease,
-        )
-    return Verdict(
-        source=Source.JOB_QUEUE,
-        object=str(lease.job_id),
-        condition=Condition.LEASE_EXPIRED,
-        measured=round((now - lease.lease_expires_at).total_seconds(), 3),
-        threshold=0,
-        unit=Unit.SECONDS,
-        action=Action.REQUEUE,
-        queue=lease.kind,
-        project_id=lease.project_id,
-        lease=lease,
-    )
+async def judged_page(
+    store: JobQueue,
+    now: datetime = NOW,
+    *,
+    grace: int = 0,
+    project_id: uuid.UUID | None = None,
+    size: int = 1000,
+) -> tuple[LeaseColumns, LeaseRulings]:
+    """What the pass reads and judges: the first page of expired leases, and the lease
+    judge's rulings on it."""
+    page = await store.expired_lease_page(now, grace, size, None, project_id)
+    return page, judge_lease_page(page, Thresholds(lease_grace_seconds=grace), now)
+
+
+async def reap_page(
+    store: JobQueue,
+    now: datetime = NOW,
+    *,
+    project_id: uuid.UUID | None = None,
+    dispatch: Dispatch = Dispatch.POLLING,
+) -> LeaseMoves:
+    """The pass's lease path over one page: read, judged, moved as the judge ruled."""
+    page, rulings = await judged_page(store, now, project_id=project_id)
+    return await store.move_lease_page(page, rulings, now, dispatch=dispatch)
 
 
 async def fetch_job(dsn: str, job_id: uuid.UUID) -> asyncpg.Record:

@@ -29,6 +29,7 @@ from reaper.edges.metrics import ReaperMetrics
 from reaper.jobqueue.port import GateCount
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.lease_log import VerdictLog
 from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
 
@@ -68,10 +69,12 @@ def every_series_pass() -> PassResult:
             20,
             nodes=(BrokerNode("qr1@h", True), BrokerNode("qr2@h", False)),
         ),
-        verdicts=(
-            rv(Action.REQUEUE, Condition.LEASE_EXPIRED),
-            rv(Action.PARK, Condition.POISON),
-            rv(Action.SURFACE, Condition.STALE_READY),
+        verdicts=VerdictLog(
+            others=(
+                rv(Action.REQUEUE, Condition.LEASE_EXPIRED),
+                rv(Action.PARK, Condition.POISON),
+                rv(Action.SURFACE, Condition.STALE_READY),
+            )
         ),
         policies=(PolicyOutcome("vibey-quorum", "updated", False, 2, ("vibey.a",), "drift"),),
         dead_letters=(DeadLetterOutcome("vibey.work.dlq", 3, 2, 0, 1, None),),

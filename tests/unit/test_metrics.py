@@ -21,6 +21,7 @@ from reaper.core.domain import Action, ClaimableHead, Condition, QueueStats, Sou
 from reaper.edges.metrics import MetricsExportError, ReaperMetrics
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.lease_log import VerdictLog
 from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
 
@@ -66,31 +67,39 @@ def a_pass(**changes: object) -> PassResult:
         started_at=NOW,
         finished_at=NOW + timedelta(seconds=1.5),
         broker=RABBITMQ_40,
-        verdicts=(
-            verdict(
-                jq,
-                Condition.LEASE_EXPIRED,
-                Action.REQUEUE,
-                obj=str(JOB_IDS[0]),
-                project_id=PROJECT_A,
-            ),
-            verdict(
-                jq,
-                Condition.LEASE_EXPIRED,
-                Action.REQUEUE,
-                obj=str(JOB_IDS[1]),
-                project_id=PROJECT_A,
-                recorded=False,
-            ),
-            verdict(jq, Condition.POISON, Action.PARK, obj=str(JOB_IDS[2]), project_id=PROJECT_B),
-            verdict(
-                jq, Condition.STALE_READY, Action.SURFACE, obj=str(JOB_IDS[3]), project_id=PROJECT_A
-            ),
-            verdict(
-                jq, Condition.STALE_READY, Action.SURFACE, project_id=PROJECT_B, recorded=False
-            ),
-            verdict(br, Condition.HOLDER_GONE, Action.SURFACE, queue="vibey.work"),
-            verdict(br, Condition.DEAD_LETTER, Action.CLEARED, queue="vibey.old.dlq"),
+        verdicts=VerdictLog(
+            others=(
+                verdict(
+                    jq,
+                    Condition.LEASE_EXPIRED,
+                    Action.REQUEUE,
+                    obj=str(JOB_IDS[0]),
+                    project_id=PROJECT_A,
+                ),
+                verdict(
+                    jq,
+                    Condition.LEASE_EXPIRED,
+                    Action.REQUEUE,
+                    obj=str(JOB_IDS[1]),
+                    project_id=PROJECT_A,
+                    recorded=False,
+                ),
+                verdict(
+                    jq, Condition.POISON, Action.PARK, obj=str(JOB_IDS[2]), project_id=PROJECT_B
+                ),
+                verdict(
+                    jq,
+                    Condition.STALE_READY,
+                    Action.SURFACE,
+                    obj=str(JOB_IDS[3]),
+                    project_id=PROJECT_A,
+                ),
+                verdict(
+                    jq, Condition.STALE_READY, Action.SURFACE, project_id=PROJECT_B, recorded=False
+                ),
+                verdict(br, Condition.HOLDER_GONE, Action.SURFACE, queue="vibey.work"),
+                verdict(br, Condition.DEAD_LETTER, Action.CLEARED, queue="vibey.old.dlq"),
+            )
         ),
         policies=(
             PolicyOutcome("vibey-quorum", "unchanged", True, 3, (), "in force"),
@@ -264,7 +273,7 @@ def test_an_unreadable_source_is_down_and_concludes_nothing(
     metrics.observe(
         a_pass(
             unreadable=(Unreadable("broker", "connection refused"),),
-            verdicts=a_pass().verdicts[:5],
+            verdicts=VerdictLog(others=a_pass().verdicts[:5]),
             broker=None,
         )
     )

@@ -16,6 +16,7 @@ from reaper.core.domain import Action, BrokerFacts, Condition, Source, Unit, Ver
 from reaper.edges.report import render_text, to_json
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.lease_log import VerdictLog
 from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
 
@@ -45,7 +46,7 @@ def result(**kwargs: object) -> PassResult:
         "started_at": T0,
         "finished_at": T0 + timedelta(seconds=1),
         "broker": FACTS,
-        "verdicts": (),
+        "verdicts": VerdictLog(),
     }
     base.update(kwargs)
     return PassResult(**base)  # type: ignore[arg-type]
@@ -63,7 +64,7 @@ def test_every_report_validates_against_the_schema(
     r = result(
         dry_run=dry_run,
         broker=FACTS if broker_known else None,
-        verdicts=tuple(RecordedVerdict(v, rec) for v, rec in items),
+        verdicts=VerdictLog(others=tuple(RecordedVerdict(v, rec) for v, rec in items)),
         policies=(PolicyOutcome("vibey-reap-quorum", "updated", True, 3, (), "restored"),),
         dead_letters=(DeadLetterOutcome("vibey.jobs.dead", 5, 2, 3, 0, None),),
         unreadable=() if broker_known else (Unreadable("broker", "connection refused"),),
@@ -98,7 +99,9 @@ def test_problems_come_first_and_name_numbers_against_thresholds() -> None:
     )
     text = render_text(
         result(
-            verdicts=(RecordedVerdict(moved, True), RecordedVerdict(stale, True)),
+            verdicts=VerdictLog(
+                others=(RecordedVerdict(moved, True), RecordedVerdict(stale, True))
+            ),
             unreadable=(Unreadable("job_queue", "connection refused"),),
         )
     )
@@ -130,7 +133,7 @@ def _lease_result(expired: int, poison: int) -> PassResult:
     """A pass that moved ``expired`` leases over three projects and parked ``poison``."""
     from reaper.core.domain import Thresholds
     from reaper.core.judge_leases import LeaseColumns, judge_lease_page
-    from reaper.reap.lease_log import LeaseLog, VerdictLog
+    from reaper.reap.lease_log import LeaseLog
 
     projects = [UUID(int=p + 1) for p in range(3)]
     rows = [
@@ -217,11 +220,13 @@ def test_text_and_json_list_the_same_findings_worst_first_and_a_drop_is_not_ok()
         drops=True,
     )
     r = result(
-        verdicts=(
-            broker("vibey.a", Condition.STALE_READY, 1000),
-            broker("vibey.b", Condition.STALE_READY, 5000),
-            broker("vibey.c", Condition.HOLDER_GONE, 3),
-            RecordedVerdict(drops, True),
+        verdicts=VerdictLog(
+            others=(
+                broker("vibey.a", Condition.STALE_READY, 1000),
+                broker("vibey.b", Condition.STALE_READY, 5000),
+                broker("vibey.c", Condition.HOLDER_GONE, 3),
+                RecordedVerdict(drops, True),
+            )
         )
     )
     report = to_json(r)

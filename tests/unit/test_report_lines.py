@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from reaper.core.domain import Action, BrokerFacts, Condition, Source, Unit, Verdict
 from reaper.edges.report import render_text, to_json
 from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.lease_log import VerdictLog
 from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
 
@@ -23,7 +24,7 @@ def _result(*verdicts: Verdict, dry_run: bool = False, **extra: object) -> PassR
         started_at=T0,
         finished_at=T0 + timedelta(seconds=1),
         broker=FACTS,
-        verdicts=tuple(RecordedVerdict(v, True) for v in verdicts),
+        verdicts=VerdictLog(others=[RecordedVerdict(v, True) for v in verdicts]),
         **extra,  # type: ignore[arg-type]
     )
 
@@ -99,10 +100,12 @@ def test_a_finding_already_on_record_says_since_when_in_text_and_json() -> None:
         started_at=T0,
         finished_at=T0 + timedelta(seconds=1),
         broker=FACTS,
-        verdicts=(
-            RecordedVerdict(stale, False),
-            RecordedVerdict(older, False),
-            RecordedVerdict(fresh, True),
+        verdicts=VerdictLog(
+            others=(
+                RecordedVerdict(stale, False),
+                RecordedVerdict(older, False),
+                RecordedVerdict(fresh, True),
+            )
         ),
         expired_leases=0,  # the ledger was read
         since=since,

@@ -12,7 +12,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from reaper.config import Settings
-from reaper.core.domain import FLEET_PROJECT_ID, Action, Condition, HeldLease, Source
+from reaper.core.domain import FLEET_PROJECT_ID, Action, Condition, Source
+from reaper.core.judge_leases import LeaseRulings
 from reaper.edges.report import render_text, to_json
 from reaper.jobqueue.memory import JobRow, MemoryJobQueue
 from reaper.jobqueue.port import LeaseMoves, MovesInterrupted
@@ -159,9 +160,11 @@ class Interrupted(MemoryJobQueue):
     def __init__(self) -> None:
         super().__init__(clock=lambda: NOW)
 
-    async def apply_lease_verdicts(self, verdicts, now, **_):  # type: ignore[no-untyped-def]
-        done = await super().apply_lease_verdicts(verdicts[:1], now)
-        rest = tuple(v.lease.job_id for v in verdicts[1:] if v.lease is not None)
+    async def move_lease_page(self, page, rulings, now, **_):  # type: ignore[no-untyped-def]
+        r = rulings
+        first = LeaseRulings(r.grace, r.rows[:1], r.poison[:1], r.measured[:1], r.details[:1])
+        done = await super().move_lease_page(page, first, now)
+        rest = tuple(page.job_ids[i] for i in rulings.rows[1:])
         raise MovesInterrupted("PostgreSQL went away", replace(done, unknown=rest))
 
 
@@ -190,13 +193,7 @@ async def test_moves_cut_short_are_reported_as_far_as_they_are_known() -> None:
 
 
 async def test_a_failed_row_is_named_in_the_json_report_as_in_the_human_one() -> None:
-    class Refusing(MemoryJobQueue):
-        async def apply_lease_verdicts(self, verdicts, now, **_):  # type: ignore[no-untyped-def]
-            lease: HeldLease | None = verdicts[0].lease
-            assert lease is not None
-            return LeaseMoves(failed=((lease.job_id, "a trigger said no (SQLSTATE P0001)"),))
-
-    store = Refusing(clock=lambda: NOW)
+    store = MemoryJobQueue(clock=lambda: NOW)
     job = store.add_job(
         JobRow(
             project_id=uuid.uuid4(),
@@ -207,6 +204,7 @@ async def test_a_failed_row_is_named_in_the_json_report_as_in_the_human_one() ->
             lease_expires_at=NOW - timedelta(minutes=1),
         )
     )
+    store.refused_moves[job] = "a trigger said no (SQLSTATE P0001)"
 
     result = await run_pass(settings(), store=store, broker=None, clock=lambda: NOW)
 
@@ -231,7 +229,7 @@ async def test_a_pass_over_nothing_is_quiet(dry_run: bool) -> None:
     result = await run_pass(
         settings(), store=store, broker=broker, dry_run=dry_run, clock=lambda: NOW
     )
-    assert result.verdicts == () and result.dead_letters == () and result.unreadable == ()
+    assert list(result.verdicts) == [] and result.dead_letters == () and result.unreadable == ()
     assert store.ledger == {}
 
 

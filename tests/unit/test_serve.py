@@ -27,6 +27,7 @@ from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.serve import ListenError, parse_listen, serve
 from reaper.edges.status_page import PageTarget
 from reaper.jobqueue.port import GateCount
+from reaper.reap.lease_log import VerdictLog
 from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
 
@@ -50,7 +51,7 @@ def a_pass() -> PassResult:
         started_at=now,
         finished_at=now,
         broker=None,
-        verdicts=(RecordedVerdict(surfaced, True),),
+        verdicts=VerdictLog(others=(RecordedVerdict(surfaced, True),)),
     )
 
 
@@ -330,6 +331,7 @@ SERVE_SCRIPT = textwrap.dedent(
     from prometheus_client import CollectorRegistry
     from reaper.edges.metrics import ReaperMetrics
     from reaper.edges.serve import serve
+    from reaper.reap.lease_log import VerdictLog
     from reaper.reap.result import PassResult
 
     async def run_once():
@@ -337,7 +339,9 @@ SERVE_SCRIPT = textwrap.dedent(
         await asyncio.sleep(1.0)
         now = datetime.now(UTC)
         print("pass finished", flush=True)
-        return PassResult(dry_run=False, started_at=now, finished_at=now, broker=None, verdicts=())
+        return PassResult(
+            dry_run=False, started_at=now, finished_at=now, broker=None, verdicts=VerdictLog()
+        )
 
     def listening(host, port):
         print(f"listening {port}", flush=True)

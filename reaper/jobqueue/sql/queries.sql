@@ -50,21 +50,12 @@ UPDATE reaper_turn
 SET taken_at = taken_at - make_interval(secs => $4::float8)
 WHERE name = $1::text AND taken_at = $2::timestamptz AND taken_by = $3::text;
 
--- name: expired_leases --
--- Leased jobs past lease_expires_at + grace, oldest first, bounded; optionally one project.
-SELECT id, project_id, kind, lease_owner, lease_expires_at, attempts, max_attempts
-FROM job
-WHERE state = 'leased'
-  AND lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
-  AND ($4::uuid IS NULL OR project_id = $4::uuid)
-ORDER BY lease_expires_at, id
-LIMIT $3::int;
 
 -- name: expired_lease_page --
--- One page of expired leases ($3 at most), in the order of expired_leases, starting after the
--- key ($5 expiry, $6 id) that ended the page before (the first page: -infinity and the nil
--- uuid). The key is the leased-expiry index's own, so each page starts where the last ended
--- instead of walking past the rows already moved.
+-- One page of leased jobs past lease_expires_at + grace ($3 at most; optionally one project),
+-- oldest first, starting after the key ($5 expiry, $6 id) that ended the page before (the
+-- first page: -infinity and the nil uuid). The key is the leased-expiry index's own, so each
+-- page starts where the last ended instead of walking past the rows already moved.
 SELECT id, project_id, kind, lease_owner, lease_expires_at, attempts, max_attempts
 FROM job
 WHERE state = 'leased'
