@@ -206,8 +206,7 @@ class DatabaseSettings(BaseModel):
     password_file: str | None = Field(
         default=None,
         min_length=1,
-        description="a file holding the database password (a mounted secret); instead of "
-        "password",
+        description="a file holding the database password (a mounted secret); instead of password",
     )
     sslmode: SslMode | None = Field(
         default=None,
@@ -217,9 +216,7 @@ class DatabaseSettings(BaseModel):
     sslrootcert: str | None = Field(
         default=None, min_length=1, description="PEM file of the CA that signed the server's"
     )
-    sslcert: str | None = Field(
-        default=None, min_length=1, description="PEM client certificate"
-    )
+    sslcert: str | None = Field(default=None, min_length=1, description="PEM client certificate")
     sslkey: str | None = Field(default=None, min_length=1, description="PEM key of sslcert")
     pool_size: int = bounded(
         4,

@@ -209,8 +209,7 @@ def _grouped(problems: Sequence[Problem], wide: bool) -> list[tuple[str, str, st
             out.append((p.label, p.subject, p.detail, p.fix))
     grouped = iter(jobs.values())
     return [
-        (label, subject or _jobs(next(grouped)), detail, fix)
-        for label, subject, detail, fix in out
+        (label, subject or _jobs(next(grouped)), detail, fix) for label, subject, detail, fix in out
     ]
 
 

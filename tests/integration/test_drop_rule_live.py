@@ -80,6 +80,7 @@ def depth(broker: BrokerUnderTest, queue: str) -> int:
 async def listed_with_statistics(broker: BrokerUnderTest, queue: str) -> None:
     """Until the broker lists the queue's statistics (and so its policy): before that a pass
     concludes nothing about it."""
+
     def listed() -> bool:
         shown = broker.queue(queue)
         return "messages" in shown and "policy" in shown
