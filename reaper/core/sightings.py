@@ -2,10 +2,9 @@
 
 Recorded when first seen and again only after it has cleared: a sighting (its
 :class:`SightingRef`: stream and :class:`~reaper.core.domain.SightingKey`) is open while its
-latest record is ``surface``, closed by ``cleared``. An open sighting that this pass did
-not observe is cleared only if its source was read (and, for the job queue, only within the
-project the pass measured; for the broker, only if its queue was measured): a source or a
-queue that could not be read clears nothing.
+latest record is ``surface``, closed by ``cleared``. An open sighting this pass did not
+observe is cleared only if its source was read (the job queue: within the project measured;
+the broker: its queue measured): what could not be read clears nothing.
 
 The ledger decides: the store hands this rule the latest record of every ref in question,
 read under a lock, and writes what it returns. Pure: no clock, no I/O. Of several verdicts
