@@ -22,7 +22,7 @@ from reaper.jobqueue.port import EventFilter, GateCount, ParkedDeadLetter
 from reaper.jobqueue.rules import gate_id_range
 from tests.contract.conftest import Subject
 from tests.contract.test_job_queue_contract import RULES, dead_letter
-from tests.integration.test_store_support import NOW, lease_verdict, leased
+from tests.support.store import NOW, lease_verdict, leased
 
 pytestmark = pytest.mark.postgres
 

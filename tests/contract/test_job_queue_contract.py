@@ -31,7 +31,7 @@ from reaper.core.judge_leases import LeaseColumns, judge_lease_page
 from reaper.errors import GateError
 from reaper.jobqueue.port import ParkedDeadLetter, ParkRules
 from tests.contract.conftest import Subject
-from tests.integration.test_store_support import NOW, Job, lease_verdict, leased
+from tests.support.store import NOW, Job, lease_verdict, leased
 
 pytestmark = pytest.mark.postgres
 

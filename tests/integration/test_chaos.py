@@ -47,7 +47,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from invariants import (
+
+from reaper.config import load_config
+from tests.support.invariants import (
     OWNED_DLQ,
     Run,
     Seeded,
@@ -71,10 +73,8 @@ from invariants import (
     wait_for_depths,
     wait_for_no_reaper_backends,
 )
-from test_store_support import query
-
-from reaper.config import load_config
-from tests.conftest import BrokerUnderTest
+from tests.support.services import BrokerUnderTest
+from tests.support.store import query
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 

@@ -14,10 +14,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from invariants import reaper_env, run_reaper
-from test_store_support import query
 
-from tests.conftest import BrokerUnderTest
+from tests.support.invariants import reaper_env, run_reaper
+from tests.support.services import BrokerUnderTest
+from tests.support.store import query
 
 pytestmark = pytest.mark.postgres
 

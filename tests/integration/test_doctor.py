@@ -12,10 +12,10 @@ from typing import Any
 
 import asyncpg
 import pytest
-from test_pass import reaper_env, run_cli
 
 from reaper.jobqueue.grants import NEEDED
-from tests.conftest import PG_ADMIN_DSN, BrokerUnderTest
+from tests.support.cli import reaper_env, run_cli
+from tests.support.services import PG_ADMIN_DSN, BrokerUnderTest
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 

@@ -36,7 +36,8 @@ import asyncpg
 import httpx
 import jsonschema
 import pytest
-from test_pass import (
+
+from tests.support.cli import (
     SCHEMA,
     Seeded,
     assert_ok_but_for_what_the_version_does_not_enforce,
@@ -44,8 +45,7 @@ from test_pass import (
     seed_scenario,
     verdicts,
 )
-
-from tests.conftest import BrokerUnderTest
+from tests.support.services import BrokerUnderTest
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 

@@ -16,13 +16,13 @@ from typing import Any
 
 import asyncpg
 import pytest
-from test_pass import CLOSED_BROKER_URL, reaper_env
-from test_store_support import Job, insert_jobs, leased, query
 
 from reaper.config import Settings, load_config
 from reaper.edges.hook import TURN, HookRun, QueueReaper
 from reaper.jobqueue.postgres import PostgresStore
-from tests.conftest import BrokerUnderTest
+from tests.support.cli import CLOSED_BROKER_URL, reaper_env
+from tests.support.services import BrokerUnderTest
+from tests.support.store import Job, insert_jobs, leased, query
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 

@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from test_pass import run_cli
-from test_store_support import insert_jobs, lease_verdict, leased, query
 
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
+from tests.support.cli import run_cli
+from tests.support.store import insert_jobs, lease_verdict, leased, query
 
 pytestmark = pytest.mark.postgres
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import asyncpg
 import pytest
-from invariants import wait_for_depth
-from test_pass import reaper_env, run_cli
-from test_store_support import query
 
 from reaper.core.domain import FLEET_PROJECT_ID
-from tests.conftest import BrokerUnderTest
-from tests.integration.host_schema import HOST_WITH_PROJECTS
+from tests.support.cli import reaper_env, run_cli
+from tests.support.host_schema import HOST_WITH_PROJECTS
+from tests.support.invariants import wait_for_depth
+from tests.support.services import BrokerUnderTest
+from tests.support.store import query
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 

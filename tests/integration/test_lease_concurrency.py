@@ -9,10 +9,10 @@ import uuid
 from collections import Counter
 
 import pytest
-from test_store_support import NOW, insert_jobs, lease_verdict, leased, query
 
 from reaper.jobqueue.port import LeaseMoves
 from reaper.jobqueue.postgres import PostgresStore
+from tests.support.store import NOW, insert_jobs, lease_verdict, leased, query
 
 pytestmark = pytest.mark.postgres
 

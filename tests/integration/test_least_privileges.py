@@ -12,7 +12,8 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from test_pass import (
+
+from tests.support.cli import (
     Seeded,
     assert_ok_but_for_what_the_version_does_not_enforce,
     event_count,
@@ -20,9 +21,8 @@ from test_pass import (
     seed_scenario,
     verdicts,
 )
-from test_store_support import query
-
-from tests.conftest import PG_ADMIN_DSN, BrokerUnderTest
+from tests.support.services import PG_ADMIN_DSN, BrokerUnderTest
+from tests.support.store import query
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 

@@ -30,7 +30,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from invariants import (
+
+from reaper.config import load_config
+from tests.support.invariants import (
     Run,
     Seeded,
     check_invariants,
@@ -44,10 +46,8 @@ from invariants import (
     wait_for_depths,
     wait_for_no_reaper_backends,
 )
-from test_store_support import query
-
-from reaper.config import load_config
-from tests.conftest import BrokerUnderTest
+from tests.support.services import BrokerUnderTest
+from tests.support.store import query
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.postgres]
 

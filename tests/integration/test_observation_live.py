@@ -17,13 +17,13 @@ from typing import Any
 
 import pika
 import pytest
-from holders import connect
 
 from reaper.config import Settings, load_config
 from reaper.core.domain import Action, Condition
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
-from tests.conftest import BrokerUnderTest, poll_until
+from tests.support.holders import connect
+from tests.support.services import BrokerUnderTest, poll_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 

@@ -23,7 +23,7 @@ from reaper.errors import MigrationStopped
 from reaper.jobqueue.migrations import RETRY_PAUSE_SECONDS, MigrationRun
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import migrations
-from tests.integration.host_schema import HOST_WITH_PROJECTS
+from tests.support.host_schema import HOST_WITH_PROJECTS
 
 pytestmark = pytest.mark.postgres
 

@@ -32,9 +32,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_schema import add_outbox_schema
-from invariants import read_bodies, read_is_safe, reaper_env, run_reaper, wait_for_depths
-from outbox_world import (
+
+from reaper.core.domain import (
+    DEAD_LETTER_JOB_KIND,
+    FLEET_PROJECT_ID,
+    GATE_BUS_DEAD_LETTERED,
+    GATE_DELIVERY_EXHAUSTED,
+)
+from tests.support.host_schema import add_outbox_schema
+from tests.support.invariants import (
+    read_bodies,
+    read_is_safe,
+    reaper_env,
+    run_reaper,
+    wait_for_depths,
+)
+from tests.support.outbox_world import (
     Worker,
     World,
     about,
@@ -51,14 +64,7 @@ from outbox_world import (
     ready_count,
     relay,
 )
-
-from reaper.core.domain import (
-    DEAD_LETTER_JOB_KIND,
-    FLEET_PROJECT_ID,
-    GATE_BUS_DEAD_LETTERED,
-    GATE_DELIVERY_EXHAUSTED,
-)
-from tests.conftest import BrokerUnderTest, poll_until
+from tests.support.services import BrokerUnderTest, poll_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 

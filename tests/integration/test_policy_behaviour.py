@@ -40,7 +40,7 @@ from reaper.core.domain import BrokerFacts
 from reaper.core.values import normalized
 from reaper.policies.declarations import PolicyParameters, load_declarations
 from reaper.policies.render import render
-from tests.conftest import BrokerUnderTest, at_least
+from tests.support.services import BrokerUnderTest, at_least
 
 pytestmark = pytest.mark.broker
 

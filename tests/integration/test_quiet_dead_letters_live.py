@@ -23,13 +23,13 @@ from reaper.core.domain import FLEET_PROJECT_ID, Source, sighting_scope
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once, run_pass
 from reaper.reap.sources import open_sources
-from tests.conftest import BrokerUnderTest
-from tests.integration.test_dead_letters_live import (
+from tests.support.dead_letters import (
     outcome_of,
     read_all,
     settings_for,
     wait_for_depth,
 )
+from tests.support.services import BrokerUnderTest
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from reaper.jobqueue.postgres import PostgresStore
-from tests.conftest import BrokerUnderTest
+from tests.support.services import BrokerUnderTest
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)

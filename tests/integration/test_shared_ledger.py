@@ -14,7 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from invariants import (
+
+from reaper.core.domain import FLEET_PROJECT_ID
+from tests.support.invariants import (
     Seeded,
     check_invariants,
     count_expired_leases,
@@ -26,10 +28,8 @@ from invariants import (
     wait_for_depths,
     wait_for_no_reaper_backends,
 )
-from test_store_support import query
-
-from reaper.core.domain import FLEET_PROJECT_ID
-from tests.conftest import BrokerUnderTest
+from tests.support.services import BrokerUnderTest
+from tests.support.store import query
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 

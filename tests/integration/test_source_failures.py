@@ -37,7 +37,9 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
-from invariants import (
+
+from reaper.reap.leases import LEASE_PAGE_SIZE
+from tests.support.invariants import (
     FOREIGN_DLQ,
     OWNED_DLQ,
     Run,
@@ -59,10 +61,8 @@ from invariants import (
     wait_for_depths,
     wait_for_no_reaper_backends,
 )
-from test_store_support import query
-
-from reaper.reap.leases import LEASE_PAGE_SIZE
-from tests.conftest import BrokerUnderTest
+from tests.support.services import BrokerUnderTest
+from tests.support.store import query
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 

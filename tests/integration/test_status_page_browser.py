@@ -14,15 +14,6 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-from test_dead_letters_live import (
-    DLQ,
-    dead_letter_through,
-    parked_after_passes,
-    read_all,
-    settings_for,
-    wait_for_depth,
-)
-from test_store_support import insert_jobs, leased
 
 from reaper.config import Settings
 from reaper.edges.gate_board import clear_notes, read_board
@@ -34,7 +25,16 @@ from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
 from reaper.reap.sources import open_sources
-from tests.conftest import BrokerUnderTest
+from tests.support.dead_letters import (
+    DLQ,
+    dead_letter_through,
+    parked_after_passes,
+    read_all,
+    settings_for,
+    wait_for_depth,
+)
+from tests.support.services import BrokerUnderTest
+from tests.support.store import insert_jobs, leased
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 

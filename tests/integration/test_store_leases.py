@@ -12,15 +12,6 @@ import asyncpg
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_store_support import (
-    NOW,
-    Job,
-    fetch_job,
-    insert_jobs,
-    lease_verdict,
-    leased,
-    query,
-)
 
 import reaper.jobqueue.leases as lease_moves
 from reaper.core.canonical import canonical_json, canonical_payload
@@ -35,6 +26,15 @@ from reaper.core.domain import (
 )
 from reaper.jobqueue.port import LeaseMoves
 from reaper.jobqueue.postgres import PostgresStore
+from tests.support.store import (
+    NOW,
+    Job,
+    fetch_job,
+    insert_jobs,
+    lease_verdict,
+    leased,
+    query,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -286,7 +286,7 @@ async def test_moves_span_batches_and_projects_with_gapless_streams(
 async def test_a_verdict_that_is_not_a_lease_move_is_refused(store: PostgresStore) -> None:
     from dataclasses import replace
 
-    from test_store_support import leased as make
+    from tests.support.store import leased as make
 
     job = make(uuid.uuid4())
     from reaper.core.domain import HeldLease
