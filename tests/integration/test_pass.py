@@ -30,7 +30,7 @@ from tests.support.cli import (
     seed_scenario,
     verdicts,
 )
-from tests.support.services import BrokerUnderTest
+from tests.support.services import BrokerUnderTest, on_one_broker
 from tests.support.store import query
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
@@ -231,6 +231,7 @@ async def test_a_wrong_broker_password_is_unreadable_and_never_printed(
     assert secret not in captured.out and secret not in captured.err
 
 
+@on_one_broker  # PostgreSQL is what fails
 async def test_a_wrong_database_dsn_is_unreadable_and_the_pass_is_not_ok(
     broker: BrokerUnderTest,
     monkeypatch: pytest.MonkeyPatch,
@@ -250,6 +251,7 @@ async def test_a_wrong_database_dsn_is_unreadable_and_the_pass_is_not_ok(
     assert not [v for v in report["verdicts"] if v["recorded"]]
 
 
+@on_one_broker  # the gates are PostgreSQL's
 async def test_a_one_shot_pass_exports_what_waits_for_a_person(
     seeded: Seeded,
     monkeypatch: pytest.MonkeyPatch,

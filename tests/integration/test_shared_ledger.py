@@ -28,10 +28,12 @@ from tests.support.invariants import (
     wait_for_depths,
     wait_for_no_reaper_backends,
 )
-from tests.support.services import BrokerUnderTest
+from tests.support.services import BrokerUnderTest, on_one_broker
 from tests.support.store import query
 
-pytestmark = [pytest.mark.broker, pytest.mark.postgres]
+#: The ledger is PostgreSQL's; concurrent reads of dead letters on every version are
+#: ``test_load.py``'s.
+pytestmark = [pytest.mark.broker, pytest.mark.postgres, on_one_broker]
 
 REAPERS = 4
 LEASES = 5_000

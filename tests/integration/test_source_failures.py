@@ -61,7 +61,7 @@ from tests.support.invariants import (
     wait_for_depths,
     wait_for_no_reaper_backends,
 )
-from tests.support.services import BrokerUnderTest
+from tests.support.services import BrokerUnderTest, on_one_broker
 from tests.support.store import query
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
@@ -431,10 +431,6 @@ def recorded_moves(run: Run) -> int:
 
 # --------------------------------------------------------------------------- PostgreSQL
 # The broker is not what fails here: these run against one broker version.
-
-on_one_broker = pytest.mark.parametrize(
-    "broker_server", ["4.3"], indirect=True, ids=["rabbitmq-4.3"]
-)
 
 
 @on_one_broker

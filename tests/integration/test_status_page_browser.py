@@ -1,4 +1,4 @@
-"""``reaper serve``'s status page in a real headless Chromium (Debian's ``chromium``), on every
+"""``reaper serve``'s status page in a real headless Chromium (Debian's ``chromium``), on one
 broker: a real pass parks a poison job and dead letters; once the letters are answered, the
 page shows the open poison gate's short id and its commands, and says the dead-letter queue is
 safe to clear, with the command a person runs. Nothing on the page writes."""
@@ -33,10 +33,11 @@ from tests.support.dead_letters import (
     settings_for,
     wait_for_depth,
 )
-from tests.support.services import BrokerUnderTest
+from tests.support.services import BrokerUnderTest, on_one_broker
 from tests.support.store import insert_jobs, leased
 
-pytestmark = [pytest.mark.broker, pytest.mark.postgres]
+#: The page is the subject; parking dead letters on every version is test_dead_letters_live's.
+pytestmark = [pytest.mark.broker, pytest.mark.postgres, on_one_broker]
 
 #: Flags for a headless run that reaches nothing but the page (a fresh profile each time).
 CHROMIUM_FLAGS = (

@@ -19,7 +19,7 @@ from reaper.core.domain import GATE_BUS_DEAD_LETTERED, Gate
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
-from tests.support.services import BrokerUnderTest, poll_until
+from tests.support.services import STATS_INTERVAL_SECONDS, BrokerUnderTest, poll_until
 
 ORIGIN = "vibey.jobs"
 DLQ = "vibey.jobs.dead"
@@ -121,7 +121,7 @@ def outcome_of(result: PassResult, queue: str) -> Any:
     return found[0] if found else None
 
 
-async def parked_after_passes(settings: Settings, queue: str, want: int, passes: int = 20) -> None:
+async def parked_after_passes(settings: Settings, queue: str, want: int, passes: int = 40) -> None:
     """Run passes until ``want`` letters of ``queue`` are parked (the dead-letter policy may
     need a pass or a statistics interval before reads are proven safe)."""
     parked = 0
@@ -131,5 +131,5 @@ async def parked_after_passes(settings: Settings, queue: str, want: int, passes:
         parked += outcome.parked_new if outcome else 0
         if parked >= want:
             return
-        await asyncio.sleep(1)
+        await asyncio.sleep(STATS_INTERVAL_SECONDS)
     pytest.fail(f"{queue}: {parked} of {want} parked after {passes} passes")

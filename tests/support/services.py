@@ -69,6 +69,11 @@ def dsn_for(database: str) -> str:
 #: policy and its message counters reach the management API at most this long after the broker
 #: holds them; every wait on those figures is derived from it.
 STATS_INTERVAL_SECONDS = 0.5
+#: Long enough after a change shows for every statistic of the queue and of its channels (which
+#: are emitted apart) to have been emitted again: four intervals, a margin for a loaded machine.
+STATS_SETTLE_SECONDS = 4 * STATS_INTERVAL_SECONDS
+#: How often ``poll_until`` looks again: twice per statistics interval.
+POLL_SECONDS = STATS_INTERVAL_SECONDS / 2
 
 #: The broker a test that proves PostgreSQL-side behaviour runs on (``on_one_broker``); every
 #: other broker test runs on each version of ``BROKERS``.
@@ -170,7 +175,7 @@ class BrokerUnderTest:
 
 
 async def poll_until(probe: Callable[[], Any], what: str, seconds: float) -> Any:
-    """Call ``probe`` (plain or async) every 0.5 s until it returns something truthy, and
+    """Call ``probe`` (plain or async) every ``POLL_SECONDS`` until it returns something truthy, and
     return that; fail the test after ``seconds``: management statistics lag behind what the
     broker holds."""
     deadline = time.monotonic() + seconds
@@ -182,7 +187,7 @@ async def poll_until(probe: Callable[[], Any], what: str, seconds: float) -> Any
             return value
         if time.monotonic() > deadline:
             pytest.fail(f"waited {seconds} s for {what}")
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(POLL_SECONDS)
 
 
 async def policy_named(client: ManagementClient, name: str) -> BrokerPolicy | None:
