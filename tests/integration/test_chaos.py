@@ -14,8 +14,8 @@ left to expire (a second episode of the same job, some now poison), and new dead
 arrive. Then every session the killed processes left is gone, one clean pass runs,
 and:
 
-- every invariant of ``invariants.py`` holds (each moved lease has exactly one event and each
-  event its move, no lease moved twice, no gate duplicated, every dead letter still on the
+- every invariant of ``tests/support/invariants`` holds (each moved lease has exactly one event
+  and each event its move, no lease moved twice, no gate duplicated, every dead letter still on the
   broker, the foreign and consumerless queues untouched, gapless streams, digests,
   alternating sightings);
 - the final state equals that of the same scenario reaped with no interruption in a second

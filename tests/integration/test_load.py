@@ -10,7 +10,7 @@ Rounds of ``REAPERS`` real ``python -m reaper reap --json`` processes started to
 until nothing is left to move or park (a pass takes at most 20,000 leases, so 50,000 need at
 least three rounds, every reaper of a round contending for the same rows and the same dead
 letters); then one more pass alone finds nothing new, and every invariant of
-``invariants.py`` holds.
+``tests/support/invariants`` holds.
 
 Sizes fit CI (about a minute per broker version here). For a manual run, e.g.::
 

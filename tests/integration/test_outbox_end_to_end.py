@@ -1,8 +1,8 @@
 """Outbox dispatch end to end, on every supported RabbitMQ version and a real PostgreSQL (SPEC §3,
 ADR-0044 §3–§5, §8): a host that dispatches through a transactional outbox, a relay with
 publisher confirms and real AMQP workers whose claim is fenced on the dispatch generation
-(``outbox_world.py``), and the reaper as real processes between them (``python -m reaper reap
---json``, ``reaper gates answer``).
+(``tests/support/outbox_world.py``), and the reaper as real processes between them
+(``python -m reaper reap --json``, ``reaper gates answer``).
 
 1. **Requeue**: a worker dies holding its lease; the reaper requeues the job at generation 2
    with one outbox row; the broker's old generation-1 message is dropped by the fence and the

@@ -39,7 +39,7 @@ REAPERS = 4
 LEASES = 5_000
 PROJECTS = 20
 DEAD_LETTERS = 40
-HOST_WRITER = Path(__file__).with_name("host_writer.py")
+HOST_WRITER = Path(__file__).resolve().parents[1] / "support" / "host_writer.py"
 
 
 async def test_four_reapers_and_a_host_writer_share_every_stream(
