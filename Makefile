@@ -41,8 +41,15 @@ lint:
 typecheck:
 	$(PYTHON) -m mypy
 
+# Broker tests still spend part of their time waiting on the brokers (statistics every 500 ms,
+# consumers, real reaper processes), so more workers than cores overlap those waits; each test
+# goes wherever a worker is free (measured on two cores, 87 broker tests: 409 s with three
+# workers, 345 s with six). PYTEST_ARGS comes last, so `make pytest PYTEST_ARGS="-n 0 -x"`
+# overrides the worker count too.
+PYTEST_WORKERS ?= 6
+
 pytest:
-	$(PYTHON) -m pytest $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist load $(PYTEST_ARGS)
 
 metrics-check:
 	@for f in metrics/alerts.yml metrics/alerts_test.yml; do \

@@ -15,7 +15,7 @@ the pages (both lanes' statements, each move with its event), and so the ratio t
 would allow were reading, judging and logging free.
 
 With ``--host-writer``, every measurement runs beside the host's own ledger writer
-(tests/integration/host_writer.py, a process appending to every project's stream in a tight
+(tests/support/host_writer.py, a process appending to every project's stream in a tight
 loop, ``seq = max(seq) + 1`` in its own transactions): the ledger shared as SPEC §3 allows,
 and the reaper's sequence collisions retried. The writer's appends during the reaper's runs
 are printed.
@@ -343,7 +343,7 @@ def _payload(job_id: UUID, expired_at: datetime) -> dict[str, object]:
     }
 
 
-HOST_WRITER = Path(__file__).resolve().parents[1] / "tests" / "integration" / "host_writer.py"
+HOST_WRITER = Path(__file__).resolve().parents[1] / "tests" / "support" / "host_writer.py"
 
 
 def project_ids(projects: int) -> list[str]:

@@ -17,9 +17,9 @@ import pytest
 from reaper.jobqueue.memory import JobRow, MemoryJobQueue
 from reaper.jobqueue.port import JobQueue
 from reaper.jobqueue.postgres import PostgresStore
-from tests.conftest import cloned_database
-from tests.integration.host_schema import add_outbox_schema
-from tests.integration.test_store_support import Job, add_dependency, insert_jobs, query
+from tests.support.host_schema import add_outbox_schema
+from tests.support.services import cloned_database
+from tests.support.store import Job, add_dependency, insert_jobs, query
 
 
 @dataclass(frozen=True)

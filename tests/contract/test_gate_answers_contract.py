@@ -22,7 +22,7 @@ from reaper.jobqueue.port import EventFilter, GateCount, ParkedDeadLetter
 from reaper.jobqueue.rules import gate_id_range
 from tests.contract.conftest import Subject
 from tests.contract.test_job_queue_contract import RULES, dead_letter
-from tests.integration.test_store_support import NOW, leased, reap_page
+from tests.support.store import NOW, leased, reap_page
 
 pytestmark = pytest.mark.postgres
 

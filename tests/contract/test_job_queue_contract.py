@@ -32,7 +32,7 @@ from reaper.core.judge_leases import LeaseColumns, judge_lease_page
 from reaper.errors import GateError
 from reaper.jobqueue.port import LeaseMoves, ParkedDeadLetter, ParkRules
 from tests.contract.conftest import Subject
-from tests.integration.test_store_support import NOW, Job, judged_page, leased, reap_page
+from tests.support.store import NOW, Job, judged_page, leased, reap_page
 
 pytestmark = pytest.mark.postgres
 

@@ -17,7 +17,7 @@ from reaper.core.dead_letters import DISPATCH_SCHEMA, DispatchPointer, decode, d
 from reaper.core.domain import Action, DeadLetter, Dispatch
 from reaper.jobqueue.port import ParkRules
 from tests.contract.conftest import Subject
-from tests.integration.test_store_support import NOW, Job, leased, reap_page
+from tests.support.store import NOW, Job, leased, reap_page
 
 pytestmark = pytest.mark.postgres
 

@@ -44,8 +44,8 @@ import pytest
 
 from reaper.broker.client import ManagementClient
 from reaper.broker.http import BrokerRejected
-from tests.conftest import BrokerUnderTest, policy_named, poll_until
-from tests.integration.holders import connect
+from tests.support.holders import connect
+from tests.support.services import BrokerUnderTest, policy_named, poll_until
 
 pytestmark = pytest.mark.broker
 

@@ -12,7 +12,7 @@ import pytest
 
 from reaper.broker.client import ManagementClient
 from reaper.errors import BrokerUnavailable
-from tests.conftest import AMQP_PORTS, BROKER_PASSWORD, BROKER_USER, BrokerUnderTest
+from tests.support.services import AMQP_PORTS, BROKER_PASSWORD, BROKER_USER, BrokerUnderTest
 
 
 async def failure(

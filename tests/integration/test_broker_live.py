@@ -21,7 +21,7 @@ from reaper.broker.records import QUEUE_COLUMNS
 from reaper.core.domain import QueueStats
 from reaper.core.values import normalized
 from reaper.errors import BrokerRefused, BrokerUnavailable
-from tests.conftest import BrokerUnderTest, policy_named, poll_until
+from tests.support.services import BrokerUnderTest, policy_named, poll_until
 
 pytestmark = pytest.mark.broker
 

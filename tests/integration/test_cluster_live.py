@@ -21,8 +21,6 @@ from typing import Any
 
 import jsonschema
 import pytest
-from test_pass import SCHEMA, reaper_env, run_cli
-from test_store_support import query
 
 from reaper.broker.client import ManagementClient
 from reaper.config import Settings, load_config
@@ -30,7 +28,10 @@ from reaper.core.cluster import queue_unavailable
 from reaper.core.domain import FLEET_PROJECT_ID, GATE_BUS_DEAD_LETTERED
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once
-from tests.conftest import ClusterUnderTest, poll_until
+from tests.support.cli import SCHEMA, reaper_env, run_cli
+from tests.support.cluster import ClusterUnderTest
+from tests.support.services import poll_until
+from tests.support.store import query
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
 

@@ -30,8 +30,7 @@ from typing import Any
 import pika.exceptions
 import pytest
 
-from tests.conftest import BrokerUnderTest
-from tests.integration.holders import (
+from tests.support.holders import (
     Holder,
     broker_wide_timeout,
     connect,
@@ -39,6 +38,7 @@ from tests.integration.holders import (
     start,
     watch,
 )
+from tests.support.services import BrokerUnderTest
 
 pytestmark = pytest.mark.broker
 

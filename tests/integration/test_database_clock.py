@@ -14,16 +14,12 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from invariants import reaper_env, run_reaper
-from test_store_support import query
 
-from tests.conftest import BrokerUnderTest
+from tests.support.invariants import reaper_env, run_reaper
+from tests.support.services import BrokerUnderTest, on_one_broker
+from tests.support.store import query
 
 pytestmark = pytest.mark.postgres
-
-on_one_broker = pytest.mark.parametrize(
-    "broker_server", ["4.3"], indirect=True, ids=["rabbitmq-4.3"]
-)
 
 FAKETIME = shutil.which("faketime")
 

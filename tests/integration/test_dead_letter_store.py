@@ -17,7 +17,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-from test_store_support import NOW, insert_jobs, leased, query, reap_page
 
 from reaper.config import Settings, load_config
 from reaper.core import dead_letters
@@ -35,6 +34,7 @@ from reaper.edges.gates import answer_gate
 from reaper.errors import GateError
 from reaper.jobqueue.port import DeadLetterParks, ParkRules
 from reaper.jobqueue.postgres import PostgresStore
+from tests.support.store import NOW, insert_jobs, leased, query, reap_page
 
 pytestmark = pytest.mark.postgres
 

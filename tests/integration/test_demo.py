@@ -13,9 +13,9 @@ from urllib.parse import quote
 import asyncpg
 import httpx
 import pytest
-from test_pass import run_cli
 
-from tests.conftest import BROKER_PASSWORD, BROKER_USER, BROKERS, PG_ADMIN_DSN
+from tests.support.cli import run_cli
+from tests.support.services import BROKER_PASSWORD, BROKER_USER, BROKERS, PG_ADMIN_DSN
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 

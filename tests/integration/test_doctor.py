@@ -12,10 +12,10 @@ from typing import Any
 
 import asyncpg
 import pytest
-from test_pass import reaper_env, run_cli
 
 from reaper.schema.grants import NEEDED
-from tests.conftest import PG_ADMIN_DSN, BrokerUnderTest
+from tests.support.cli import reaper_env, run_cli
+from tests.support.services import PG_ADMIN_DSN, BrokerUnderTest, on_one_broker
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
@@ -176,6 +176,7 @@ async def test_a_user_without_any_tag_and_the_pass_says_the_same(
     assert "check [bus] username/password" not in unreadable["error"]
 
 
+@on_one_broker  # the grants are PostgreSQL's
 async def test_a_role_without_grants(
     pg_dsn: str,
     broker: BrokerUnderTest,

@@ -13,12 +13,12 @@ import time
 from typing import Any
 
 import pytest
-from holders import connect
 
 from reaper.config import Settings
 from reaper.edges.report import render_text
 from reaper.reap.run import reap_once
-from tests.conftest import BrokerUnderTest, poll_until
+from tests.support.holders import connect
+from tests.support.services import BrokerUnderTest, poll_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 

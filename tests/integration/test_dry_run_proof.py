@@ -11,8 +11,8 @@ What is compared, before and after the dry run, and why it is honest:
   ``pg_stat_activity``, so the snapshot waits for the pass's connections to be gone.
 - RabbitMQ: the vhost's definitions (``GET /api/definitions/{vhost}``: queues, arguments,
   exchanges, bindings, policies) byte for byte, and per queue its counts, consumers and the
-  policy in force. Those come from statistics a queue emits every 5 s
-  (``collect_statistics_interval``), so each snapshot first waits that long. The message
+  policy in force. Those come from statistics a queue emits every ``STATS_INTERVAL_SECONDS``
+  (``collect_statistics_interval``), so each snapshot first waits a few of those. The message
   counters of ``message_stats`` (published, got, redelivered) are not compared: measured here,
   the counters of a short-lived channel (such as the management API's own get) are sometimes
   never collected, so they could neither prove nor disprove a read.
@@ -36,7 +36,8 @@ import asyncpg
 import httpx
 import jsonschema
 import pytest
-from test_pass import (
+
+from tests.support.cli import (
     SCHEMA,
     Seeded,
     assert_ok_but_for_what_the_version_does_not_enforce,
@@ -44,14 +45,9 @@ from test_pass import (
     seed_scenario,
     verdicts,
 )
-
-from tests.conftest import BrokerUnderTest
+from tests.support.services import STATS_SETTLE_SECONDS, BrokerUnderTest
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
-
-#: Longer than RabbitMQ's statistics interval (5 s by default, as on every test broker).
-STATS_INTERVAL_SECONDS = 5.5
-
 
 # --------------------------------------------------------------------------- snapshots
 
@@ -144,7 +140,7 @@ def _ok(response: httpx.Response) -> httpx.Response:
 
 
 async def snapshot(seeded: Seeded) -> dict[str, Any]:
-    await asyncio.sleep(STATS_INTERVAL_SECONDS)
+    await asyncio.sleep(STATS_SETTLE_SECONDS)
     return {
         "database": await database_snapshot(seeded.pg_dsn),
         "broker": broker_snapshot(seeded.broker),

@@ -1,4 +1,4 @@
-"""A fleet of workers sharing one PostgreSQL, on real PostgreSQL and every broker (SPEC §10 "A
+"""A fleet of workers sharing one PostgreSQL, on real PostgreSQL and one broker (SPEC §10 "A
 fleet shares one pass"): every project reaped from any worker, one whole pass per interval
 fleet-wide (a turn taken in PostgreSQL, shared with ``reaper serve``), a taker that dies
 holding the turn no longer than its interval, the lease reap that never switches off, and a
@@ -16,15 +16,17 @@ from typing import Any
 
 import asyncpg
 import pytest
-from test_pass import CLOSED_BROKER_URL, reaper_env
-from test_store_support import Job, insert_jobs, leased, query
 
 from reaper.config import Settings, load_config
 from reaper.edges.hook import TURN, HookRun, QueueReaper
 from reaper.jobqueue.postgres import PostgresStore
-from tests.conftest import BrokerUnderTest
+from tests.support.cli import CLOSED_BROKER_URL, reaper_env
+from tests.support.services import BrokerUnderTest, on_one_broker
+from tests.support.store import Job, insert_jobs, leased, query
 
-pytestmark = [pytest.mark.broker, pytest.mark.postgres]
+#: The turn, the hook and its connections are PostgreSQL's; the broker is only a pass's other
+#: source, so one version is enough.
+pytestmark = [pytest.mark.broker, pytest.mark.postgres, on_one_broker]
 
 #: Short enough for a test, long enough for a whole pass on a fresh vhost (its policies are
 #: written, and verification waits at most half of it) on a busy 2-core machine.

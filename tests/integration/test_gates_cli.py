@@ -12,13 +12,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from test_pass import run_cli
-from test_store_support import insert_jobs, leased, query
 
 from reaper.core.domain import Thresholds
 from reaper.core.judge_leases import LeaseColumns, judge_lease_page
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
+from tests.support.cli import run_cli
+from tests.support.store import insert_jobs, leased, query
 
 pytestmark = pytest.mark.postgres
 

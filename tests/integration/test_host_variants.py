@@ -1,6 +1,6 @@
 """Whole passes inside a host whose schema is its own (SPEC §10): ``state`` and ``phase`` are
 enum types, every ``project_id`` references a ``project`` table, and the host created it all
-before the reaper ever ran. On real PostgreSQL and every broker, through the command line: the
+before the reaper ever ran. On real PostgreSQL and one broker, through the command line: the
 migration, a pass that requeues, parks, surfaces and parks dead letters, a gate answered, and a
 second pass that moves nothing new."""
 
@@ -13,15 +13,16 @@ from typing import Any
 
 import asyncpg
 import pytest
-from invariants import wait_for_depth
-from test_pass import reaper_env, run_cli
-from test_store_support import query
 
 from reaper.core.domain import FLEET_PROJECT_ID
-from tests.conftest import BrokerUnderTest
-from tests.integration.host_schema import HOST_WITH_PROJECTS
+from tests.support.cli import reaper_env, run_cli
+from tests.support.host_schema import HOST_WITH_PROJECTS
+from tests.support.invariants import wait_for_depth
+from tests.support.services import BrokerUnderTest, on_one_broker
+from tests.support.store import query
 
-pytestmark = [pytest.mark.broker, pytest.mark.postgres]
+#: The host's schema is the subject; the broker side of a pass is tested per version elsewhere.
+pytestmark = [pytest.mark.broker, pytest.mark.postgres, on_one_broker]
 
 DEAD_LETTER_QUEUE = "vibey.jobs.dead"
 

@@ -9,12 +9,12 @@ import uuid
 from collections import Counter
 
 import pytest
-from test_store_support import NOW, insert_jobs, leased, query
 
 from reaper.core.domain import Thresholds
 from reaper.core.judge_leases import LeaseColumns, judge_lease_page
 from reaper.jobqueue.port import LeaseMoves
 from reaper.jobqueue.postgres import PostgresStore
+from tests.support.store import NOW, insert_jobs, leased, query
 
 pytestmark = pytest.mark.postgres
 

@@ -1,5 +1,5 @@
 """Least privileges (SPEC §10): ``reaper db grants ROLE`` prints exactly the GRANTs the reaper
-needs; a whole pass runs as a role holding only those (``--apply``), on every broker version,
+needs; a whole pass runs as a role holding only those (``--apply``), on one broker version,
 and that role can neither UPDATE nor DELETE a ledger row: PostgreSQL refuses it for want of
 the privilege, before the ledger's own trigger is reached."""
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from test_pass import (
+
+from tests.support.cli import (
     Seeded,
     assert_ok_but_for_what_the_version_does_not_enforce,
     event_count,
@@ -20,9 +21,8 @@ from test_pass import (
     seed_scenario,
     verdicts,
 )
-from test_store_support import query
-
-from tests.conftest import PG_ADMIN_DSN, BrokerUnderTest
+from tests.support.services import PG_ADMIN_DSN, BrokerUnderTest, on_one_broker
+from tests.support.store import query
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
@@ -105,6 +105,7 @@ async def test_the_grants_printed_are_exactly_what_is_needed(
     assert held[0]["insert"] is False
 
 
+@on_one_broker  # the privileges are PostgreSQL's
 async def test_a_whole_pass_runs_as_the_least_privileged_role(
     pg_dsn: str,
     broker: BrokerUnderTest,
@@ -193,6 +194,7 @@ async def test_apply_names_a_role_that_does_not_exist(
     assert "role 'qr_nobody_here' does not exist" in capsys.readouterr().err
 
 
+@on_one_broker  # the privileges are PostgreSQL's
 async def test_outbox_dispatch_adds_the_outbox_and_its_sequence(
     pg_dsn: str,
     broker: BrokerUnderTest,
@@ -230,6 +232,7 @@ async def test_outbox_dispatch_adds_the_outbox_and_its_sequence(
     assert {r["job"] for r in rows} >= seeded.scenario.expected.requeued
 
 
+@on_one_broker  # the privileges are PostgreSQL's
 async def test_a_read_only_role_is_told_which_command_grants_the_rest(
     pg_dsn: str,
     broker: BrokerUnderTest,

@@ -10,7 +10,7 @@ Rounds of ``REAPERS`` real ``python -m reaper reap --json`` processes started to
 until nothing is left to move or park (a pass takes at most 20,000 leases, so 50,000 need at
 least three rounds, every reaper of a round contending for the same rows and the same dead
 letters); then one more pass alone finds nothing new, and every invariant of
-``invariants.py`` holds.
+``tests/support/invariants`` holds.
 
 Sizes fit CI (about a minute per broker version here). For a manual run, e.g.::
 
@@ -30,7 +30,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from invariants import (
+
+from reaper.config import load_config
+from tests.support.invariants import (
     Run,
     Seeded,
     check_invariants,
@@ -44,10 +46,8 @@ from invariants import (
     wait_for_depths,
     wait_for_no_reaper_backends,
 )
-from test_store_support import query
-
-from reaper.config import load_config
-from tests.conftest import BrokerUnderTest
+from tests.support.services import BrokerUnderTest
+from tests.support.store import query
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.postgres]
 

@@ -5,8 +5,8 @@ RabbitMQ 4.3, which enforces no consumer timeout there); a queue whose consumers
 whole prefetch while messages wait is wedged (``stale_ready``); a quorum queue, which reports no
 head timestamp, gets a lower bound for its head's age. Each clears when the consumer recovers.
 
-The broker refreshes its statistics about every 5 s, so each step waits for the management API
-to show the state before the pass that is to see it."""
+The broker refreshes its statistics every ``STATS_INTERVAL_SECONDS``, so each step waits for the
+management API to show the state before the pass that is to see it."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from typing import Any
 
 import pika
 import pytest
-from holders import connect
 
 from reaper.config import Settings, load_config
 from reaper.core.domain import Action, Condition
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
-from tests.conftest import BrokerUnderTest, poll_until
+from tests.support.holders import connect
+from tests.support.services import STATS_SETTLE_SECONDS, BrokerUnderTest, poll_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
@@ -152,7 +152,7 @@ async def test_a_consumer_that_stops_acknowledging_is_a_hung_handler_until_it_re
 
     consumer.ack_all()
     await shows(broker, queue, messages_unacknowledged=0)
-    await asyncio.sleep(6)  # the channel's counters refresh too
+    await asyncio.sleep(STATS_SETTLE_SECONDS)  # the channel's counters refresh too
 
     third = await a_pass(settings)
     assert found(third, queue, Condition.HUNG_HANDLER) == []
@@ -224,7 +224,7 @@ async def test_a_quorum_queue_with_no_consumer_gets_a_lower_bound_for_its_head_a
     finally:
         connection.close()
     await shows(broker, queue, messages_ready=1)
-    await asyncio.sleep(6)
+    await asyncio.sleep(STATS_SETTLE_SECONDS)
 
     third = await a_pass(settings)
     assert found(third, queue, Condition.STALE_READY) == []

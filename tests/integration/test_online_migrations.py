@@ -24,7 +24,7 @@ from reaper.jobqueue.postgres import PostgresStore
 from reaper.schema import migrations as migrator
 from reaper.schema.migrations import RETRY_PAUSE_SECONDS, MigrationRun
 from reaper.schema.sql import migrations
-from tests.integration.host_schema import HOST_WITH_PROJECTS
+from tests.support.host_schema import HOST_WITH_PROJECTS
 
 pytestmark = pytest.mark.postgres
 

@@ -8,12 +8,12 @@ import json
 import uuid
 
 import pytest
-from test_sightings_ledger import BOTH, broker_finding, stale
-from test_store_support import NOW
 
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
 from reaper.schema.migrations import migrate
+from tests.support.sightings import BOTH, broker_finding, stale
+from tests.support.store import NOW
 
 pytestmark = pytest.mark.postgres
 

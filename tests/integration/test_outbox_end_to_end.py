@@ -1,8 +1,8 @@
 """Outbox dispatch end to end, on every supported RabbitMQ version and a real PostgreSQL (SPEC §3,
 ADR-0044 §3–§5, §8): a host that dispatches through a transactional outbox, a relay with
 publisher confirms and real AMQP workers whose claim is fenced on the dispatch generation
-(``outbox_world.py``), and the reaper as real processes between them (``python -m reaper reap
---json``, ``reaper gates answer``).
+(``tests/support/outbox_world.py``), and the reaper as real processes between them
+(``python -m reaper reap --json``, ``reaper gates answer``).
 
 1. **Requeue**: a worker dies holding its lease; the reaper requeues the job at generation 2
    with one outbox row; the broker's old generation-1 message is dropped by the fence and the
@@ -32,9 +32,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_schema import add_outbox_schema
-from invariants import read_bodies, read_is_safe, reaper_env, run_reaper, wait_for_depths
-from outbox_world import (
+
+from reaper.core.domain import (
+    DEAD_LETTER_JOB_KIND,
+    FLEET_PROJECT_ID,
+    GATE_BUS_DEAD_LETTERED,
+    GATE_DELIVERY_EXHAUSTED,
+)
+from tests.support.host_schema import add_outbox_schema
+from tests.support.invariants import (
+    read_bodies,
+    read_is_safe,
+    reaper_env,
+    run_reaper,
+    wait_for_depths,
+)
+from tests.support.outbox_world import (
     Worker,
     World,
     about,
@@ -51,14 +64,7 @@ from outbox_world import (
     ready_count,
     relay,
 )
-
-from reaper.core.domain import (
-    DEAD_LETTER_JOB_KIND,
-    FLEET_PROJECT_ID,
-    GATE_BUS_DEAD_LETTERED,
-    GATE_DELIVERY_EXHAUSTED,
-)
-from tests.conftest import BrokerUnderTest, poll_until
+from tests.support.services import BrokerUnderTest, poll_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 

@@ -10,7 +10,7 @@ import pytest
 from test_online_migrations import execute, fetchval, reaper_cli
 
 from reaper.jobqueue.postgres import PostgresStore
-from tests.integration.host_schema import OUTBOX_SCHEMA
+from tests.support.host_schema import OUTBOX_SCHEMA
 
 pytestmark = pytest.mark.postgres
 

@@ -3,112 +3,37 @@ the seeded scenario (reaper/scenario.py) reaped once, then again with nothing ne
 report against its schema; and every way a source can fail, each named in ``unreadable`` with
 exit 1 and no password anywhere.
 
-The helpers here (``reaper_env``, ``run_cli``, the ``seeded`` fixture's parts) are shared by
-``test_dry_run_proof.py`` and ``test_demo.py``.
+The helpers (``reaper_env``, ``run_cli``, the ``seeded`` fixture's parts) are in
+``tests/support/cli.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from importlib import resources
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from test_store_support import query
 
-from reaper.broker.client import ManagementClient
-from reaper.config import load_config
-from reaper.demo.scenario import Scenario
-from reaper.demo.seed import seed
-from reaper.edges.cli import main
-from reaper.jobqueue.postgres import PostgresStore
-from tests.conftest import BrokerUnderTest
+from tests.support.cli import (
+    CLOSED_BROKER_URL,
+    CLOSED_PG_DSN,
+    SCHEMA,
+    Seeded,
+    assert_ok_but_for_what_the_version_does_not_enforce,
+    event_count,
+    reaper_env,
+    run_cli,
+    seed_scenario,
+    verdicts,
+)
+from tests.support.services import BrokerUnderTest, on_one_broker
+from tests.support.store import query
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
-
-SCHEMA = json.loads(resources.files("reaper.edges").joinpath("schema/report.json").read_text())
-
-#: A PostgreSQL port and a management port nothing listens on.
-CLOSED_PG_DSN = "postgresql://postgres@127.0.0.1:1/postgres"
-CLOSED_BROKER_URL = "http://127.0.0.1:1"
-
-
-# --------------------------------------------------------------------------- shared helpers
-
-
-def reaper_env(
-    pg_dsn: str,
-    management_url: str,
-    vhost: str,
-    *,
-    password: str = "guest",
-    **extra: str,
-) -> dict[str, str]:
-    """The ``REAPER_`` environment that points a pass at one test database and vhost."""
-    return {
-        "REAPER_DATABASE__DSN": pg_dsn,
-        "REAPER_BUS__MANAGEMENT_URL": management_url,
-        "REAPER_BUS__VHOST": vhost,
-        "REAPER_BUS__USERNAME": "guest",
-        "REAPER_BUS__PASSWORD": password,
-        **extra,
-    }
-
-
-async def run_cli(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: Mapping[str, str], *argv: str
-) -> int:
-    """``reaper --config-dir <empty> ARGV`` with exactly ``env`` as the ``REAPER_`` environment,
-    from an empty working directory (no ./conf.d), in a thread: the CLI runs its own event
-    loop."""
-    import os
-
-    for name in list(os.environ):
-        if name.upper().startswith("REAPER_"):
-            monkeypatch.delenv(name)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    empty = tmp_path / "conf.d"
-    empty.mkdir(exist_ok=True)
-    monkeypatch.chdir(tmp_path)
-    return await asyncio.to_thread(main, ["--config-dir", str(empty), *argv])
-
-
-@dataclass(frozen=True)
-class Seeded:
-    scenario: Scenario
-    env: dict[str, str]
-    pg_dsn: str
-    broker: BrokerUnderTest
-
-
-async def seed_scenario(pg_dsn: str, broker: BrokerUnderTest) -> Seeded:
-    env = reaper_env(pg_dsn, broker.management_url, broker.vhost)
-    settings = load_config(None, env).settings
-    store = await PostgresStore.connect(pg_dsn)
-    client = ManagementClient(broker.management_url, "guest", "guest", vhost=broker.vhost)
-    try:
-        scenario = await seed(store, client, now=datetime.now(UTC), settings=settings)
-    finally:
-        await store.close()
-        await client.aclose()
-    return Seeded(scenario, env, pg_dsn, broker)
-
-
-async def event_count(dsn: str) -> int:
-    return int((await query(dsn, "SELECT count(*) FROM event"))[0][0])
-
-
-def verdicts(report: Mapping[str, Any], **match: Any) -> list[dict[str, Any]]:
-    return [v for v in report["verdicts"] if all(v[k] == w for k, w in match.items())]
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -120,27 +45,6 @@ async def seeded(pg_dsn: str, broker: BrokerUnderTest) -> AsyncIterator[Seeded]:
 
 
 # --------------------------------------------------------------------------- a real pass
-
-
-def assert_ok_but_for_what_the_version_does_not_enforce(
-    code: int, report: Mapping[str, Any], broker: BrokerUnderTest
-) -> None:
-    """The pass is ok (exit 0) on every version. 4.3 enforces no consumer timeout on classic
-    queues, so there the scenario's owned classic queues (its outbox and delay tier) are bounded
-    by nothing: the classic policy is not verified (``NotEnforced``), which no write can change,
-    so it does not fail the pass; each such queue is an ``unbounded`` finding instead."""
-    assert code == 0, report
-    assert report["ok"] is True and report["problems"] == [], report
-    if not broker.at_least(4, 3):
-        return
-    [classic] = [p for p in report["policies"] if p["name"] == "vibey-reap-classic"]
-    assert (classic["verified"], classic["reason"], classic["unenforceable"]) == (
-        False,
-        "NotEnforced",
-        True,
-    )
-    unbounded = {f["subject"] for f in report["findings"] if f["condition"] == "unbounded"}
-    assert set(classic["queues_failing"]) <= unbounded, report["findings"]
 
 
 async def test_a_real_pass_does_everything_once_and_the_next_records_nothing_new(
@@ -327,6 +231,7 @@ async def test_a_wrong_broker_password_is_unreadable_and_never_printed(
     assert secret not in captured.out and secret not in captured.err
 
 
+@on_one_broker  # PostgreSQL is what fails
 async def test_a_wrong_database_dsn_is_unreadable_and_the_pass_is_not_ok(
     broker: BrokerUnderTest,
     monkeypatch: pytest.MonkeyPatch,
@@ -346,6 +251,7 @@ async def test_a_wrong_database_dsn_is_unreadable_and_the_pass_is_not_ok(
     assert not [v for v in report["verdicts"] if v["recorded"]]
 
 
+@on_one_broker  # the gates are PostgreSQL's
 async def test_a_one_shot_pass_exports_what_waits_for_a_person(
     seeded: Seeded,
     monkeypatch: pytest.MonkeyPatch,

@@ -23,7 +23,7 @@ from reaper.policies.declarations import PolicyParameters, load_declarations
 from reaper.policies.reconcile import PolicyOutcome, plan, reconcile
 from reaper.policies.render import DesiredPolicy, render
 from reaper.policies.report import plan_json, plan_text
-from tests.conftest import BrokerUnderTest, at_least
+from tests.support.services import BrokerUnderTest, at_least
 
 pytestmark = pytest.mark.broker
 

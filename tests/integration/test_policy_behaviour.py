@@ -17,9 +17,11 @@ D. both: a user with only the ``management`` tag may list a vhost's policies (20
 E. both: policies read back with the pattern, ``apply-to``, priority and definition as written
    (numbers compare equal once normalized).
 F. both: the queue listing shows a new policy, and a changed definition, only when the next
-   statistics emission arrives: measured about 5 s for an existing queue, within the default
-   ``policy_verify_wait_seconds`` (10 s). A queue listed before its first emission shows no
-   ``policy`` key at all (up to about 9 s after it is declared, on 3.10).
+   statistics emission arrives: measured about 5 s for an existing queue with the default
+   ``collect_statistics_interval``, within the default ``policy_verify_wait_seconds`` (10 s);
+   the test brokers emit every 500 ms (``STATS_INTERVAL_SECONDS``). A queue listed before its
+   first emission shows no ``policy`` key at all (up to about 9 s after it is declared, on
+   3.10 with the default interval).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from reaper.core.domain import BrokerFacts
 from reaper.core.values import normalized
 from reaper.policies.declarations import PolicyParameters, load_declarations
 from reaper.policies.render import render
-from tests.conftest import BrokerUnderTest, at_least
+from tests.support.services import BrokerUnderTest, at_least
 
 pytestmark = pytest.mark.broker
 

@@ -23,13 +23,13 @@ from reaper.core.domain import FLEET_PROJECT_ID, Source, sighting_scope
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once, run_pass
 from reaper.reap.sources import open_sources
-from tests.conftest import BrokerUnderTest
-from tests.integration.test_dead_letters_live import (
+from tests.support.dead_letters import (
     outcome_of,
     read_all,
     settings_for,
     wait_for_depth,
 )
+from tests.support.services import POLL_SECONDS, STATS_INTERVAL_SECONDS, BrokerUnderTest
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
@@ -195,9 +195,10 @@ async def test_the_unread_remainder_is_recorded_again_when_it_crosses_ten(
 FETCH_COUNTERS = ("get", "get_no_ack", "deliver_get")
 
 #: How long to wait for the statistics to count a read. They lag the broker by their interval
-#: (5 s here), by far more on a loaded machine, and a short-lived channel's gets can be lost
-#: from them altogether (measured at a load of 10 on 2 cores: deliver_get 10 after 15 gets,
-#: for 120 s). The rule then reads again, which is safe; the tests never rest on one count.
+#: (``STATS_INTERVAL_SECONDS``), by far more on a loaded machine, and a short-lived channel's
+#: gets can be lost from them altogether (measured at a load of 10 on 2 cores: deliver_get 10
+#: after 15 gets, for 120 s). The rule then reads again, which is safe; the tests never rest on
+#: one count.
 COUNTED_WAIT_SECONDS = 30
 
 
@@ -213,7 +214,7 @@ async def counted(broker: BrokerUnderTest, least: int) -> bool:
     while time.monotonic() < deadline:
         if (fetch_counters(broker)["deliver_get"] or 0) >= least:
             return True
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(POLL_SECONDS)
     return False
 
 
@@ -339,12 +340,12 @@ async def test_quiet_passes_add_no_delivery_to_a_quorum_queues_letters(
     declare(broker, dlq_type="quorum")
     dead_letter(broker, [b"named-1", b"named-2", b"named-3"], ids=True)
     await wait_for_depth(broker, DLQ, 3)
-    for _ in range(10):  # on 4.x the dead-letter policy must be in force before any read
+    for _ in range(20):  # on 4.x the dead-letter policy must be in force before any read
         outcome, _ = await one_pass(settings)
         if outcome.parked_new:
             break
         assert outcome.read_blocked, outcome
-        await asyncio.sleep(1)
+        await asyncio.sleep(STATS_INTERVAL_SECONDS)
     assert outcome.parked_new == 3, outcome
     await until_spared(broker, settings, store)
 

@@ -22,14 +22,10 @@ from pathlib import Path
 import pytest
 
 from reaper.jobqueue.postgres import PostgresStore
-from tests.conftest import BrokerUnderTest
+from tests.support.services import BrokerUnderTest, on_one_broker
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-
-on_one_broker = pytest.mark.parametrize(
-    "broker_server", ["4.3"], indirect=True, ids=["rabbitmq-4.3"]
-)
 
 
 class LoopEnded(Exception):

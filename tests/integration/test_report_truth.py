@@ -12,12 +12,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
-from test_store_support import Job, fetch_job, insert_jobs, leased
 
 from reaper.config import Settings
 from reaper.edges.report import render_text, to_json
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import run_pass
+from tests.support.store import Job, fetch_job, insert_jobs, leased
 
 pytestmark = [pytest.mark.postgres]
 

@@ -14,7 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from invariants import (
+
+from reaper.core.domain import FLEET_PROJECT_ID
+from tests.support.invariants import (
     Seeded,
     check_invariants,
     count_expired_leases,
@@ -26,18 +28,18 @@ from invariants import (
     wait_for_depths,
     wait_for_no_reaper_backends,
 )
-from test_store_support import query
+from tests.support.services import BrokerUnderTest, on_one_broker
+from tests.support.store import query
 
-from reaper.core.domain import FLEET_PROJECT_ID
-from tests.conftest import BrokerUnderTest
-
-pytestmark = [pytest.mark.broker, pytest.mark.postgres]
+#: The ledger is PostgreSQL's; concurrent reads of dead letters on every version are
+#: ``test_load.py``'s.
+pytestmark = [pytest.mark.broker, pytest.mark.postgres, on_one_broker]
 
 REAPERS = 4
 LEASES = 5_000
 PROJECTS = 20
 DEAD_LETTERS = 40
-HOST_WRITER = Path(__file__).with_name("host_writer.py")
+HOST_WRITER = Path(__file__).resolve().parents[1] / "support" / "host_writer.py"
 
 
 async def test_four_reapers_and_a_host_writer_share_every_stream(

@@ -23,43 +23,16 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from test_store_support import NOW
 
-from reaper.core.domain import FLEET_PROJECT_ID, Action, Condition, Source, Unit, Verdict
+from reaper.core.domain import FLEET_PROJECT_ID, Action, Condition, Source, Verdict
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
+from tests.support.sightings import BOTH, broker_finding, stale
+from tests.support.store import NOW
 
 pytestmark = pytest.mark.postgres
 
 T = TypeVar("T")
-BOTH = frozenset({Source.JOB_QUEUE, Source.BROKER})
-
-
-def stale(project: uuid.UUID, job: str = "job", age: int = 1000) -> Verdict:
-    return Verdict(
-        source=Source.JOB_QUEUE,
-        object=job,
-        condition=Condition.STALE_READY,
-        measured=age,
-        threshold=900,
-        unit=Unit.SECONDS,
-        action=Action.SURFACE,
-        project_id=project,
-    )
-
-
-def broker_finding(queue: str, condition: Condition = Condition.HOLDER_GONE) -> Verdict:
-    return Verdict(
-        source=Source.BROKER,
-        object=queue,
-        condition=condition,
-        measured=3,
-        threshold=0,
-        unit=Unit.MESSAGES,
-        action=Action.SURFACE,
-        queue=queue,
-        trusted=False,
-    )
 
 
 def _sighting_events(events: list[Any], queues: set[str] | None = None) -> list[Any]:

@@ -37,7 +37,9 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
-from invariants import (
+
+from reaper.reap.leases import LEASE_PAGE_SIZE
+from tests.support.invariants import (
     FOREIGN_DLQ,
     OWNED_DLQ,
     Run,
@@ -59,10 +61,8 @@ from invariants import (
     wait_for_depths,
     wait_for_no_reaper_backends,
 )
-from test_store_support import query
-
-from reaper.reap.leases import LEASE_PAGE_SIZE
-from tests.conftest import BrokerUnderTest
+from tests.support.services import BrokerUnderTest, on_one_broker
+from tests.support.store import query
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
@@ -431,10 +431,6 @@ def recorded_moves(run: Run) -> int:
 
 # --------------------------------------------------------------------------- PostgreSQL
 # The broker is not what fails here: these run against one broker version.
-
-on_one_broker = pytest.mark.parametrize(
-    "broker_server", ["4.3"], indirect=True, ids=["rabbitmq-4.3"]
-)
 
 
 @on_one_broker

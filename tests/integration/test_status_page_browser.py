@@ -1,4 +1,4 @@
-"""``reaper serve``'s status page in a real headless Chromium (Debian's ``chromium``), on every
+"""``reaper serve``'s status page in a real headless Chromium (Debian's ``chromium``), on one
 broker: a real pass parks a poison job and dead letters; once the letters are answered, the
 page shows the open poison gate's short id and its commands, and says the dead-letter queue is
 safe to clear, with the command a person runs. Nothing on the page writes."""
@@ -14,15 +14,6 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-from test_dead_letters_live import (
-    DLQ,
-    dead_letter_through,
-    parked_after_passes,
-    read_all,
-    settings_for,
-    wait_for_depth,
-)
-from test_store_support import insert_jobs, leased
 
 from reaper.config import Settings
 from reaper.edges.gate_board import clear_notes, read_board
@@ -34,9 +25,19 @@ from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
 from reaper.reap.sources import open_sources
-from tests.conftest import BrokerUnderTest
+from tests.support.dead_letters import (
+    DLQ,
+    dead_letter_through,
+    parked_after_passes,
+    read_all,
+    settings_for,
+    wait_for_depth,
+)
+from tests.support.services import BrokerUnderTest, on_one_broker
+from tests.support.store import insert_jobs, leased
 
-pytestmark = [pytest.mark.broker, pytest.mark.postgres]
+#: The page is the subject; parking dead letters on every version is test_dead_letters_live's.
+pytestmark = [pytest.mark.broker, pytest.mark.postgres, on_one_broker]
 
 #: Flags for a headless run that reaches nothing but the page (a fresh profile each time).
 CHROMIUM_FLAGS = (

@@ -8,11 +8,11 @@ from datetime import timedelta
 
 import asyncpg
 import pytest
-from test_store_support import NOW, fetch_job, insert_jobs, leased, reap_page
 
 from reaper.core.records import Gate
 from reaper.errors import GateError, StoreUnavailable
 from reaper.jobqueue.postgres import PostgresStore
+from tests.support.store import NOW, fetch_job, insert_jobs, leased, reap_page
 
 pytestmark = pytest.mark.postgres
 

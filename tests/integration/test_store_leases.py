@@ -12,16 +12,6 @@ import asyncpg
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_store_support import (
-    NOW,
-    Job,
-    fetch_job,
-    insert_jobs,
-    judged_page,
-    leased,
-    query,
-    reap_page,
-)
 
 import reaper.jobqueue.leases as lease_moves
 from reaper.core.canonical import canonical_json, canonical_payload
@@ -36,6 +26,16 @@ from reaper.core.domain import (
 )
 from reaper.jobqueue.port import LeaseMoves
 from reaper.jobqueue.postgres import PostgresStore
+from tests.support.store import (
+    NOW,
+    Job,
+    fetch_job,
+    insert_jobs,
+    judged_page,
+    leased,
+    query,
+    reap_page,
+)
 
 pytestmark = pytest.mark.postgres
 

@@ -8,11 +8,11 @@ from datetime import timedelta
 
 import asyncpg
 import pytest
-from test_store_support import NOW, Job, add_dependency, insert_jobs
 
 from reaper.core.domain import ClaimableHead
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
+from tests.support.store import NOW, Job, add_dependency, insert_jobs
 
 pytestmark = pytest.mark.postgres
 

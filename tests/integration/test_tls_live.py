@@ -14,7 +14,7 @@ from reaper.broker.client import ManagementClient
 from reaper.broker.http import BrokerTls
 from reaper.errors import BrokerUnavailable, StoreUnavailable
 from reaper.jobqueue.postgres import PostgresStore
-from tests.conftest import BROKER_PASSWORD, BROKER_USER
+from tests.support.services import BROKER_PASSWORD, BROKER_USER
 
 TLS = Path("/var/cache/queue-reaper/tls")
 CA = str(TLS / "ca.pem")

@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 import pytest
 import respx
-from brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_43, RABBITMQ_310
 
 from reaper.broker.capabilities import capabilities_for
 from reaper.broker.client import REQUEUEING_ACKMODE, ManagementClient
@@ -21,6 +20,7 @@ from reaper.broker.records import QUEUE_COLUMNS
 from reaper.core.domain import BrokerFacts
 from reaper.core.values import normalized
 from reaper.errors import BrokerRefused, BrokerUnavailable
+from tests.support.brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_43, RABBITMQ_310
 
 URL = "http://broker.test:15672"
 USER = "reaper"

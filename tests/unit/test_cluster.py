@@ -41,7 +41,7 @@ from reaper.edges.report import render_text, to_json
 from reaper.errors import BrokerUnavailable, ConfigError
 from reaper.jobqueue.memory import MemoryJobQueue
 from reaper.reap.run import run_pass
-from tests.unit.fake_broker import FakeBroker
+from tests.support.fake_broker import FakeBroker
 
 SCHEMA = json.loads(resources.files("reaper.edges").joinpath("schema/report.json").read_text())
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

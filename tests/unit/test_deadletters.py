@@ -9,7 +9,6 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_310
 
 from reaper.core.dead_letters.decode import decode, decoded_body
 from reaper.core.dead_letters.parking import (
@@ -30,6 +29,7 @@ from reaper.core.dead_letters.reading import (
 )
 from reaper.core.dead_letters.untrusted import CUT_MARKER, quote_untrusted
 from reaper.core.domain import BrokerFacts, DeadLetter, QueueStats
+from tests.support.brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_310
 
 DLQ = "vibey.jobs.dead"
 OWNED = r"^vibey\."

@@ -16,7 +16,7 @@ from reaper.core.domain import QueueStats
 from reaper.policies.declarations import PolicyParameters, load_declarations
 from reaper.policies.reconcile import reconcile
 from reaper.policies.render import render
-from tests.unit.fake_broker import FakeBroker
+from tests.support.fake_broker import FakeBroker
 
 PARAMS = PolicyParameters()
 

@@ -10,15 +10,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from brokers import (
-    ARGUMENT,
-    BROKER_WIDE,
-    LAVINMQ,
-    POLICY,
-    RABBITMQ_40,
-    RABBITMQ_43,
-    RABBITMQ_310,
-)
 
 from reaper.broker.capabilities import capabilities_for
 from reaper.config import Settings
@@ -32,7 +23,16 @@ from reaper.policies.render import DesiredPolicy, render
 from reaper.policies.report import plan_json, plan_text
 from reaper.policies.verify import PolicyReason, check_queues
 from reaper.reap.run import run_pass
-from tests.unit.fake_broker import FakeBroker
+from tests.support.brokers import (
+    ARGUMENT,
+    BROKER_WIDE,
+    LAVINMQ,
+    POLICY,
+    RABBITMQ_40,
+    RABBITMQ_43,
+    RABBITMQ_310,
+)
+from tests.support.fake_broker import FakeBroker
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 WIDE = 21_600_000

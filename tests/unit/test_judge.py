@@ -9,7 +9,6 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_310
 
 from reaper.core.bounds import (
     Bound,
@@ -37,6 +36,7 @@ from reaper.core.domain import (
 )
 from reaper.core.judge import judge
 from reaper.core.judge_leases import LeaseColumns, judge_lease_page
+from tests.support.brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_310
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
 NOW_S = int(NOW.timestamp())

@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from brokers import RABBITMQ_40, RABBITMQ_43, RABBITMQ_310
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +27,7 @@ from reaper.core.domain import (
 )
 from reaper.core.judge import judge
 from reaper.core.judge_leases import LeaseColumns, judge_lease_page
+from tests.support.brokers import RABBITMQ_40, RABBITMQ_43, RABBITMQ_310
 
 #: Local to this module: a loaded profile would change every other module's settings too.
 judged = settings(deadline=None, max_examples=100)

@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from lavinmq_recorded import VHOST, RecordedLavinMQ, load, project
 
 from reaper.broker.capabilities import capabilities_for
 from reaper.broker.client import ManagementClient
@@ -27,6 +26,7 @@ from reaper.policies.declarations import Declaration, PolicyParameters, load_dec
 from reaper.policies.reconcile import plan
 from reaper.policies.render import render
 from reaper.policies.verify import PolicyReason
+from tests.support.lavinmq_recorded import VHOST, RecordedLavinMQ, load, project
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 12, 1, 20, 33, tzinfo=UTC)

@@ -13,7 +13,6 @@ from pathlib import Path
 from uuid import UUID, uuid4
 
 import pytest
-from brokers import RABBITMQ_40
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -24,6 +23,7 @@ from reaper.reap.dead_letters import DeadLetterOutcome
 from reaper.reap.lease_log import VerdictLog
 from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
+from tests.support.brokers import RABBITMQ_40
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 PROJECT_A = UUID("11111111-1111-1111-1111-111111111111")

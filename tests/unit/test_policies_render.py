@@ -10,7 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from brokers import RABBITMQ_40, RABBITMQ_310
 
 from reaper.broker.port import BrokerPolicy
 from reaper.core.domain import BrokerFacts, QueueStats, Thresholds
@@ -18,6 +17,7 @@ from reaper.errors import ConfigError
 from reaper.policies.declarations import Declaration, PolicyParameters, load_declarations
 from reaper.policies.render import DesiredPolicy, render
 from reaper.policies.verify import PolicyReason, check_queues, differences
+from tests.support.brokers import RABBITMQ_40, RABBITMQ_310
 
 EVIDENCE = (
     "node rabbit@localhost loaded /etc/rabbitmq/conf.d/20-vibey-reap.conf at boot, which "

@@ -25,7 +25,7 @@ from reaper.core.domain import QueueCounters, QueueStats
 from reaper.jobqueue.memory import MemoryJobQueue
 from reaper.reap.result import PassResult
 from reaper.reap.run import run_pass
-from tests.unit.fake_broker import FakeBroker
+from tests.support.fake_broker import FakeBroker
 from tests.unit.test_quiet_dead_letters import message
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -18,7 +18,7 @@ from reaper.edges.report import render_text, to_json
 from reaper.jobqueue.memory import JobRow, MemoryJobQueue
 from reaper.jobqueue.port import LeaseMoves, MovesInterrupted
 from reaper.reap.run import run_pass
-from tests.unit.fake_broker import FakeBroker
+from tests.support.fake_broker import FakeBroker
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

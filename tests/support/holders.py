@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import pika
 import pika.exceptions
 
-from tests.conftest import BrokerUnderTest
+from tests.support.services import BrokerUnderTest
 
 #: The broker-wide value ``conf.d/rabbitmq/20-vibey-reap.conf`` ships on every test broker;
 #: a window always ends by putting it back.

@@ -41,11 +41,11 @@ from typing import Any
 
 import asyncpg
 import pika
-from invariants import sighting_key
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from reaper.core.canonical import canonical_json
-from tests.conftest import BrokerUnderTest
+from tests.support.invariants import sighting_key
+from tests.support.services import BrokerUnderTest
 
 #: The AMQP port of each broker version (SPEC §7), where the fixture does not say it.
 AMQP_PORTS = {
