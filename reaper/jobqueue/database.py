@@ -71,6 +71,10 @@ _SESSION_SETTINGS: Final = {
     "work_mem": WORK_MEM,
     # short statements: compiling them would cost more than running them
     "jit": "off",
+    # each statement planned for its own parameters: a batch's arrays, and a ledger that
+    # grows under a mass expiry (a plan cached while the event table was small scans it
+    # whole for every stream of every batch, and a pass slows as it goes)
+    "plan_cache_mode": "force_custom_plan",
 }
 
 #: SQLSTATE classes that say the database, not one row, is the problem: the store is then
@@ -171,6 +175,7 @@ class Database:
             _SESSION_SETTINGS["work_mem"],
             _SESSION_SETTINGS["jit"],
             self._timeout_ms(),
+            _SESSION_SETTINGS["plan_cache_mode"],
         )
 
     def _server_settings(self) -> dict[str, str]:

@@ -262,8 +262,9 @@ async def _move_lane(db: Database, moves: _LeaseMoves, now: datetime, progress: 
     size = min(LEASE_BATCH_SIZE, max(LEASE_BATCH_MIN, LEASE_BATCH_SIZE // 2))  # until paced
     start = 0
     async with db.connection() as conn:
-        # Parsed and planned before any batch takes a row lock (on a fresh connection that costs
-        # as much as a batch): an empty move writes nothing; a refusal is the batches' to name.
+        # Parsed before any batch takes a row lock (on a fresh connection that costs as much as
+        # a batch; each batch is still planned for its own rows): an empty move writes nothing;
+        # a refusal is the batches' to name.
         try:
             await conn.fetchrow(QUERIES["move_leases"], *_LeaseMoves().args(0, 0, now))
         except PostgresError as exc:

@@ -302,7 +302,8 @@ async def test_the_hook_borrows_the_workers_own_pool(pg_dsn: str, broker: Broker
         # the worker's connections come back as the worker had them
         settings = await worker_pool.fetch(
             "SELECT current_setting('statement_timeout') AS timeout, "
-            "current_setting('application_name') AS app, current_setting('jit') AS jit"
+            "current_setting('application_name') AS app, current_setting('jit') AS jit, "
+            "current_setting('plan_cache_mode') AS plans"
         )
         await reaper.aclose()
         still_open = not worker_pool.is_closing()
@@ -312,7 +313,9 @@ async def test_the_hook_borrows_the_workers_own_pool(pg_dsn: str, broker: Broker
     assert run.ran and run.error is None, run
     assert await events_per_job(pg_dsn, [j.id for j in jobs]) == {j.id: 1 for j in jobs}
     assert before == after  # not one connection opened beside the worker's own
-    assert [(r["timeout"], r["app"], r["jit"]) for r in settings] == [("0", "", "on")]
+    assert [(r["timeout"], r["app"], r["jit"], r["plans"]) for r in settings] == [
+        ("0", "", "on", "auto")
+    ]
     assert still_open  # closing the reaper leaves the worker's pool alone
 
 

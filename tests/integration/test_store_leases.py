@@ -325,3 +325,28 @@ def test_the_fast_canonical_payload_is_the_canonical_json(
         verdict.payload(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
     assert canonical_payload(verdict) == canonical_json(verdict.payload()) == expected
+
+
+async def test_every_session_of_the_store_plans_each_statement_for_its_own_parameters(
+    pg_dsn: str,
+) -> None:
+    """A lease batch's plan must see the ledger as it is: one cached while the event table was
+    small scans it whole for every stream of every batch, and a mass expiry slows as it goes
+    (bench/lease_reap.py, bench/peers.py). Its own pool, a factory's connections and a
+    borrowed one alike; the borrowed one goes back with the worker's own setting."""
+    mode = "SELECT current_setting('plan_cache_mode')"
+    worker_pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=1)
+    stores = [
+        await PostgresStore.connect(pg_dsn, pool_size=1),
+        await PostgresStore.connect(pg_dsn, pool_size=1, factory=lambda: asyncpg.connect(pg_dsn)),
+        PostgresStore.borrowing(worker_pool),
+    ]
+    try:
+        for store in stores:
+            async with store.database.session("reading a setting") as conn:
+                assert await conn.fetchval(mode) == "force_custom_plan"
+        assert await worker_pool.fetchval(mode) == "auto"
+    finally:
+        for store in stores:
+            await store.close()
+        await worker_pool.close()

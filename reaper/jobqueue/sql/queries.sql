@@ -9,14 +9,16 @@ SELECT clock_timestamp();
 
 -- name: apply_session_settings --
 -- The reaper's session settings on a connection it borrows from a worker's pool (its own
--- connections get them at connect): application_name ($1), work_mem ($2), jit ($3) and the
--- statement timeout ($4).
+-- connections get them at connect): application_name ($1), work_mem ($2), jit ($3), the
+-- statement timeout ($4) and plan_cache_mode ($5).
 SELECT set_config('application_name', $1, false), set_config('work_mem', $2, false),
-       set_config('jit', $3, false), set_config('statement_timeout', $4, false);
+       set_config('jit', $3, false), set_config('statement_timeout', $4, false),
+       set_config('plan_cache_mode', $5, false);
 
 -- name: reset_session_settings --
 -- A borrowed connection goes back to the worker's pool with its own defaults.
 RESET application_name; RESET work_mem; RESET jit; RESET statement_timeout;
+RESET plan_cache_mode;
 
 -- name: take_turn --
 -- The fleet's turn ($1) for whoever asks first once $2 seconds have passed since it was last
