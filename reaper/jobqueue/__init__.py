@@ -4,9 +4,9 @@
   typed results;
 - :mod:`~reaper.jobqueue.postgres`: :class:`PostgresStore`, the real one, one module per
   concern beside it (leases, sightings, gates, dead letters, ledger, the fleet's turn), its
-  SQL in ``sql/``, and the only import of the driver in :mod:`~reaper.jobqueue.database`;
-- :mod:`~reaper.jobqueue.memory`: :class:`MemoryJobQueue`, an in-memory double held to the
-  same contract tests.
+  SQL in ``sql/``, and the only import of the driver in :mod:`~reaper.jobqueue.database`.
+
+Its in-memory double, held to the same contract tests, is :mod:`reaper.testing`'s.
 
 The schema these tables come from, and ``reaper db migrate``, are :mod:`reaper.schema`'s.
 """

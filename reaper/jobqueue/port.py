@@ -1,7 +1,7 @@
 """The job queue as the pass sees it, in the domain's words: a Protocol and its typed results.
 
 :class:`~reaper.jobqueue.postgres.PostgresStore` is the real implementation and
-:class:`~reaper.jobqueue.memory.MemoryJobQueue` the in-memory double; both are held to the same
+:class:`~reaper.testing.memory.MemoryJobQueue` the in-memory double; both are held to the same
 contract tests (``tests/contract/``). The pass depends only on this module, so it never imports
 a driver. Every method returns a named, typed result; a failure of the database itself is
 :class:`~reaper.errors.StoreUnavailable`, and a write cut short carries what it had committed.

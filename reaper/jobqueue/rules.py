@@ -1,7 +1,7 @@
 """What any job-queue store writes, whichever it is: the gate a park raises and its identity,
 what a gate's answers do to its job, a dead letter's key. Shared by
 :class:`~reaper.jobqueue.postgres.PostgresStore` and
-:class:`~reaper.jobqueue.memory.MemoryJobQueue`, so the two cannot drift apart. Pure."""
+:class:`~reaper.testing.memory.MemoryJobQueue`, so the two cannot drift apart. Pure."""
 
 from __future__ import annotations
 

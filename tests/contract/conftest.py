@@ -14,9 +14,9 @@ from typing import Protocol
 import asyncpg
 import pytest
 
-from reaper.jobqueue.memory import JobRow, MemoryJobQueue
 from reaper.jobqueue.port import JobQueue
 from reaper.jobqueue.postgres import PostgresStore
+from reaper.testing.memory import JobRow, MemoryJobQueue
 from tests.support.host_schema import add_outbox_schema
 from tests.support.services import cloned_database
 from tests.support.store import Job, add_dependency, insert_jobs, query

@@ -39,8 +39,8 @@ from reaper.core.sightings import is_read, records_to_write, ref_of
 from reaper.edges.cli import main
 from reaper.edges.report import render_text, to_json
 from reaper.errors import BrokerUnavailable, ConfigError
-from reaper.jobqueue.memory import MemoryJobQueue
 from reaper.reap.run import run_pass
+from reaper.testing.memory import MemoryJobQueue
 from tests.support.fake_broker import FakeBroker
 
 SCHEMA = json.loads(resources.files("reaper.edges").joinpath("schema/report.json").read_text())

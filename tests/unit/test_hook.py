@@ -18,9 +18,9 @@ from reaper.broker.client import ManagementClient
 from reaper.config import load_config
 from reaper.core.domain import Condition
 from reaper.edges.hook import TURN, QueueReaper
-from reaper.jobqueue.memory import JobRow, MemoryJobQueue
 from reaper.reap.leases import LEASE_PAGE_SIZE
 from reaper.reap.sources import Sources
+from reaper.testing.memory import JobRow, MemoryJobQueue
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -33,8 +33,8 @@ from reaper.core.domain import (
     sighting_scope,
 )
 from reaper.core.sightings import records_to_write, ref_of, verdict_from_record
-from reaper.jobqueue.memory import MemoryJobQueue
 from reaper.reap.run import run_pass
+from reaper.testing.memory import MemoryJobQueue
 from tests.support.fake_broker import FakeBroker
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -22,9 +22,9 @@ from reaper.core.dead_letters import (
     quiet_mark,
 )
 from reaper.core.domain import QueueCounters, QueueStats
-from reaper.jobqueue.memory import MemoryJobQueue
 from reaper.reap.result import PassResult
 from reaper.reap.run import run_pass
+from reaper.testing.memory import MemoryJobQueue
 from tests.support.fake_broker import FakeBroker
 from tests.unit.test_quiet_dead_letters import message
 

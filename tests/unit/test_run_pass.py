@@ -15,9 +15,9 @@ from reaper.config import Settings
 from reaper.core.domain import FLEET_PROJECT_ID, Action, Condition, Source
 from reaper.core.judge_leases import LeaseRulings
 from reaper.edges.report import render_text, to_json
-from reaper.jobqueue.memory import JobRow, MemoryJobQueue
 from reaper.jobqueue.port import LeaseMoves, MovesInterrupted
 from reaper.reap.run import run_pass
+from reaper.testing.memory import JobRow, MemoryJobQueue
 from tests.support.fake_broker import FakeBroker
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -1,6 +1,6 @@
 """The in-memory double's tables, and what it does with them whatever the method: arranging
 jobs, raising and answering gates, appending to the ledger, starting a dispatch episode. The
-port's methods are in :mod:`reaper.jobqueue.memory`."""
+port's methods are in :mod:`reaper.testing.memory`."""
 
 from __future__ import annotations
 

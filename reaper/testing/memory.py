@@ -8,7 +8,7 @@ sightings recorded once and cleared once, dead letters parked once by identity, 
 cannot be answered twice. What it does not model: concurrency between processes (it has none)
 and the database's own failures. Jobs are arranged with :meth:`add_job` and
 :meth:`add_dependency`; ``MemoryJobQueue(outbox=True)`` is a host that dispatches through an
-outbox (its tables: :mod:`reaper.jobqueue.memory_records`).
+outbox (its tables: :mod:`reaper.testing.memory_records`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from reaper.core.domain import (
 )
 from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.core.observation import Observation
-from reaper.jobqueue.memory_records import JobRow, OutboxRow, Records
 from reaper.jobqueue.port import (
     DatabaseFacts,
     DeadLetterParks,
@@ -52,6 +51,7 @@ from reaper.jobqueue.rules import (
     park_identity,
     park_prompt,
 )
+from reaper.testing.memory_records import JobRow, OutboxRow, Records
 
 __all__ = ["JobRow", "MemoryJobQueue", "OutboxRow"]
 
