@@ -45,15 +45,15 @@ SUMMARY_PROJECTS: Final = 5
 
 def _state(r: RecordedVerdict, result: PassResult) -> str:
     """Whether a finding's sighting opened now (``new``), was open already (``seen``, with
-    since when), or would open (a dry run); ``not recorded`` when the ledger could not be
-    read."""
+    since when: a dry run reads that too), or would open (a dry run); ``not recorded`` when
+    the ledger could not be read."""
+    opened = result.since.get(r.verdict.sighting_key)
     if result.dry_run:
-        return "would record" if not r.recorded else "recorded"
+        return "would record" if opened is None else f"seen since {_since(opened, result)}"
     if r.recorded:
         return "new"
     if not _ledger_read(result):
         return "not recorded"
-    opened = result.since.get(r.verdict.sighting_key)
     return "seen" if opened is None else f"seen since {_since(opened, result)}"
 
 

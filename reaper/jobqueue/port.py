@@ -305,6 +305,13 @@ class JobQueue(Protocol):
         ``unread_queues`` is never cleared."""
         ...
 
+    async def sightings_open_since(
+        self, observed: Sequence[Verdict]
+    ) -> dict[SightingKey, datetime]:
+        """Which sightings of the surfaced verdicts ``observed`` are open, and since when (their
+        surface record's ``created_at``); reads only (a dry run)."""
+        ...
+
     async def count_parked_dead_letters(self, queue: str) -> int:
         """How many dead letters read from ``queue`` are parked, answered or not."""
         ...

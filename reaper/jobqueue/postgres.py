@@ -160,6 +160,7 @@ class PostgresStore:
     # ----------------------------------------------------------------------- sightings
 
     record_sightings = _OnDatabase(sightings.record_sightings)
+    sightings_open_since = _OnDatabase(sightings.sightings_open_since)
 
     # ----------------------------------------------------------------------- dead letters
 

@@ -19,13 +19,13 @@ from datetime import datetime
 from uuid import UUID
 
 from reaper.core import sightings
-from reaper.core.domain import Action, Source, Verdict
+from reaper.core.domain import Action, SightingKey, Source, Verdict
 from reaper.jobqueue import ledger
 from reaper.jobqueue.database import Connection, Database, Record
 from reaper.jobqueue.port import SightingsRecorded
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["record_sightings"]
+__all__ = ["record_sightings", "sightings_open_since"]
 
 
 async def record_sightings(
@@ -76,6 +76,23 @@ async def record_sightings(
         if ref in latest and latest[ref].action is Action.SURFACE
     }
     return SightingsRecorded(records, since)
+
+
+async def sightings_open_since(
+    db: Database, observed: Sequence[Verdict]
+) -> dict[SightingKey, datetime]:
+    """Which of the sightings of the surfaced verdicts ``observed`` are open in the ledger, and
+    since when: read only, nothing locked or written (a dry run's view of what is on record)."""
+    refs = sorted(sightings.observed_sightings(observed))
+    if not refs:
+        return {}
+    async with db.session("reading the open sightings") as conn:
+        rows = await conn.fetch(QUERIES["latest_sightings"], *_columns(refs))
+    return {
+        refs[row["ord"] - 1].key: row["created_at"]
+        for row in rows
+        if _record_verdict(row).action is Action.SURFACE
+    }
 
 
 async def _index(

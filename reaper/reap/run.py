@@ -30,7 +30,12 @@ from reaper.reap.pass_config import PassConfig
 from reaper.reap.policies import PoliciesOutcome, reconcile_policies
 from reaper.reap.progress import Found, Unreadable
 from reaper.reap.result import PassResult, Target
-from reaper.reap.sightings import SightingsOutcome, gates_of_parks, record_sightings
+from reaper.reap.sightings import (
+    SightingsOutcome,
+    gates_of_parks,
+    record_sightings,
+    sightings_on_record,
+)
 from reaper.reap.sources import open_sources
 
 __all__ = ["reap_once", "run_pass", "utcnow"]
@@ -96,7 +101,8 @@ async def run_pass(
         config, broker, store, reading, judgement, now, ledger
     )
     found += policies.found + dead_letters.found
-    sightings = await _record(config, ledger, reading, judgement, dead_letters, found, now)
+    on_record = store if reading.job_queue is not None else None  # the ledger, read
+    sightings = await _record(config, on_record, reading, judgement, dead_letters, found, now)
     found += sightings.found
     gates, listed = await gates_of_parks(ledger, lease_log, found.verdicts)
     endpoints = broker.endpoints() if broker is not None else ()
@@ -126,7 +132,8 @@ async def _record(
     found: Found,
     now: datetime,
 ) -> SightingsOutcome:
-    """The surfaced verdicts to the ledger's sightings (none in a lease-only pass)."""
+    """The surfaced verdicts to the ledger's sightings (none in a lease-only pass); a dry run
+    only reads which are on record already."""
     if config.leases_only:
         return SightingsOutcome()
     surfaced = [
@@ -134,6 +141,8 @@ async def _record(
         for v in judgement.verdicts
         if v.action is Action.SURFACE and v.condition is not Condition.DEAD_LETTER
     ]
+    if config.dry_run:
+        return await sightings_on_record(ledger, surfaced + list(dead_letters.surfaced))
     return await record_sightings(
         ledger,
         surfaced + list(dead_letters.surfaced),

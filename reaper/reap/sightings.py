@@ -15,7 +15,7 @@ from reaper.jobqueue.port import JobQueue
 from reaper.reap.lease_log import LeaseLog
 from reaper.reap.progress import SIGHTINGS_WRITE, Found, RecordedVerdict, written
 
-__all__ = ["SightingsOutcome", "gates_of_parks", "record_sightings"]
+__all__ = ["SightingsOutcome", "gates_of_parks", "record_sightings", "sightings_on_record"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,24 @@ async def record_sightings(
     verdicts = [RecordedVerdict(v, v.sighting_key in opened) for v in surfaced]
     found += Found(verdicts=tuple(verdicts)) + Found.recorded(cleared, True)
     return SightingsOutcome(found, recorded.since if recorded is not None else {})
+
+
+async def sightings_on_record(
+    store: JobQueue | None, surfaced: Sequence[Verdict]
+) -> SightingsOutcome:
+    """A dry run's view of the ledger's sightings: which findings are on record already, and
+    since when, read without a lock or a write; the rest would be recorded. ``store`` None (the
+    database unread): nothing is known to be on record."""
+    outcome = SightingsOutcome(Found.recorded(surfaced, False))
+    if store is None or not surfaced:
+        return outcome
+    try:
+        since = await store.sightings_open_since(surfaced)
+    except SourceUnreadable as exc:
+        return SightingsOutcome(
+            outcome.found + Found.noted(f"the open sightings could not be read: {exc.reason}")
+        )
+    return SightingsOutcome(outcome.found, since)
 
 
 async def gates_of_parks(

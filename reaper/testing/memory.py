@@ -29,6 +29,7 @@ from reaper.core.domain import (
     ClaimableHead,
     DeadLetter,
     Dispatch,
+    SightingKey,
     Source,
     UnsentDispatch,
     Verdict,
@@ -247,18 +248,7 @@ class MemoryJobQueue(Records):
     ) -> SightingsRecorded:
         self._open()
         seen = sightings.observed_sightings(observed)
-        latest: dict[sightings.SightingRef, Verdict] = {}
-        opened_at: dict[sightings.SightingRef, datetime] = {}
-        for stream, events in self.ledger.items():
-            for event in events:
-                if event.kind != EVENT_KIND or event.payload.get("action") not in (
-                    "surface",
-                    "cleared",
-                ):
-                    continue
-                record = sightings.verdict_from_record(stream, event.payload, event.trusted)
-                ref = sightings.ref_of(record)
-                latest[ref], opened_at[ref] = record, event.created_at  # events in seq order
+        latest, opened_at = self._latest_sightings()
         wanted = {
             ref: record
             for ref, record in latest.items()
@@ -277,6 +267,35 @@ class MemoryJobQueue(Records):
             if ref in wanted and sightings.is_open(wanted[ref])
         }
         return SightingsRecorded(records, since)
+
+    async def sightings_open_since(
+        self, observed: Sequence[Verdict]
+    ) -> dict[SightingKey, datetime]:
+        self._open()
+        latest, opened_at = self._latest_sightings()
+        return {
+            ref.key: opened_at[ref]
+            for ref in sightings.observed_sightings(observed)
+            if ref in latest and sightings.is_open(latest[ref])
+        }
+
+    def _latest_sightings(
+        self,
+    ) -> tuple[dict[sightings.SightingRef, Verdict], dict[sightings.SightingRef, datetime]]:
+        """Each sighting's latest record (surface or cleared) and when it was written."""
+        latest: dict[sightings.SightingRef, Verdict] = {}
+        opened_at: dict[sightings.SightingRef, datetime] = {}
+        for stream, events in self.ledger.items():
+            for event in events:
+                if event.kind != EVENT_KIND or event.payload.get("action") not in (
+                    "surface",
+                    "cleared",
+                ):
+                    continue
+                record = sightings.verdict_from_record(stream, event.payload, event.trusted)
+                ref = sightings.ref_of(record)
+                latest[ref], opened_at[ref] = record, event.created_at  # events in seq order
+        return latest, opened_at
 
     # ----------------------------------------------------------------------- dead letters
 

@@ -345,6 +345,22 @@ async def test_an_open_sighting_says_since_when_it_has_been_open(subject: Subjec
     assert [r.action for r in back.records] == [Action.SURFACE] and back.since == {}
 
 
+async def test_a_dry_run_reads_which_sightings_are_open_and_writes_nothing(
+    subject: Subject,
+) -> None:
+    project, read, store = uuid.uuid4(), frozenset(Source), subject.store
+    seen, other = surfaced(project), surfaced(uuid.uuid4())  # another project's: not on record
+    assert await store.sightings_open_since([seen, other]) == {}  # nothing on record yet
+    await store.record_sightings([seen], now=NOW, sources_read=read)
+    events = await store.events(project)
+
+    later = NOW + timedelta(hours=1)
+    assert await store.sightings_open_since([surfaced(project), other]) == {seen.sighting_key: NOW}
+    assert await store.events(project) == events  # read only
+    await store.record_sightings([], now=later, sources_read=read)  # cleared
+    assert await store.sightings_open_since([seen]) == {}
+
+
 async def test_broker_sightings_live_on_the_fleet_stream(subject: Subject) -> None:
     finding = Verdict(
         source=Source.BROKER,

@@ -118,6 +118,26 @@ async def test_a_dry_run_judges_everything_and_writes_nothing() -> None:
     assert {p.action for p in result.policies} == {"planned"}
 
 
+async def test_a_dry_run_says_which_findings_are_on_record_and_since_when() -> None:
+    store, _, project = world()
+    await run_pass(settings(), store=store, broker=None, clock=lambda: NOW)  # opens the sighting
+    store.add_job(JobRow(project_id=uuid.uuid4(), run_after=NOW - timedelta(hours=3)))
+    events = {stream: list(e) for stream, e in store.ledger.items()}
+
+    dry = await run_pass(settings(), store=store, broker=None, dry_run=True, clock=lambda: NOW)
+
+    stale = [r for r in dry.verdicts if r.verdict.condition is Condition.STALE_READY]
+    on_record = next(r for r in stale if r.verdict.project_id == project)
+    new = next(r for r in stale if r.verdict.project_id != project)
+    assert not on_record.recorded and not new.recorded  # a dry run records nothing
+    text = render_text(dry)
+    lines = {line.split("job ")[1][:8]: line for line in text.splitlines() if "stale_ready" in line}
+    assert lines[str(on_record.verdict.object)[:8]].endswith("[seen since 12:00Z]")
+    assert lines[str(new.verdict.object)[:8]].endswith("[would record]")
+    assert to_json(dry)["verdicts"][0]["recorded"] is False
+    assert {s: list(e) for s, e in store.ledger.items()} == events  # nothing written
+
+
 async def test_a_pass_parks_each_owned_dead_letter_once_and_never_reads_a_foreign_queue() -> None:
     store = MemoryJobQueue(clock=lambda: NOW)
     broker = FakeBroker()
