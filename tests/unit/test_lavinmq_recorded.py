@@ -33,6 +33,7 @@ from reaper.core.domain import (
 )
 from reaper.core.judge import judge
 from reaper.core.observation import ChannelStats, ConsumerSeen, Observed, QueueFlow, observe
+from reaper.edges.doctor import reachable, snippet_check
 from reaper.edges.wording import next_step
 from reaper.policies.declarations import Declaration, PolicyParameters, load_declarations
 from reaper.policies.reconcile import plan
@@ -512,3 +513,28 @@ async def test_the_limited_queues_unread_letters_are_never_promised_to_the_next_
         replace(found, object="vibey.jobs.dead"), past_limit, PassConfig.of(Settings())
     )
     assert next_step(rest) == "not parked yet: the next pass parks more"
+
+
+# --------------------------------------------------------------------------- the doctor
+
+
+def test_the_doctor_names_lavinmqs_version_and_asks_for_no_broker_wide_snippet() -> None:
+    """Measured by hand on LavinMQ 2.9.1: ``reaper doctor`` said ``reachable, LavinMQ None``
+    and failed every time on ``20-vibey-reap.conf``, whose broker-wide consumer_timeout
+    LavinMQ does not enforce (its fix, a RabbitMQ conf.d path, bounds nothing there)."""
+    name = "broker http://lavinmq.test:15690"
+    assert reachable(name, load("overview.json")).detail == "reachable, LavinMQ 2.9.1"
+
+    snippet = snippet_check(name, load("nodes.json"), FACTS)
+    assert snippet.status == "ok" and snippet.fix is None
+    assert snippet.detail.startswith("not needed: LavinMQ 2.9.1 enforces no broker-wide")
+    assert "only the queue argument x-consumer-timeout" in snippet.detail
+
+    # where the broker-wide value is enforced on some queue type, a node without it fails
+    nodes = [{"name": "rabbit@n1", "config_files": []}]
+    for version in ("3.10.8", "4.0.5", "4.3.6"):
+        check = snippet_check(name, nodes, capabilities_for("RabbitMQ", version))
+        assert check.status == "fail" and check.fix is not None, version
+    # and a version never measured keeps the check
+    unmeasured = snippet_check(name, load("nodes.json"), capabilities_for("LavinMQ", "2.1.0"))
+    assert unmeasured.status == "fail"
