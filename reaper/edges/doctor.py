@@ -18,9 +18,12 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
+from reaper.broker.capabilities import capabilities_for, product_and_version
 from reaper.broker.client import ManagementClient
 from reaper.broker.http import BrokerTls, segment, tags_fix
 from reaper.config import LoadedConfig
+from reaper.core.domain import BrokerFacts
+from reaper.core.enforcement import TimeoutSetting
 from reaper.edges.commands import dispatch_of
 from reaper.edges.production import open_database
 from reaper.errors import BrokerUnavailable, ReaperError
@@ -30,7 +33,7 @@ from reaper.schema.catalog import applied_migrations
 from reaper.schema.grants import grants_for, privileges_held
 from reaper.schema.steps import shipped_migrations
 
-__all__ = ["Check", "add_command", "checks", "run"]
+__all__ = ["Check", "add_command", "checks", "reachable", "run", "snippet_check"]
 
 #: The broker's conf.d snippet every node must load (the broker-wide consumer timeout).
 SNIPPET: Final = "20-vibey-reap.conf"
@@ -247,8 +250,9 @@ async def _broker_checks(
         overview = await _get(client, "/api/overview")
     except ReaperError as exc:
         return [Check(name, "fail", exc.reason)]
-    product = overview.get("product_name") or "RabbitMQ"
-    found = [Check(name, "ok", f"reachable, {product} {overview.get('rabbitmq_version')}")]
+    listed = overview if isinstance(overview, dict) else {}
+    facts = capabilities_for(*product_and_version(listed))
+    found = [reachable(name, listed)]
     host = urlsplit(url).hostname or ""
     if url.startswith("https:"):
         how = "certificate and name verified" if verify else "certificate NOT verified"
@@ -272,8 +276,15 @@ async def _broker_checks(
     except ReaperError as exc:
         found.append(Check(f"{name} vhost", "fail", exc.reason))
     found.extend(await _user(client, name, user, vhost))
-    found.append(await _snippet(client, name))
+    found.append(await _snippet(client, name, facts))
     return found
+
+
+def reachable(name: str, overview: dict[str, Any]) -> Check:
+    """The broker's first line: the product and version ``GET /api/overview`` names (LavinMQ
+    names its version ``lavinmq_version``, not ``rabbitmq_version``)."""
+    product, version = product_and_version(overview)
+    return Check(name, "ok", f"reachable, {product} {version}")
 
 
 async def _user(client: ManagementClient, name: str, user: str, vhost: str) -> list[Check]:
@@ -349,25 +360,62 @@ async def _permissions(
     return Check(f"{name} permissions", "ok", detail)
 
 
-async def _snippet(client: ManagementClient, name: str) -> Check:
-    fix = (
-        f"install conf.d/rabbitmq/{SNIPPET} as /etc/rabbitmq/conf.d/{SNIPPET} on each node and "
-        "restart it (read at boot only)"
-    )
+async def _snippet(client: ManagementClient, name: str, facts: BrokerFacts) -> Check:
+    if _snippet_not_needed(facts) is not None:
+        return snippet_check(name, [], facts)  # no node need be asked
     try:
         nodes = await _get(client, "/api/nodes", {"memory": "false", "binary": "false"})
     except ReaperError as exc:
         return Check(f"{name} conf.d", "fail", f"not checked: {exc.reason}")
+    return snippet_check(name, nodes, facts)
+
+
+def snippet_check(name: str, nodes: Any, facts: BrokerFacts) -> Check:
+    """Whether every node loaded the conf.d snippet (the broker-wide consumer timeout), where
+    the version enforces that value on some queue type; where it enforces it on none (LavinMQ
+    2.9 enforces only the queue argument x-consumer-timeout), the snippet bounds nothing and is
+    not asked for: the pass finds each owned queue declared without the argument."""
+    not_needed = _snippet_not_needed(facts)
+    if not_needed is not None:
+        return Check(f"{name} conf.d", "ok", not_needed)
+    fix = (
+        f"install conf.d/rabbitmq/{SNIPPET} as /etc/rabbitmq/conf.d/{SNIPPET} on each node and "
+        "restart it (read at boot only)"
+    )
+    listed = nodes if isinstance(nodes, list) else []
     lacking = [
         str(n.get("name"))
-        for n in nodes
+        for n in listed
         if not any(str(f).endswith(f"/{SNIPPET}") for f in n.get("config_files") or [])
     ]
     if lacking:
         return Check(
             f"{name} conf.d",
             "fail",
-            f"{len(lacking)} of {len(nodes)} node(s) did not load {SNIPPET}: {', '.join(lacking)}",
+            f"{len(lacking)} of {len(listed)} node(s) did not load {SNIPPET}: {', '.join(lacking)}",
             fix,
         )
-    return Check(f"{name} conf.d", "ok", f"every node ({len(nodes)}) loaded {SNIPPET}")
+    return Check(f"{name} conf.d", "ok", f"every node ({len(listed)}) loaded {SNIPPET}")
+
+
+def _snippet_not_needed(facts: BrokerFacts) -> str | None:
+    """Why the snippet is not needed on this version: it enforces the broker-wide consumer
+    timeout on no queue type, as measured with real consumers. None where it does, or where
+    nothing was measured (an unpinned version keeps the check)."""
+    enforcement = facts.consumer_timeout_enforcement
+    if not enforcement or any(e.enforces(TimeoutSetting.BROKER_WIDE) for e in enforcement):
+        return None
+    enforced = {s for e in enforcement for s in e.enforced}
+    named = [_SETTING_NAMES[s] for s in TimeoutSetting if s in enforced]
+    only = f"only {' and '.join(named)}" if named else "no consumer timeout at all"
+    return (
+        f"not needed: {facts.name} enforces no broker-wide consumer_timeout, {only}; each "
+        "pass checks every owned queue's own bound (one without it is an unbounded finding)"
+    )
+
+
+_SETTING_NAMES: Final = {
+    TimeoutSetting.POLICY: "the policy key consumer-timeout",
+    TimeoutSetting.ARGUMENT: "the queue argument x-consumer-timeout",
+    TimeoutSetting.BROKER_WIDE: "the broker-wide consumer_timeout",
+}

@@ -78,6 +78,9 @@ def next_step(verdict: Verdict) -> str:
     if c is Condition.DEAD_LETTER:
         if "foreign" in d:
             return "foreign: never read; tell the queue's owner"
+        if "not parked" in d and "past the read limit" not in d:
+            # its read is blocked: no later pass parks them until the queue is made safe
+            return "not read, so never parked: make reading it safe (the fix is under NOT OK)"
         return "not parked yet: the next pass parks more"
     if c is Condition.HOLDER_GONE:
         return "held with no consumer: find the channel holding them"

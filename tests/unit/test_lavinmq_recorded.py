@@ -8,6 +8,7 @@ and never acknowledging, ``vibey.jobs.got`` a ``basic.get`` holder (no consumer)
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,16 +17,30 @@ import pytest
 from reaper.broker.capabilities import capabilities_for
 from reaper.broker.client import ManagementClient
 from reaper.broker.records import LAVINMQ, channel_of, consumer_of, queue_of
+from reaper.config import Settings
 from reaper.core.bounds import consumer_timeout_bound
 from reaper.core.dead_letters.reading import read_plan
-from reaper.core.domain import BrokerFacts, Condition, Measurements, QueueStats, Thresholds, Verdict
+from reaper.core.domain import (
+    Action,
+    BrokerFacts,
+    Condition,
+    Measurements,
+    QueueStats,
+    Source,
+    Thresholds,
+    Unit,
+    Verdict,
+)
 from reaper.core.judge import judge
 from reaper.core.observation import ChannelStats, ConsumerSeen, Observed, QueueFlow, observe
+from reaper.edges.doctor import reachable, snippet_check
 from reaper.edges.wording import next_step
 from reaper.policies.declarations import Declaration, PolicyParameters, load_declarations
 from reaper.policies.reconcile import plan
 from reaper.policies.render import render
 from reaper.policies.verify import PolicyReason
+from reaper.reap.dead_letters import DeadLetterOutcome, _remainder
+from reaper.reap.pass_config import PassConfig
 from tests.support.lavinmq_recorded import VHOST, RecordedLavinMQ, load, project
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -466,3 +481,60 @@ def test_a_lavinmq_version_never_measured_keeps_nothing_claimed() -> None:
     other: BrokerFacts = capabilities_for("LavinMQ", "2.1.0")
     assert other.timeout_enforcement("classic") is None
     assert other.get_holder_counted_as_consumer is None
+
+
+async def test_the_limited_queues_unread_letters_are_never_promised_to_the_next_pass(
+    read: tuple[ManagementClient, RecordedLavinMQ],
+) -> None:
+    """Measured by hand on LavinMQ 2.9.1: a dead-letter queue declared with x-delivery-limit
+    was reported "not parked yet: the next pass parks more" while every pass refused to read
+    it. Its remainder's next step says what does park them: a queue made safe to read."""
+    client, _ = read
+    listed = {q.name: q for q in await client.list_queues()}
+    limited = read_plan(listed["vibey.lim"], FACTS, 100)
+    assert limited.blocked is not None
+    found = Verdict(
+        source=Source.BROKER,
+        object="vibey.lim",
+        condition=Condition.DEAD_LETTER,
+        measured=0,
+        threshold=1,
+        unit=Unit.MESSAGES,
+        action=Action.PARK,
+        queue="vibey.lim",
+    )
+    outcome = DeadLetterOutcome("vibey.lim", 1, 0, 0, 1, limited.blocked)
+    (remainder,) = _remainder(found, outcome, PassConfig.of(Settings()))
+    assert "next pass" not in next_step(remainder)
+    assert next_step(remainder).startswith("not read, so never parked")
+
+    past_limit = DeadLetterOutcome("vibey.jobs.dead", 150, 100, 0, 50, None)
+    (rest,) = _remainder(
+        replace(found, object="vibey.jobs.dead"), past_limit, PassConfig.of(Settings())
+    )
+    assert next_step(rest) == "not parked yet: the next pass parks more"
+
+
+# --------------------------------------------------------------------------- the doctor
+
+
+def test_the_doctor_names_lavinmqs_version_and_asks_for_no_broker_wide_snippet() -> None:
+    """Measured by hand on LavinMQ 2.9.1: ``reaper doctor`` said ``reachable, LavinMQ None``
+    and failed every time on ``20-vibey-reap.conf``, whose broker-wide consumer_timeout
+    LavinMQ does not enforce (its fix, a RabbitMQ conf.d path, bounds nothing there)."""
+    name = "broker http://lavinmq.test:15690"
+    assert reachable(name, load("overview.json")).detail == "reachable, LavinMQ 2.9.1"
+
+    snippet = snippet_check(name, load("nodes.json"), FACTS)
+    assert snippet.status == "ok" and snippet.fix is None
+    assert snippet.detail.startswith("not needed: LavinMQ 2.9.1 enforces no broker-wide")
+    assert "only the queue argument x-consumer-timeout" in snippet.detail
+
+    # where the broker-wide value is enforced on some queue type, a node without it fails
+    nodes = [{"name": "rabbit@n1", "config_files": []}]
+    for version in ("3.10.8", "4.0.5", "4.3.6"):
+        check = snippet_check(name, nodes, capabilities_for("RabbitMQ", version))
+        assert check.status == "fail" and check.fix is not None, version
+    # and a version never measured keeps the check
+    unmeasured = snippet_check(name, load("nodes.json"), capabilities_for("LavinMQ", "2.1.0"))
+    assert unmeasured.status == "fail"
