@@ -66,8 +66,9 @@ REAP_EPILOG = """the report, top to bottom:
   Findings     what the pass found, worst first, one line each: the measurement against its
                threshold, the next step, and the sighting: [new] recorded now, [seen since
                HH:MMZ] open in the ledger since then (a dry run reads it too), [would
-               record] in a dry run, not on record yet, [not recorded] ledger not written. Nothing is moved for a finding; unbounded = no
-               bound the broker enforces (the reaper's own observation is the guard)
+               record] in a dry run, not on record yet, [not recorded] ledger not written.
+               Nothing is moved for a finding; unbounded = no bound the broker enforces
+               (the reaper's own observation is the guard)
   Done / Would do   what committed (a dry run: what it would do); a park names its gate and
                the command that answers it
   Policies     one line each: action (unchanged, created, updated, deleted, refused,
