@@ -32,7 +32,9 @@ def head_age_unreported(
     else:
         why = ""
     if stalled is not None:
-        tail = f"; observed across passes (at least {num(stalled.seconds)}s so far)"
+        held = int(stalled.seconds)
+        since = f"at least {held} s so far" if held else "from this pass on"
+        tail = f"; observed across passes ({since})"
     elif observed:
         tail = (
             ", and the broker lists no delivery counter for it, so nothing is observed across "

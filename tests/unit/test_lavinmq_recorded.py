@@ -306,8 +306,16 @@ async def test_the_head_age_note_is_said_even_when_a_zero_second_observation_exi
     assert note.startswith("head-message age of queues 'celery', 'vibey.jobs.got', "), note
     assert note.endswith(
         " is not reported by the broker (LavinMQ 2.9.1 reports no head_message_timestamp); "
-        "observed across passes (at least 0s so far)"
+        "observed across passes (from this pass on)"
     ), note
+
+    soon = T0 + timedelta(seconds=103.4)  # the lower bound, in whole seconds, until stale
+    early = _observe(queues, channels, consumers, first, soon)
+    result = judge(
+        Measurements(queues=tuple(queues), broker=FACTS, observed=early), THRESHOLDS, soon
+    )
+    [note] = [n for n in result.notes if "'vibey.jobs.old'" in n]
+    assert note.endswith("observed across passes (at least 103 s so far)"), note
 
     later = T0 + timedelta(seconds=THRESHOLDS.stale_ready_seconds + 1)
     second = _observe(queues, channels, consumers, first, later)
