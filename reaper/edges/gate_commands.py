@@ -246,7 +246,13 @@ def event_line(event: LedgerEvent) -> str:
         return line
     if event.kind == "QueueReaped":
         measured = p.get("measured")
-        figure = "" if measured is None else f"  {measured}/{p.get('threshold')} {p.get('unit')}"
+        # a parked letter's measurement is its queue's depth then, not the letter's: not shown
+        letter = p.get("condition") == "dead_letter" and p.get("action") == "park"
+        figure = (
+            ""
+            if measured is None or letter
+            else f"  {measured}/{p.get('threshold')} {p.get('unit')}"
+        )
         return (
             f"{head}  {p.get('source')}/{p.get('condition')} {p.get('action')}  "
             f"{shown(p.get('object'))}{figure}"

@@ -3,7 +3,12 @@ unread, read safely) and none of them waiting for an answer."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import UTC, datetime
+
+from reaper.core.records import LedgerEvent
 from reaper.edges.gate_board import purge_command, safe_to_clear
+from reaper.edges.gate_commands import event_line
 from reaper.reap.dead_letters import DeadLetterOutcome
 
 
@@ -39,3 +44,20 @@ def test_only_queues_whose_every_letter_is_parked_and_answered_are_safe() -> Non
 
 def test_the_purge_command_quotes_what_a_shell_would_split() -> None:
     assert purge_command("jobs dead", "/") == "rabbitmqctl purge_queue 'jobs dead' -p /"
+
+
+def test_an_event_line_gives_a_verdicts_figure_but_not_a_parked_letters_queue_depth() -> None:
+    def line(**payload: object) -> str:
+        at = datetime(2026, 12, 2, 4, 0, tzinfo=UTC)
+        return event_line(LedgerEvent(uuid.UUID(int=1), 7, "QueueReaped", payload, "", True, at))
+
+    stale = line(
+        source="job_queue", condition="stale_ready", action="surface", object="job 1",
+        measured=1000, threshold=900, unit="seconds",
+    )  # fmt: skip
+    assert stale.endswith("job_queue/stale_ready surface  job 1  1000/900 seconds")
+    park = line(
+        source="broker", condition="dead_letter", action="park", object="msg:dl-1",
+        measured=4, threshold=1, unit="messages",
+    )  # fmt: skip
+    assert park.endswith("broker/dead_letter park  msg:dl-1"), park
