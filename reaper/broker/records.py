@@ -53,6 +53,9 @@ QUEUE_COLUMNS: Final = (
     "message_stats.publish",
     "message_stats.ack",
     "message_bytes",
+    # LavinMQ lists no message_bytes, only its two parts (2.9.1, recorded)
+    "message_bytes_ready",
+    "message_bytes_unacknowledged",
     # Where the queue lives in a cluster (reaper.core.cluster): a queue whose node is gone is
     # still listed, as "down", with these and without its statistics.
     "state",
@@ -160,8 +163,19 @@ def _counters(item: Mapping[str, object]) -> QueueCounters:
         published=whole(stats.get("publish")),
         fetched=whole(stats.get("deliver_get")),
         acknowledged=whole(stats.get("ack")),
-        message_bytes=whole(item.get("message_bytes")),
+        message_bytes=_message_bytes(item),
     )
+
+
+def _message_bytes(item: Mapping[str, object]) -> int | None:
+    """The bodies' bytes on the queue, ready and unacknowledged: ``message_bytes``, or where it
+    is not listed (LavinMQ) the sum of its two parts when both are; else unknown."""
+    listed = whole(item.get("message_bytes"))
+    if listed is not None:
+        return listed
+    ready = whole(item.get("message_bytes_ready"))
+    unacked = whole(item.get("message_bytes_unacknowledged"))
+    return None if ready is None or unacked is None else ready + unacked
 
 
 def _lavinmq_type(item: Mapping[str, object]) -> str:

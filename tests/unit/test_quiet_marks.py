@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reaper.broker.records import QUEUE_COLUMNS, queue_of
+from reaper.broker.records import LAVINMQ, QUEUE_COLUMNS, queue_of
 from reaper.config import Settings
 from reaper.core.dead_letters import (
     QUIET_PROOF_SECONDS,
@@ -26,6 +26,7 @@ from reaper.reap.result import PassResult
 from reaper.reap.run import run_pass
 from reaper.testing.memory import MemoryJobQueue
 from tests.support.fake_broker import FakeBroker
+from tests.support.lavinmq_recorded import load, project
 from tests.unit.test_quiet_dead_letters import message
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -279,28 +280,27 @@ def test_the_listing_reads_counters_not_listed_as_unknown() -> None:
     assert full.counters == QueueCounters(None, 7, 0, 120)
 
 
-def test_lavinmq_lists_the_counters_but_no_message_bytes() -> None:
-    """A queue as LavinMQ 2.9.1 lists it when asked for top-level ``message_stats`` (its
-    ``columns=`` keeps only top-level keys; recorded 2026-12-01, ``vibey.jobs.dead`` holding 4
-    dead letters, rates left out): the counters are there, ``message_bytes`` is not, so the
-    rule reads such a queue every pass."""
-    item = {
-        "name": "vibey.jobs.dead",
-        "state": "running",
-        "messages": 4,
-        "messages_ready": 4,
-        "messages_unacknowledged": 0,
-        "consumers": 0,
-        "policy": None,
-        "effective_policy_definition": {},
-        "arguments": {},
-        "message_stats": {"ack": 0, "deliver_get": 0, "get": 0, "publish": 4, "redeliver": 0},
-    }
-    dead = queue_of(item, "vibey")
-    assert dead is not None
-    assert dead.counters == QueueCounters(published=4, fetched=0, acknowledged=0)
-    mark = quiet_mark(dead, None, read=4, known_parked=4, fetched_by_pass=4, now=NOW)
-    assert not mark.proven
+def test_lavinmq_lists_the_counters_and_the_bytes_in_two_parts() -> None:
+    """``vibey.jobs.dead`` as LavinMQ 2.9.1 answered (recorded 2026-12-01, holding 4 dead
+    letters), cut to the top-level keys the pass asks for, as its ``columns=`` does: the
+    counters are there, and ``message_bytes`` is not but its two parts are. Their sum is the
+    same after two requeueing reads of every letter (the second recording), so a pass that read
+    all four proves the mark, and the next pass need not fetch them."""
+    columns = LAVINMQ.columns(QUEUE_COLUMNS)
+
+    def listed(name: str) -> QueueStats:
+        queue = queue_of(project(load(name), columns), "vibey", LAVINMQ)
+        assert queue is not None
+        return queue
+
+    before = listed("queue_single_vibey.jobs.dead.json")
+    after = listed("queue_single_vibey.jobs.dead_after_gets.json")
+    assert before.counters == QueueCounters(
+        published=4, fetched=0, acknowledged=0, message_bytes=1433
+    )
+    assert after.counters == replace(before.counters, fetched=10)
+    mark = quiet_mark(before, None, read=4, known_parked=4, fetched_by_pass=4, now=NOW)
+    assert mark.proven and mark.message_bytes == 1433
 
 
 # --------------------------------------------------------------------------- the pass
