@@ -310,8 +310,14 @@ def _acted_line(v: Verdict, wide: bool = False, gates: Mapping[str, UUID] | None
     )
     gate = (gates or {}).get(v.object) if v.action is Action.PARK else None
     if gate is not None:
-        choice = "retry" if v.condition is Condition.POISON else "replay"
-        line += f"; gate {short(gate)}: reaper gates answer {short(gate)} --choice {choice}"
+        # the usual answer, pasteable, and the other one the gate takes
+        choice, other = (
+            ("retry", "cancel") if v.condition is Condition.POISON else ("replay", "dismiss")
+        )
+        line += (
+            f"; gate {short(gate)}: reaper gates answer {short(gate)} --choice {choice}"
+            f" (or {other})"
+        )
     return line
 
 
