@@ -32,8 +32,8 @@ def head_age_unreported(
     else:
         why = ""
     if stalled is not None:
-        held = int(stalled.seconds)
-        since = f"at least {held} s so far" if held else "from this pass on"
+        seconds = int(stalled.seconds)
+        since = f"at least {seconds} s so far" if seconds else "from this pass on"
         tail = f"; observed across passes ({since})"
     elif observed:
         tail = (
