@@ -69,8 +69,8 @@ REAP_EPILOG = """the report, top to bottom:
                record] in a dry run, not on record yet, [not recorded] ledger not written.
                Nothing is moved for a finding; unbounded = no bound the broker enforces
                (the reaper's own observation is the guard)
-  Done / Would do   what committed (a dry run: what it would do); a park names its gate and
-               the command that answers it
+  Done / Would do   what committed (a dry run: what it would do): moves, parks and policy
+               writes; a park names its gate and the command that answers it
   Policies     one line each: action (unchanged, created, updated, deleted, refused,
                unsupported, planned), in force or not, and the reason code: InSync, Created,
                Updated, Deleted, WouldCreate, WouldUpdate, WouldDelete, KeyUnsupported (the

@@ -172,13 +172,18 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
         else:
             acted.append(r)
     verb = "Would do" if result.dry_run else "Done"
-    planned = [p for p in result.policies if result.dry_run and p.planned]
-    count = moves.count + len(acted) + len(planned)
+    # a policy written (a dry run: a write it plans); a refused one is under NOT OK
+    written = [
+        p
+        for p in result.policies
+        if p.write and (p.action == "planned" if result.dry_run else p.written)
+    ]
+    count = moves.count + len(acted) + len(written)
     if count:
         lines += ["", f"{verb} ({count}):"]
     lines += moves.lines()
     lines += _acted_lines(acted, result.gates, wide)
-    lines += [f"  {p.detail.split('; ')[0]}" for p in planned]
+    lines += [f"  {p.write:<8} {'policy':<13} {p.name}: {p.change}" for p in written]
 
     lines += _dead_letter_lines(result, wide)
     lines += _policy_lines(result, wide)

@@ -127,6 +127,8 @@ def _policies_json(result: PassResult) -> list[dict[str, object]]:
             "queues_checked": p.queues_checked,
             "queues_failing": list(p.queues_failing),
             "detail": p.detail,
+            "write": p.write,
+            "change": p.change,
             "unenforceable": p.unenforceable,
         }
         for p in result.policies

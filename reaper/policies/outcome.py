@@ -53,11 +53,20 @@ class PolicyOutcome:
     unenforceable: bool = False
     #: What holds instead of each key this broker refuses, where that is in force.
     fallbacks: tuple[str, ...] = ()
+    #: The write this pass made (a dry run: would make): ``create``, ``update`` or
+    #: ``delete``, and what it wrote, in words; empty when the policy is left as it was.
+    write: str = ""
+    change: str = ""
 
     @property
     def ok(self) -> bool:
         """Everything the broker accepts and enforces is in force (or nothing is to check)."""
         return self.action != "refused" and (self.verified is not False or self.unenforceable)
+
+    @property
+    def written(self) -> bool:
+        """This pass wrote the policy: the broker took its create, update or delete."""
+        return self.action in ("created", "updated", "deleted")
 
     @property
     def planned(self) -> bool:
@@ -105,6 +114,7 @@ def outcome(
     notes = _notes(d, mine, unreadable)
     would_delete = dry_run and to_delete(s)
     would_change = dry_run and d.writable and bool(s.diff)
+    write, change = _write(s, would_change=would_change, would_delete=would_delete)
     if action == "refused" or problems or would_change:
         verified: bool | None = False
     elif not targeted:
@@ -128,6 +138,8 @@ def outcome(
         and action != "refused"
         and not would_change
         and all(r is PolicyReason.NOT_ENFORCED for r, _ in problems),
+        write=write,
+        change=change,
     )
 
 
@@ -215,6 +227,22 @@ def _reason(
     }.get(action, PolicyReason.IN_SYNC)
 
 
+def _write(s: PolicyState, *, would_change: bool, would_delete: bool) -> tuple[str, str]:
+    """The write made (or, ``would_change``/``would_delete``, planned): its verb and what it
+    wrote; two empty strings for none."""
+    d = s.desired
+    if would_delete:
+        return "delete", "its delivery limit would drop"
+    if s.action == "deleted":
+        why = "its delivery limit would drop, and nothing else of it can be written on "
+        return "delete", why + d.facts.name
+    if would_change or s.action in ("created", "updated"):
+        if s.actual is None:
+            return "create", compact(d.body())
+        return "update", "; ".join(s.diff)
+    return "", ""
+
+
 def _detail(
     s: PolicyState,
     targeted: Sequence[QueueCheck],
@@ -226,16 +254,9 @@ def _detail(
 ) -> str:
     d = s.desired
     parts: list[str] = []
-    if would_delete:
-        parts.append(f"would delete {d.name}: its delivery limit would drop")
-    if s.action == "deleted":
-        parts.append(
-            f"deleted {d.name}: its delivery limit would drop, and nothing else of it "
-            f"can be written on {d.facts.name}"
-        )
-    if would_change:
-        verb = "would create" if s.actual is None else "would update"
-        what = compact(d.body()) if s.actual is None else "; ".join(s.diff)
+    if would_delete or s.action == "deleted" or would_change:
+        write, what = _write(s, would_change=would_change, would_delete=would_delete)
+        verb = f"would {write}" if would_delete or would_change else "deleted"
         parts.append(f"{verb} {d.name}: {what}")
     shown = [text for _, text in problems[:_SHOWN]]
     parts.extend(shown)

@@ -3,6 +3,7 @@ problems first."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime, timedelta
 from importlib import resources
@@ -12,13 +13,17 @@ import jsonschema
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reaper.core.domain import Action, BrokerFacts, Condition, Source, Unit, Verdict
+from reaper.broker.port import BrokerPolicy
+from reaper.core.domain import Action, BrokerFacts, Condition, QueueStats, Source, Unit, Verdict
 from reaper.edges.report import render_text, to_json
-from reaper.policies.reconcile import PolicyOutcome
+from reaper.policies.declarations import PolicyParameters, load_declarations
+from reaper.policies.reconcile import PolicyOutcome, reconcile
+from reaper.policies.render import render
 from reaper.reap.dead_letters import DeadLetterOutcome
 from reaper.reap.lease_log import VerdictLog
 from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
+from tests.support.fake_broker import FakeBroker
 
 SCHEMA = json.loads(resources.files("reaper.edges").joinpath("schema/report.json").read_text())
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -127,6 +132,44 @@ def test_a_dry_run_says_it_wrote_nothing() -> None:
     assert text.splitlines()[0].startswith("queue-reaper dry-run audit (nothing written): OK   ")
     assert "Would do" not in text and "Done" not in text
     assert text.endswith("\nNothing found, nothing to do.")
+
+
+async def test_a_policy_write_is_listed_whole_under_would_do_and_under_done() -> None:
+    # drifted on both its keys: the line names both, before the write and after it
+    broker = FakeBroker(version="4.0.5")
+    broker.queues["vibey.jobs.main"] = QueueStats(
+        "/", "vibey.jobs.main", "quorum", 0, 0, 1, arguments={"x-dead-letter-exchange": "dlx"}
+    )
+    broker.policies["vibey-reap-quorum"] = BrokerPolicy(
+        "vibey-reap-quorum",
+        "^vibey\\.",
+        "quorum_queues",
+        0,
+        {"delivery-limit": 100, "consumer-timeout": 1},
+    )
+    desired = render(
+        load_declarations(), PolicyParameters(), await broker.facts(), await broker.list_queues()
+    )
+
+    def quorum(outcomes: list[PolicyOutcome]) -> tuple[PolicyOutcome, ...]:
+        return tuple(o for o in outcomes if o.name == "vibey-reap-quorum")
+
+    def under(r: PassResult, heading: str) -> list[str]:
+        lines = render_text(r).splitlines()
+        at = lines.index(heading)
+        return list(itertools.takewhile(lambda line: line.startswith("  "), lines[at + 1 :]))
+
+    planned = quorum(await reconcile(broker, desired, dry_run=True))
+    [would] = under(result(dry_run=True, policies=planned), "Would do (1):")
+    assert would.startswith("  update   policy        vibey-reap-quorum: ")
+    assert "delivery-limit 100 → 20" in would and "consumer-timeout 1 → 21600000" in would
+
+    written = quorum(await reconcile(broker, desired, verify_wait_seconds=0))
+    [done] = under(result(policies=written), "Done (1):")
+    assert done == would
+    [shown] = to_json(result(policies=written))["policies"]
+    assert (shown["write"], shown["change"]) == ("update", done.split(": ", 1)[1])
+    assert "would" not in shown["detail"]
 
 
 def _lease_result(expired: int, poison: int) -> PassResult:
