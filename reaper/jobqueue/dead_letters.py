@@ -33,12 +33,12 @@ from reaper.jobqueue.database import (
     Connection,
     Database,
     PostgresError,
-    Record,
     first_line,
     is_row_failure,
 )
 from reaper.jobqueue.gates import open_gate_for_answer, record_answer, settle_dead_letter
 from reaper.jobqueue.port import DeadLetterParks, ParkedDeadLetter, ParkRules, ReplaySender
+from reaper.jobqueue.rows import parked_of
 from reaper.jobqueue.rules import (
     DEAD_LETTER_KEY_PREFIX,
     DEAD_LETTER_REPLAY,
@@ -261,7 +261,7 @@ async def parked_letters_of(db: Database, job_ids: Sequence[UUID]) -> dict[UUID,
     """What each of these parked dead-letter jobs keeps of its letter, by job."""
     async with db.session("reading parked dead letters") as conn:
         rows = await conn.fetch(QUERIES["dead_letters_of_jobs"], list(job_ids))
-    return {r["job_id"]: _parked(r) for r in rows}
+    return {r["job_id"]: parked_of(r) for r in rows}
 
 
 async def answer_gate(
@@ -294,7 +294,7 @@ async def answer_gate(
         parked = None
         if gate.job_id is not None:
             found = await conn.fetchrow(QUERIES["dead_letter_of_job"], gate.job_id)
-            parked = None if found is None else _parked(found)
+            parked = None if found is None else parked_of(found)
         published = None
         if choice == DEAD_LETTER_REPLAY:
             send, letter = replay_parts(gate, replay, parked)
@@ -327,24 +327,4 @@ def _letter_columns(kept: dead_letters.ParkedLetter) -> tuple[object, ...]:
         kept.body_bytes,
         kept.body_truncated,
         kept.is_json_object,
-    )
-
-
-def _parked(row: Record) -> ParkedDeadLetter:
-    return ParkedDeadLetter(
-        letter=dead_letters.ParkedLetter(
-            queue=row["queue"],
-            identity=row["identity"],
-            message_id=row["message_id"],
-            origin_queue=row["origin_queue"],
-            reason=row["reason"],
-            body=row["body"],
-            body_encoding=row["body_encoding"],
-            body_bytes=row["body_bytes"],
-            body_truncated=row["body_truncated"],
-            is_json_object=row["is_json_object"],
-        ),
-        job_id=row["job_id"],
-        parked_at=row["parked_at"],
-        job_state=row["job_state"],
     )

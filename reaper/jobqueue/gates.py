@@ -13,7 +13,6 @@ What an answer does, by kind (:data:`ANSWERS`):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Final
@@ -24,8 +23,9 @@ from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, 
 from reaper.core.records import Gate
 from reaper.errors import GateError
 from reaper.jobqueue import ledger
-from reaper.jobqueue.database import Connection, Database, Record
+from reaper.jobqueue.database import Connection, Database
 from reaper.jobqueue.port import GateCount
+from reaper.jobqueue.rows import gate_of
 from reaper.jobqueue.rules import (
     DEAD_LETTER_REPLAY,
     DEAD_LETTER_SETTLED,
@@ -41,7 +41,6 @@ from reaper.jobqueue.sql import QUERIES
 __all__ = [
     "ANSWERS",
     "answer_gate",
-    "gate_of",
     "gates_between",
     "list_gates",
     "open_dead_letter_gates",
@@ -184,23 +183,3 @@ ANSWERS: Final[Mapping[str, Answer]] = {
     GATE_DELIVERY_EXHAUSTED: _answer_delivery,
     GATE_BUS_DEAD_LETTERED: settle_dead_letter,
 }
-
-
-def gate_of(row: Record) -> Gate:
-    """A ``human_gate`` row as a :class:`Gate`."""
-    choices = json.loads(row["choices"]) if row["choices"] else []
-    return Gate(
-        id=row["id"],
-        project_id=row["project_id"],
-        job_id=row["job_id"],
-        kind=row["kind"],
-        prompt=row["prompt"],
-        choices=tuple(str(c) for c in choices) if isinstance(choices, list) else (),
-        answer=row["answer"],
-        answered_at=row["answered_at"],
-        identity=row["identity"],
-        created_at=row["created_at"],
-        answered_by=row["answered_by"],
-        superseded_by=row.get("superseded_by"),
-        job_kind=row.get("job_kind"),
-    )
