@@ -19,10 +19,10 @@ from uuid import UUID
 from reaper.core.dead_letters import decoded_body, quote_untrusted, replay_decision
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED
 from reaper.core.records import Gate
+from reaper.desk.rules import DEAD_LETTER_REPLAY, offered_choices
 from reaper.edges.gates import short_id
 from reaper.errors import GateError
 from reaper.jobqueue.port import ParkedDeadLetter
-from reaper.jobqueue.rules import DEAD_LETTER_REPLAY, offered_choices
 
 __all__ = [
     "GateView",

@@ -4,7 +4,8 @@ A dead letter read from an owned dead-letter queue is parked once, by its identi
 across projects and passes): a ``bus.dead_letter`` job on the fleet project, its
 ``dead_letter`` row (what it was: migration 0004), a ``bus_dead_lettered`` gate and an
 untrusted ``QueueReaped`` event on the fleet stream, in one transaction. Nothing here ever
-deletes a letter, on the broker or in the database.
+deletes a letter, on the broker or in the database. Answering its gate is a person's act, the
+desk's (:mod:`reaper.desk.dead_letters`).
 """
 
 from __future__ import annotations
@@ -23,40 +24,28 @@ from reaper.core.domain import (
     GATE_BUS_DEAD_LETTERED,
     Action,
     DeadLetter,
-    Dispatch,
     Verdict,
 )
-from reaper.core.records import Gate
-from reaper.errors import GateError, scrub
+from reaper.errors import scrub
 from reaper.jobqueue import ledger
-from reaper.jobqueue.database import (
-    Connection,
-    Database,
-    PostgresError,
-    Record,
-    first_line,
-    is_row_failure,
-)
-from reaper.jobqueue.gates import open_gate_for_answer, record_answer, settle_dead_letter
-from reaper.jobqueue.port import DeadLetterParks, ParkedDeadLetter, ParkRules, ReplaySender
+from reaper.jobqueue.database import Connection, Database, PostgresError, first_line, is_row_failure
+from reaper.jobqueue.port import DeadLetterParks, ParkedDeadLetter, ParkRules
+from reaper.jobqueue.rows import parked_of
 from reaper.jobqueue.rules import (
     DEAD_LETTER_KEY_PREFIX,
-    DEAD_LETTER_REPLAY,
-    DEAD_LETTER_SETTLED,
     DELIVERY_EXHAUSTED_CHOICES,
     dead_letter_key,
-    replay_parts,
 )
 from reaper.jobqueue.sql import QUERIES
 
 __all__ = [
-    "answer_gate",
     "count_parked",
     "keep_envelopes",
     "park",
     "park_pointers",
     "parked_envelopes",
     "parked_identities",
+    "parked_letters_of",
 ]
 
 _CHOICES_JSON: Final = json.dumps(list(dead_letters.GATE_CHOICES))
@@ -261,55 +250,7 @@ async def parked_letters_of(db: Database, job_ids: Sequence[UUID]) -> dict[UUID,
     """What each of these parked dead-letter jobs keeps of its letter, by job."""
     async with db.session("reading parked dead letters") as conn:
         rows = await conn.fetch(QUERIES["dead_letters_of_jobs"], list(job_ids))
-    return {r["job_id"]: _parked(r) for r in rows}
-
-
-async def answer_gate(
-    db: Database,
-    gate_id: UUID,
-    choice: str,
-    now: datetime,
-    *,
-    replay: ReplaySender | None = None,
-    answered_by: str | None = None,
-    reason: str | None = None,
-) -> tuple[Gate, ParkedDeadLetter | None]:
-    """Answer a ``bus_dead_lettered`` gate, with the gate row locked throughout.
-
-    ``dismiss``: the answer is recorded and the parked job settles ``cancelled``; nothing is
-    sent. ``replay``: ``replay(gate, letter)`` runs first, still under the lock (so a second
-    answer waits, then finds the gate answered: one replay, never two); it publishes the body
-    and returns its message id, or raises (a :class:`GateError` saying why), and only when it
-    returns are the answer, its ``GateAnswered`` event (with the queue and message id) and the
-    job settled ``succeeded`` recorded. If it raises, nothing is recorded. ``replay`` None
-    refuses a replay. Refused like any gate answer: an unknown gate, one already answered, a
-    choice it does not offer, and a gate of another kind.
-    """
-    async with db.session("answering a dead-letter gate") as conn, conn.transaction():
-        gate = await open_gate_for_answer(conn, gate_id, choice)
-        if gate.kind != GATE_BUS_DEAD_LETTERED:
-            raise GateError(
-                f"gate {gate.id} is a {gate.kind} gate, not a {GATE_BUS_DEAD_LETTERED} gate"
-            )
-        parked = None
-        if gate.job_id is not None:
-            found = await conn.fetchrow(QUERIES["dead_letter_of_job"], gate.job_id)
-            parked = None if found is None else _parked(found)
-        published = None
-        if choice == DEAD_LETTER_REPLAY:
-            send, letter = replay_parts(gate, replay, parked)
-            message_id = await send(gate, letter)
-            published = (letter.letter.origin_queue or "", message_id)
-            await conn.fetchval(
-                QUERIES["settle_parked_job"],
-                now,
-                letter.job_id,
-                DEAD_LETTER_SETTLED[DEAD_LETTER_REPLAY],
-            )
-        else:
-            await settle_dead_letter(conn, gate, choice, now, Dispatch.POLLING)
-        answered = await record_answer(conn, gate, choice, now, answered_by, reason, published)
-        return answered, parked
+    return {r["job_id"]: parked_of(r) for r in rows}
 
 
 def _letter_columns(kept: dead_letters.ParkedLetter) -> tuple[object, ...]:
@@ -327,24 +268,4 @@ def _letter_columns(kept: dead_letters.ParkedLetter) -> tuple[object, ...]:
         kept.body_bytes,
         kept.body_truncated,
         kept.is_json_object,
-    )
-
-
-def _parked(row: Record) -> ParkedDeadLetter:
-    return ParkedDeadLetter(
-        letter=dead_letters.ParkedLetter(
-            queue=row["queue"],
-            identity=row["identity"],
-            message_id=row["message_id"],
-            origin_queue=row["origin_queue"],
-            reason=row["reason"],
-            body=row["body"],
-            body_encoding=row["body_encoding"],
-            body_bytes=row["body_bytes"],
-            body_truncated=row["body_truncated"],
-            is_json_object=row["is_json_object"],
-        ),
-        job_id=row["job_id"],
-        parked_at=row["parked_at"],
-        job_state=row["job_state"],
     )

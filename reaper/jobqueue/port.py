@@ -9,7 +9,7 @@ a driver. Every method returns a named, typed result; a failure of the database 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -40,7 +40,6 @@ __all__ = [
     "MovesInterrupted",
     "ParkRules",
     "ParkedDeadLetter",
-    "ReplaySender",
     "SightingsRecorded",
     "Turn",
 ]
@@ -174,11 +173,6 @@ class ParkedDeadLetter:
     job_id: UUID
     parked_at: datetime
     job_state: str
-
-
-#: Publishes a parked dead letter's body back (``reaper gates answer``) and returns the message
-#: id it was published with; raises to refuse.
-ReplaySender = Callable[[Gate, ParkedDeadLetter], Awaitable[str]]
 
 
 @dataclass(frozen=True)
@@ -372,33 +366,6 @@ class JobQueue(Protocol):
 
     async def parked_dead_letters(self, job_ids: Sequence[UUID]) -> dict[UUID, ParkedDeadLetter]:
         """What each of these parked dead-letter jobs keeps of its letter, by job."""
-        ...
-
-    async def answer_gate(
-        self,
-        gate_id: UUID,
-        choice: str,
-        now: datetime,
-        *,
-        answered_by: str | None = None,
-        dispatch: Dispatch = Dispatch.POLLING,
-        reason: str | None = None,
-    ) -> Gate:
-        """Answer a gate and do what the answer means for its kind (with outbox dispatch, a
-        job made ready again starts a new dispatch episode), with its ``GateAnswered`` event."""
-        ...
-
-    async def answer_dead_letter_gate(
-        self,
-        gate_id: UUID,
-        choice: str,
-        now: datetime,
-        *,
-        replay: ReplaySender | None = None,
-        answered_by: str | None = None,
-        reason: str | None = None,
-    ) -> tuple[Gate, ParkedDeadLetter | None]:
-        """Answer a ``bus_dead_lettered`` gate (``replay`` publishes first), with its event."""
         ...
 
     async def events(self, project_id: UUID) -> list[LedgerEvent]:

@@ -7,7 +7,8 @@ leases (:mod:`~reaper.jobqueue.leases`), sightings (:mod:`~reaper.jobqueue.sight
 (:mod:`~reaper.jobqueue.gates`), dead-letter parks (:mod:`~reaper.jobqueue.dead_letters`), the
 ledger (:mod:`~reaper.jobqueue.ledger`) and the fleet's turn (:mod:`~reaper.jobqueue.turns`).
 Every query is named in ``sql/queries.sql``; every query that depends on time takes ``now``
-from the caller. The schema is the schema room's (:mod:`reaper.schema`): a pass never migrates.
+from the caller. The schema is :mod:`reaper.schema`'s (a pass never migrates); a gate's answer
+is the desk's, over this store's :class:`Database` (:class:`~reaper.desk.postgres.PostgresDesk`).
 """
 
 from __future__ import annotations
@@ -171,7 +172,6 @@ class PostgresStore:
     park_dead_letters = _OnDatabase(dead_letters.park)
     park_dispatch_pointers = _OnDatabase(dead_letters.park_pointers)
     parked_dead_letters = _OnDatabase(dead_letters.parked_letters_of)
-    answer_dead_letter_gate = _OnDatabase(dead_letters.answer_gate)
 
     # ----------------------------------------------------------------------- gates
 
@@ -179,7 +179,6 @@ class PostgresStore:
     gates_between = _OnDatabase(gates.gates_between)
     open_gate_counts = _OnDatabase(gates.open_gate_counts)
     open_dead_letter_gates = _OnDatabase(gates.open_dead_letter_gates)
-    answer_gate = _OnDatabase(gates.answer_gate)
 
     # ----------------------------------------------------------------------- ledger
 

@@ -1,5 +1,6 @@
-"""Answering a gate (SPEC §1): find it by its id or a unique prefix, check the answer, take it,
-and return what was done as a value (:mod:`reaper.edges.gates` says it in words).
+"""Answering a gate (SPEC §1): find it by its id or a unique prefix, check the answer, take it
+at the desk (:mod:`reaper.desk`, ``Sources.desk``), and return what was done as a value
+(:mod:`reaper.edges.gates` says it in words).
 
 Every answer commits with its ``GateAnswered`` event and the job's move in one transaction. A
 ``replay`` publishes the kept body to its origin queue first, only where
@@ -21,14 +22,10 @@ from reaper.config import Settings
 from reaper.core.dead_letters import decoded_body, quote_untrusted, replay_decision
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Dispatch
 from reaper.core.records import Gate
+from reaper.desk.port import GateDesk
+from reaper.desk.rules import DEAD_LETTER_REPLAY, check_answerable, gate_id_range, not_the_latest
 from reaper.errors import BrokerUnavailable, GateError, StoreUnavailable
 from reaper.jobqueue.port import JobQueue, ParkedDeadLetter
-from reaper.jobqueue.rules import (
-    DEAD_LETTER_REPLAY,
-    check_answerable,
-    gate_id_range,
-    not_the_latest,
-)
 from reaper.reap.dispatch import dispatch_in_force
 from reaper.reap.sources import Sources
 
@@ -127,6 +124,13 @@ async def _open(
     return store, gate, now, dispatch.mode
 
 
+def _desk(sources: Sources, gate: Gate) -> GateDesk:
+    """Where the answer is taken: the desk opened over the store's database."""
+    if sources.desk is None:
+        raise GateError(f"cannot answer gate {gate.id}: no desk is open over the store")
+    return sources.desk
+
+
 async def answer_gate(
     sources: Sources,
     settings: Settings,
@@ -144,9 +148,10 @@ async def answer_gate(
     refused or not routed) and :class:`BrokerUnavailable` / :class:`StoreUnavailable` when a
     source fails; in every such case nothing was recorded, unless the message says the body
     was published."""
-    store, gate, now, dispatch = await _open(sources, settings, gate_id, clock)
+    _, gate, now, dispatch = await _open(sources, settings, gate_id, clock)
+    desk = _desk(sources, gate)
     if gate.kind != GATE_BUS_DEAD_LETTERED:
-        answered = await store.answer_gate(
+        answered = await desk.answer_gate(
             gate.id, choice, now, answered_by=answered_by, dispatch=dispatch, reason=reason
         )
         return GateAnswer(answered, dispatch=dispatch)
@@ -158,7 +163,7 @@ async def answer_gate(
         return message_id
 
     try:
-        answered, parked = await store.answer_dead_letter_gate(
+        answered, parked = await desk.answer_dead_letter_gate(
             gate.id, choice, now, replay=replay, answered_by=answered_by, reason=reason
         )
     except StoreUnavailable as exc:

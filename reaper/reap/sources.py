@@ -1,6 +1,7 @@
 """The sources a pass reads, opened from the configuration: PostgreSQL (the job queue and the
-ledger) and the broker's management API. A source that cannot be opened is None with the reason
-beside it, and the pass names it in ``unreadable``: opening never raises."""
+ledger) and the broker's management API, and the desk a person's answers are taken at, over
+the store's database. A source that cannot be opened is None with the reason beside it, and the
+pass names it in ``unreadable``: opening never raises."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from reaper.broker.client import ManagementClient
 from reaper.broker.http import BrokerTls
 from reaper.broker.port import Broker
 from reaper.config import Settings
+from reaper.desk.port import GateDesk
+from reaper.desk.postgres import PostgresDesk
 from reaper.errors import SourceUnreadable
 from reaper.jobqueue.database import ConnectionFactory, WorkerPool
 from reaper.jobqueue.port import JobQueue
@@ -26,6 +29,9 @@ class Sources:
     store_error: str | None = None
     broker: Broker | None = None
     broker_error: str | None = None
+    #: Where a gate's answer is taken (:mod:`reaper.desk`): over the store's database, so
+    #: None with it. Closing the store closes it.
+    desk: GateDesk | None = None
 
     async def close(self) -> None:
         if self.store is not None:
@@ -40,7 +46,7 @@ async def open_store(
     pool_size: int | None = None,
     pool: WorkerPool | None = None,
     factory: ConnectionFactory | None = None,
-) -> tuple[JobQueue | None, str | None]:
+) -> tuple[PostgresStore | None, str | None]:
     """The store, or None and why not. Over a worker's ``pool`` (borrowed, never closed by
     the store) or its connection ``factory`` when one is given, else from ``[database]``;
     at most ``pool_size`` connections at once (default ``[database] pool_size``)."""
@@ -85,7 +91,9 @@ async def open_sources(settings: Settings, *, store: bool = True, broker: bool =
     cannot be reached: the reason is kept and the pass names it in ``unreadable``."""
     sources = Sources()
     if store:
-        sources.store, sources.store_error = await open_store(settings)
+        opened, sources.store_error = await open_store(settings)
+        sources.store = opened
+        sources.desk = None if opened is None else PostgresDesk(opened.database)
     if broker:
         sources.broker = open_broker(settings)
     return sources

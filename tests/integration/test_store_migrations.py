@@ -13,6 +13,7 @@ import pytest
 
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import FLEET_PROJECT_ID
+from reaper.desk.sql import QUERIES as DESK_QUERIES
 from reaper.errors import StoreUnavailable
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
@@ -130,12 +131,19 @@ async def test_the_database_refuses_to_change_the_ledger(pg_dsn: str, statement:
         await conn.close()
 
 
-def test_every_query_is_named_and_described() -> None:
-    text = resources.files("reaper.jobqueue.sql").joinpath("queries.sql").read_text()
-    for name, sql in QUERIES.items():
+@pytest.mark.parametrize(
+    ("package", "queries"), [("reaper.jobqueue.sql", QUERIES), ("reaper.desk.sql", DESK_QUERIES)]
+)
+def test_every_query_is_named_and_described(package: str, queries: dict[str, str]) -> None:
+    text = resources.files(package).joinpath("queries.sql").read_text()
+    for name, sql in queries.items():
         assert sql.startswith("--"), f"{name} has no description line"
         assert "now()" not in sql.lower().replace("default now()", ""), name
-    assert len(re.findall(r"^-- name: ", text, re.MULTILINE)) == len(QUERIES)
+    assert len(re.findall(r"^-- name: ", text, re.MULTILINE)) == len(queries)
+
+
+def test_the_desk_and_the_job_queue_name_no_query_twice() -> None:
+    assert set(QUERIES) & set(DESK_QUERIES) == set()
 
 
 async def test_an_unreachable_database_is_a_scrubbed_store_unavailable() -> None:

@@ -28,8 +28,10 @@ DOCSTRING_LINES = 12
 #: the package; the adapters import the core; the pass imports the adapters; the demo is a use
 #: case on the pass, and the edges sit on top of both (the demo never imports an edge). The
 #: schema migrates through the job queue's driver seam and reads its SQL with the job queue's
-#: loader; a pass never migrates, so neither the pass nor the job queue imports it. The test
-#: doubles implement the job queue's port by its rules; nothing of the package imports them.
+#: loader; a pass never migrates, so neither the pass nor the job queue imports it. The desk
+#: (a person's answers to gates) answers over the job queue's low-level pieces, and the job
+#: queue never imports it. The test doubles implement the job queue's port by its rules, and
+#: the desk's by the desk's; nothing of the package imports them.
 ROOMS: dict[str, set[str]] = {
     "reaper.__main__": {"reaper.edges.cli"},
     "reaper.version": set(),
@@ -37,6 +39,16 @@ ROOMS: dict[str, set[str]] = {
     "reaper.core": set(),
     "reaper.config": {"reaper.core", "reaper.errors"},
     "reaper.jobqueue": {"reaper.core", "reaper.errors"},
+    "reaper.desk": {
+        "reaper.core",
+        "reaper.errors",
+        "reaper.jobqueue.database",
+        "reaper.jobqueue.ledger",
+        "reaper.jobqueue.port",
+        "reaper.jobqueue.rows",
+        "reaper.jobqueue.rules",
+        "reaper.jobqueue.sql",
+    },
     "reaper.schema": {
         "reaper.core",
         "reaper.errors",
@@ -48,6 +60,8 @@ ROOMS: dict[str, set[str]] = {
         "reaper.errors",
         "reaper.jobqueue.port",
         "reaper.jobqueue.rules",
+        "reaper.desk.port",
+        "reaper.desk.rules",
     },
     "reaper.broker": {"reaper.core", "reaper.errors"},
     "reaper.policies": {"reaper.core", "reaper.errors", "reaper.broker.port"},
@@ -56,6 +70,7 @@ ROOMS: dict[str, set[str]] = {
         "reaper.errors",
         "reaper.config",
         "reaper.jobqueue",
+        "reaper.desk",
         "reaper.broker",
         "reaper.policies",
     },
@@ -65,6 +80,7 @@ ROOMS: dict[str, set[str]] = {
         "reaper.version",
         "reaper.config",
         "reaper.jobqueue",
+        "reaper.desk",
         "reaper.broker",
         "reaper.policies",
         "reaper.reap",
@@ -76,6 +92,7 @@ ROOMS: dict[str, set[str]] = {
         "reaper.errors",
         "reaper.config",
         "reaper.jobqueue",
+        "reaper.desk",
         "reaper.broker",
         "reaper.policies",
         "reaper.reap",
@@ -86,7 +103,7 @@ ROOMS: dict[str, set[str]] = {
 #: The only module allowed to import each driver.
 DRIVERS = {"asyncpg": "reaper.jobqueue.database", "httpx": "reaper.broker.http"}
 
-PORTS = ("reaper.jobqueue.port", "reaper.broker.port")
+PORTS = ("reaper.jobqueue.port", "reaper.desk.port", "reaper.broker.port")
 
 
 def modules() -> Iterator[tuple[str, ast.Module]]:

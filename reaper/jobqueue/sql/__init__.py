@@ -1,9 +1,10 @@
 """The job queue's SQL: one file of named queries, and the loader of named-query files.
 
-``queries.sql`` holds every query a pass (and the gate and ledger commands) runs, each under a
-``-- name: NAME --`` header followed by a one-line description; :data:`QUERIES` maps each name
-to its text. Reading the SQL means opening one file. The schema's migrations and the migrator's
-own queries are in :mod:`reaper.schema.sql`, in the same form.
+``queries.sql`` holds every query a pass (and the gate and ledger commands' reads) runs, each
+under a ``-- name: NAME --`` header followed by a one-line description; :data:`QUERIES` maps each
+name to its text. Reading the SQL means opening one file. What only a gate's answer runs is the
+desk's (:mod:`reaper.desk.sql`); the schema's migrations and the migrator's own queries are in
+:mod:`reaper.schema.sql`, in the same form.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def parse_queries(text: str) -> dict[str, str]:
 
 def load_queries(package: str = __name__, filename: str = "queries.sql") -> dict[str, str]:
     """The named queries of one file of a package (the demo keeps its seeding queries in
-    ``reaper/demo/scenario.sql``, the schema its own in ``reaper/schema/sql/``)."""
+    ``reaper/demo/scenario.sql``, the schema its own in ``reaper/schema/sql/``, the desk its
+    own in ``reaper/desk/sql/``)."""
     return parse_queries(resources.files(package).joinpath(filename).read_text("utf-8"))
 
 

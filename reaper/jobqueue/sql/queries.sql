@@ -1,7 +1,9 @@
--- Every query the reaper runs, each under a `-- name: NAME --` header and a one-line
--- description. Loaded by reaper/jobqueue/sql/__init__.py. Only database_now and take_turn read
--- the database's clock: a pass reads it once, and every query that depends on time takes that
--- `now` as a parameter, so tests pin it (now() appears otherwise only as a column default).
+-- Every query a pass (and the gate and ledger commands' reads) runs, each under a
+-- `-- name: NAME --` header and a one-line description. Loaded by reaper/jobqueue/sql/__init__.py;
+-- what only a gate's answer runs is in reaper/desk/sql/queries.sql. Only database_now and
+-- take_turn read the database's clock: a pass reads it once, and every query that depends on
+-- time takes that `now` as a parameter, so tests pin it (now() appears otherwise only as a
+-- column default).
 
 -- name: database_now --
 -- The database's clock: what every time the host wrote is compared with.
@@ -415,46 +417,6 @@ WHERE g.answered_at IS NULL
 GROUP BY d.queue
 ORDER BY d.queue;
 
--- name: gate_for_answer --
--- One gate, locked for the answer's transaction.
-SELECT id, project_id, job_id, kind, prompt, choices::text AS choices, answer, answered_at,
-       answered_by, identity, created_at
-FROM human_gate
-WHERE id = $1::uuid
-FOR UPDATE;
-
--- name: answer_gate --
--- Record a gate's answer (only if still unanswered); returns the answered gate.
-UPDATE human_gate
-SET answer = $3::text, answered_at = $1::timestamptz, answered_by = $4::text
-WHERE id = $2::uuid AND answered_at IS NULL
-RETURNING id, project_id, job_id, kind, prompt, choices::text AS choices, answer,
-          answered_at, answered_by, identity, created_at,
-          (SELECT j.kind FROM job AS j WHERE j.id = human_gate.job_id) AS job_kind;
-
--- name: latest_gate_of_job --
--- The job's latest gate, of any kind (the one it is parked behind, if it is parked).
-SELECT id, kind, created_at
-FROM human_gate
-WHERE job_id = $1::uuid
-ORDER BY created_at DESC, id DESC
-LIMIT 1;
-
--- name: cancel_parked_job --
--- Give up a parked job: cancelled, finished, never delivered again; only if it is still
--- awaiting a human. No dispatch episode starts, so no outbox row.
-UPDATE job
-SET state = 'cancelled', finished_at = $1::timestamptz, updated_at = $1::timestamptz
-WHERE id = $2::uuid AND state = 'awaiting_human'
-RETURNING id;
-
--- name: ready_parked_job --
--- Re-ready a parked job for one more delivery, only if it is still awaiting a human.
-UPDATE job
-SET state = 'ready', run_after = $1::timestamptz, updated_at = $1::timestamptz
-WHERE id = $2::uuid AND state = 'awaiting_human'
-RETURNING id;
-
 -- ------------------------------------------------------------------------- dead letters --
 -- SPEC §1 (e): a dead letter read from an owned dead-letter queue becomes a parked
 -- `bus.dead_letter` job (fleet project, idempotency_key `dead_letter:<identity>`), its
@@ -530,23 +492,6 @@ WHERE d.identity = u.identity AND d.envelope IS DISTINCT FROM u.envelope;
 SELECT count(*)
 FROM dead_letter
 WHERE queue = $1::text;
-
--- name: dead_letter_of_job --
--- What a parked dead-letter job keeps of its letter, and the job's state.
-SELECT d.identity, d.job_id, d.queue, d.message_id, d.origin_queue, d.reason, d.body,
-       d.body_encoding, d.body_bytes, d.body_truncated, d.is_json_object, d.parked_at,
-       j.state AS job_state
-FROM dead_letter AS d
-JOIN job AS j ON j.id = d.job_id
-WHERE d.job_id = $1::uuid AND d.disposition = 'parked';
-
--- name: settle_parked_job --
--- Settle a parked job ($3: cancelled or succeeded), only if it is still awaiting a human. $3
--- takes the state column's own type (text, or the host's enum).
-UPDATE job
-SET state = $3, finished_at = $1::timestamptz, updated_at = $1::timestamptz
-WHERE id = $2::uuid AND state = 'awaiting_human'
-RETURNING id;
 
 -- ----------------------------------------------------------------- outbox dispatch --
 -- SPEC §3, ADR-0044 §4: where the host dispatches through RabbitMQ, every transition that
