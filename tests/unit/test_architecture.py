@@ -23,6 +23,8 @@ ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 MODULE_LINES = 450
 FUNCTION_LINES = 80
 DOCSTRING_LINES = 12
+#: The job-queue room keeps what a pass reads and writes: this many lines at most, its SQL too.
+JOBQUEUE_LINES = 3_000
 
 #: Each room, and the rooms it may import (itself always). The pure core imports nothing of
 #: the package; the adapters import the core; the pass imports the adapters; the demo is a use
@@ -233,6 +235,14 @@ def docstrings(tree: ast.Module) -> Iterator[tuple[str, ast.Expr, str]]:
 def test_no_module_is_too_long_to_read_in_one_sitting() -> None:
     long = {path: n for path, text, _ in sources() if (n := len(text.splitlines())) > MODULE_LINES}
     assert long == {}
+
+
+def test_the_job_queue_room_holds_only_what_a_pass_reads_and_writes() -> None:
+    room = PACKAGE / "jobqueue"
+    files = [p for p in room.rglob("*") if p.suffix in (".py", ".sql")]
+    lines = sum(len(p.read_text().splitlines()) for p in files)
+    assert any(p.suffix == ".sql" for p in files)
+    assert lines <= JOBQUEUE_LINES, f"reaper/jobqueue/ is {lines} lines with its SQL"
 
 
 def test_no_function_is_too_long_to_read_in_one_sitting() -> None:
