@@ -40,7 +40,9 @@ def measure(verdict: Verdict, *, threshold: bool = True) -> str:
     if verdict.measured is None:
         return ""
     shown = _amount(verdict.measured, unit)
-    if verdict.threshold is None or not threshold:
+    # a dead-letter remainder (bucketed) counts letters not parked: any is a finding, and a
+    # threshold of 0 would say nothing a person can act on
+    if verdict.threshold is None or not threshold or verdict.bucket is not None:
         return shown
     if verdict.condition in LEASE_CONDITIONS and unit == "attempts":
         return f"{display_number(verdict.measured)} of {display_number(verdict.threshold)} attempts"

@@ -65,6 +65,24 @@ def test_a_parked_letter_does_not_quote_its_queues_depth() -> None:
     assert "4 messages" not in line and "threshold" not in line, line
 
 
+def test_letters_left_unparked_are_counted_without_a_threshold() -> None:
+    remainder = Verdict(
+        Source.BROKER,
+        "vibey.lim.dead",
+        Condition.DEAD_LETTER,
+        2,
+        0,
+        Unit.MESSAGES,
+        Action.SURFACE,
+        queue="vibey.lim.dead",
+        detail="2 dead letter(s) not parked (at least 1): reading it would spend a delivery",
+        bucket=1,
+    )
+    line = _line(render_text(_result(remainder)), "vibey.lim.dead")
+    assert "queue vibey.lim.dead: 2 messages" in line
+    assert "threshold" not in line, line
+
+
 def test_a_dry_runs_dead_letter_line_says_nothing_was_read() -> None:
     outcome = DeadLetterOutcome("vibey.jobs.dead", 4, 0, 0, 4, None)
     # the short form lists no dead-letter queue in a dry run (its note says what a pass would
