@@ -279,7 +279,7 @@ def _where_to_look(
     dry, first, second = (after - before for before, after in counts)
     return [
         f"Finished in {elapsed:.1f} s; ledger events by pass: {dry}, {first}, {second}. Kept: "
-        f"database and vhost {name} (`reaper demo --cleanup` removes them)",
+        f"database and vhost {name} (`reaper demo --cleanup` removes its own at the end)",
         f"  {env}",
         "  then: reaper events (the ledger), reaper gates list (what waits for a person), "
         "reaper reap -o wide --metrics-textfile demo.prom (every detail, metrics)",
