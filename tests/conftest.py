@@ -36,16 +36,6 @@ from tests.support.services import (
     dsn_for,
 )
 
-# --------------------------------------------------------------------------- order
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The long tests first (``slow``: chaos, load, the brokers' 60 s timeout tick), so that
-    the workers finish together instead of waiting on one long test started last. Stable, so
-    every xdist worker collects the same order."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 # --------------------------------------------------------------------------- PostgreSQL
 
 
