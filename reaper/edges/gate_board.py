@@ -96,7 +96,7 @@ async def board_of(store: JobQueue) -> GateBoard:
     """Read the board from ``store``."""
     facts = await store.database_facts()
     counts = await store.open_gate_counts()
-    oldest = (await store.list_gates(open_only=True))[:BOARD_GATES] if counts else []
+    oldest = await store.list_gates(open_only=True, limit=BOARD_GATES) if counts else []
     letters = [g.job_id for g in oldest if g.kind == GATE_BUS_DEAD_LETTERED and g.job_id]
     parked = await store.parked_dead_letters(letters) if letters else {}
     waiting = await store.open_dead_letter_gates() if counts else {}

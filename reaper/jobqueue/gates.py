@@ -24,9 +24,13 @@ async def list_gates(
     kind: str | None = None,
     project_id: UUID | None = None,
     raised_before: datetime | None = None,
+    raised_since: datetime | None = None,
+    limit: int | None = None,
 ) -> list[Gate]:
     async with db.session("listing gates") as conn:
-        rows = await conn.fetch(QUERIES["list_gates"], open_only, kind, project_id, raised_before)
+        rows = await conn.fetch(
+            QUERIES["list_gates"], open_only, kind, project_id, raised_before, raised_since, limit
+        )
     return [gate_of(r) for r in rows]
 
 

@@ -348,8 +348,11 @@ class JobQueue(Protocol):
         kind: str | None = None,
         project_id: UUID | None = None,
         raised_before: datetime | None = None,
+        raised_since: datetime | None = None,
+        limit: int | None = None,
     ) -> list[Gate]:
-        """Gates, oldest first, each with the job's later gate where it has one."""
+        """Gates, oldest first (at most ``limit``), each with the job's later gate where it
+        has one; ``raised_since`` includes its own instant, ``raised_before`` excludes it."""
         ...
 
     async def gates_between(self, low: UUID, high: UUID, limit: int) -> list[Gate]:

@@ -104,7 +104,7 @@ async def run_pass(
     on_record = store if reading.job_queue is not None else None  # the ledger, read
     sightings = await _record(config, on_record, reading, judgement, dead_letters, found, now)
     found += sightings.found
-    gates, listed = await gates_of_parks(ledger, lease_log, found.verdicts)
+    gates, listed = await gates_of_parks(ledger, lease_log, found.verdicts, now)
     endpoints = broker.endpoints() if broker is not None else ()
     found += listed + Found.noted(*_failover_notes(endpoints))
     return _result(

@@ -76,16 +76,17 @@ async def sightings_on_record(
 
 
 async def gates_of_parks(
-    store: JobQueue | None, leases: LeaseLog, verdicts: Sequence[RecordedVerdict]
+    store: JobQueue | None, leases: LeaseLog, verdicts: Sequence[RecordedVerdict], now: datetime
 ) -> tuple[dict[str, UUID], Found]:
-    """The open gates, by job, when this pass parked a job: the report names the gate each
-    park waits behind, and the command that answers it."""
+    """The gates this pass's parks raised (at ``now``, the pass's instant), by job, when it
+    parked one: the report names the gate each park waits behind, and the command that answers
+    it. The older open gates are not read: there may be thousands."""
     parked = any(r.applied and r.verdict.action is Action.PARK for r in verdicts)
     parked = parked or any(a is Action.PARK and rec for (_, a, _, rec) in leases.tally)
     if store is None or not parked:
         return {}, Found()
     try:
-        gates = await store.list_gates(open_only=True)
+        gates = await store.list_gates(open_only=True, raised_since=now)
     except SourceUnreadable as exc:
         return {}, Found.noted(f"the gates of this pass's parks could not be listed: {exc.reason}")
     return {str(g.job_id): g.id for g in gates if g.job_id is not None}, Found()

@@ -164,6 +164,8 @@ class Records:
         kind: str | None = None,
         project_id: UUID | None = None,
         raised_before: datetime | None = None,
+        raised_since: datetime | None = None,
+        limit: int | None = None,
     ) -> list[Gate]:
         self._open()
         chosen = (
@@ -173,8 +175,9 @@ class Records:
             and (kind is None or g.kind == kind)
             and (project_id is None or g.project_id == project_id)
             and (raised_before is None or g.created_at < raised_before)
+            and (raised_since is None or g.created_at >= raised_since)
         )
-        return [self._with_latest(g) for g in sorted(chosen, key=_raised)]
+        return [self._with_latest(g) for g in sorted(chosen, key=_raised)[:limit]]
 
     async def gates_between(self, low: UUID, high: UUID, limit: int) -> list[Gate]:
         self._open()

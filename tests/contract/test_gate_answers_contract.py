@@ -198,6 +198,14 @@ async def test_gates_are_listed_by_project_age_and_kind(subject: Subject) -> Non
     )
     assert len(await store.list_gates(raised_before=LATER)) == 2
     assert len(await store.list_gates(raised_before=LATER + timedelta(seconds=1))) == 3
+    # what a pass parked at LATER, and no older gate; and the oldest first, at most as many
+    # as asked for
+    [letter] = await store.list_gates(kind=GATE_BUS_DEAD_LETTERED)
+    assert [g.id for g in await store.list_gates(raised_since=LATER)] == [letter.id]
+    assert len(await store.list_gates(raised_since=NOW)) == 3
+    oldest = sorted([mine.id, theirs.id], key=str)
+    assert [g.id for g in await store.list_gates(limit=1)] == oldest[:1]
+    assert [g.id for g in await store.list_gates(limit=5)] == [*oldest, letter.id]
     assert await store.open_gate_counts() == [
         GateCount(GATE_BUS_DEAD_LETTERED, 1, LATER),
         GateCount(GATE_DELIVERY_EXHAUSTED, 2, NOW),

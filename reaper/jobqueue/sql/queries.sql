@@ -353,8 +353,8 @@ ORDER BY created_at, project_id, seq;
 
 -- name: list_gates --
 -- Gates, oldest first; only open ones when $1, only one kind when $2, one project when $3,
--- raised before $4 when given; each with its job's kind and its later gate, if the job was
--- parked again.
+-- raised before $4 and at or after $5 when given, at most $6 (NULL: all); each with its job's
+-- kind and its later gate, if the job was parked again.
 SELECT g.id, g.project_id, g.job_id, g.kind, g.prompt, g.choices::text AS choices, g.answer,
        g.answered_at, g.answered_by, g.identity, g.created_at,
        nullif(l.id, g.id) AS superseded_by, j.kind AS job_kind
@@ -370,7 +370,9 @@ WHERE (NOT $1::bool OR g.answered_at IS NULL)
   AND ($2::text IS NULL OR g.kind = $2::text)
   AND ($3::uuid IS NULL OR g.project_id = $3::uuid)
   AND ($4::timestamptz IS NULL OR g.created_at < $4::timestamptz)
-ORDER BY g.created_at, g.id;
+  AND ($5::timestamptz IS NULL OR g.created_at >= $5::timestamptz)
+ORDER BY g.created_at, g.id
+LIMIT $6::int;
 
 -- name: gates_between --
 -- The gates whose ids lie between $1 and $2 (a prefix of an id, as its lowest and highest
