@@ -5,15 +5,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from uuid import UUID
-
-from reaper.core.domain import Dispatch
-from reaper.core.records import Gate
 from reaper.desk import answers, dead_letters
-from reaper.desk.port import ReplaySender
+from reaper.jobqueue.bound import OnDatabase
 from reaper.jobqueue.database import Database
-from reaper.jobqueue.port import ParkedDeadLetter
 
 __all__ = ["PostgresDesk"]
 
@@ -24,42 +18,5 @@ class PostgresDesk:
     def __init__(self, database: Database) -> None:
         self.database = database
 
-    async def answer_gate(
-        self,
-        gate_id: UUID,
-        choice: str,
-        now: datetime,
-        *,
-        answered_by: str | None = None,
-        dispatch: Dispatch = Dispatch.POLLING,
-        reason: str | None = None,
-    ) -> Gate:
-        return await answers.answer_gate(
-            self.database,
-            gate_id,
-            choice,
-            now,
-            answered_by=answered_by,
-            dispatch=dispatch,
-            reason=reason,
-        )
-
-    async def answer_dead_letter_gate(
-        self,
-        gate_id: UUID,
-        choice: str,
-        now: datetime,
-        *,
-        replay: ReplaySender | None = None,
-        answered_by: str | None = None,
-        reason: str | None = None,
-    ) -> tuple[Gate, ParkedDeadLetter | None]:
-        return await dead_letters.answer_gate(
-            self.database,
-            gate_id,
-            choice,
-            now,
-            replay=replay,
-            answered_by=answered_by,
-            reason=reason,
-        )
+    answer_gate = OnDatabase(answers.answer_gate)
+    answer_dead_letter_gate = OnDatabase(dead_letters.answer_gate)

@@ -2,10 +2,8 @@
 :class:`~reaper.jobqueue.port.JobQueue` port says.
 
 Each concern has its own module, and this class only holds the pool: each method of the port is
-its module's function, bound to the store's :class:`Database` (:class:`_OnDatabase`), from
-leases (:mod:`~reaper.jobqueue.leases`), sightings (:mod:`~reaper.jobqueue.sightings`), gates
-(:mod:`~reaper.jobqueue.gates`), dead-letter parks (:mod:`~reaper.jobqueue.dead_letters`), the
-ledger (:mod:`~reaper.jobqueue.ledger`) and the fleet's turn (:mod:`~reaper.jobqueue.turns`).
+its module's function (leases, sightings, gates, dead-letter parks, the ledger, the fleet's
+turn), bound to the store's :class:`Database` by :class:`~reaper.jobqueue.bound.OnDatabase`.
 Every query is named in ``sql/queries.sql``; every query that depends on time takes ``now``
 from the caller. The schema is :mod:`reaper.schema`'s (a pass never migrates); a gate's answer
 is the desk's, over this store's :class:`Database` (:class:`~reaper.desk.postgres.PostgresDesk`).
@@ -13,48 +11,19 @@ is the desk's, over this store's :class:`Database` (:class:`~reaper.desk.postgre
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Coroutine
 from datetime import datetime
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 from uuid import UUID
 
 from reaper.core.domain import ClaimableHead, Dispatch, UnsentDispatch
 from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.jobqueue import dead_letters, gates, leases, ledger, quiet_marks, sightings, turns
 from reaper.jobqueue import observations as watched
+from reaper.jobqueue.bound import OnDatabase
 from reaper.jobqueue.database import ConnectionFactory, Database, WorkerPool
 from reaper.jobqueue.port import DatabaseFacts, LeaseMoves
 from reaper.jobqueue.sql import QUERIES
 
 __all__ = ["PostgresStore"]
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-class _OnDatabase(Generic[P, R]):
-    """A concern module's ``function(db, ...)`` as a method of the store: called on a store,
-    it is called with the store's :class:`Database` first. Its parameters are the port's."""
-
-    def __init__(self, function: Callable[Concatenate[Database, P], Coroutine[Any, Any, R]]):
-        self._function = function
-        self.__doc__ = function.__doc__
-
-    @overload
-    def __get__(self, store: None, owner: type[object]) -> _OnDatabase[P, R]: ...
-
-    @overload
-    def __get__(
-        self, store: PostgresStore, owner: type[object]
-    ) -> Callable[P, Coroutine[Any, Any, R]]: ...
-
-    def __get__(
-        self, store: PostgresStore | None, owner: type[object]
-    ) -> _OnDatabase[P, R] | Callable[P, Coroutine[Any, Any, R]]:
-        if store is None:
-            return self
-        return functools.partial(self._function, store.database)
 
 
 class PostgresStore:
@@ -108,12 +77,12 @@ class PostgresStore:
             outbox: bool = await conn.fetchval(QUERIES["dispatch_schema"])
         return DatabaseFacts(now, outbox)
 
-    take_turn = _OnDatabase(turns.take_turn)
-    hand_back_turn = _OnDatabase(turns.hand_back_turn)
-    observations = _OnDatabase(watched.observations)
-    keep_observations = _OnDatabase(watched.keep)
-    quiet_mark = _OnDatabase(quiet_marks.quiet_mark)
-    keep_quiet_mark = _OnDatabase(quiet_marks.keep)
+    take_turn = OnDatabase(turns.take_turn)
+    hand_back_turn = OnDatabase(turns.hand_back_turn)
+    observations = OnDatabase(watched.observations)
+    keep_observations = OnDatabase(watched.keep)
+    quiet_mark = OnDatabase(quiet_marks.quiet_mark)
+    keep_quiet_mark = OnDatabase(quiet_marks.keep)
 
     async def unsent_dispatches(self, project_id: UUID | None = None) -> list[UnsentDispatch]:
         return await leases.unsent_dispatches(self.database, project_id)
@@ -160,27 +129,27 @@ class PostgresStore:
 
     # ----------------------------------------------------------------------- sightings
 
-    record_sightings = _OnDatabase(sightings.record_sightings)
-    sightings_open_since = _OnDatabase(sightings.sightings_open_since)
+    record_sightings = OnDatabase(sightings.record_sightings)
+    sightings_open_since = OnDatabase(sightings.sightings_open_since)
 
     # ----------------------------------------------------------------------- dead letters
 
-    count_parked_dead_letters = _OnDatabase(dead_letters.count_parked)
-    parked_identities = _OnDatabase(dead_letters.parked_identities)
-    parked_envelopes = _OnDatabase(dead_letters.parked_envelopes)
-    keep_envelopes = _OnDatabase(dead_letters.keep_envelopes)
-    park_dead_letters = _OnDatabase(dead_letters.park)
-    park_dispatch_pointers = _OnDatabase(dead_letters.park_pointers)
-    parked_dead_letters = _OnDatabase(dead_letters.parked_letters_of)
+    count_parked_dead_letters = OnDatabase(dead_letters.count_parked)
+    parked_identities = OnDatabase(dead_letters.parked_identities)
+    parked_envelopes = OnDatabase(dead_letters.parked_envelopes)
+    keep_envelopes = OnDatabase(dead_letters.keep_envelopes)
+    park_dead_letters = OnDatabase(dead_letters.park)
+    park_dispatch_pointers = OnDatabase(dead_letters.park_pointers)
+    parked_dead_letters = OnDatabase(dead_letters.parked_letters_of)
 
     # ----------------------------------------------------------------------- gates
 
-    list_gates = _OnDatabase(gates.list_gates)
-    gates_between = _OnDatabase(gates.gates_between)
-    open_gate_counts = _OnDatabase(gates.open_gate_counts)
-    open_dead_letter_gates = _OnDatabase(gates.open_dead_letter_gates)
+    list_gates = OnDatabase(gates.list_gates)
+    gates_between = OnDatabase(gates.gates_between)
+    open_gate_counts = OnDatabase(gates.open_gate_counts)
+    open_dead_letter_gates = OnDatabase(gates.open_dead_letter_gates)
 
     # ----------------------------------------------------------------------- ledger
 
-    events = _OnDatabase(ledger.stream)
-    read_events = _OnDatabase(ledger.read)
+    events = OnDatabase(ledger.stream)
+    read_events = OnDatabase(ledger.read)

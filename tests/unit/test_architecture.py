@@ -44,6 +44,7 @@ ROOMS: dict[str, set[str]] = {
     "reaper.desk": {
         "reaper.core",
         "reaper.errors",
+        "reaper.jobqueue.bound",
         "reaper.jobqueue.database",
         "reaper.jobqueue.ledger",
         "reaper.jobqueue.port",
