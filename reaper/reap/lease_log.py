@@ -5,10 +5,10 @@ A pass can move tens of thousands of leases. Their verdicts all stay available t
 make a pass's memory grow with the size of the work. So the lease reap hands the log each page
 as the judge ruled on it (plain columns) and what became of each move; the log writes the page
 to a temporary file and keeps only a tally (verdicts per condition, action, project, and
-whether recorded) and the first few verdicts of each condition, for the human report's
-summary. Iterating the log reads the pages back one at a time and builds each verdict then.
-Measured (``bench/pass_memory.py --lease-log-only``): kept in memory, 200,000 leases' pages
-and rulings hold about 130 MB, past SPEC §8's 100 MB; spooled, the log holds under 1 MB.
+whether recorded). Iterating the log reads the pages back one at a time and builds each
+verdict then. Measured (``bench/pass_memory.py --lease-log-only``): kept in memory, 200,000
+leases' pages and rulings hold about 130 MB, past SPEC §8's 100 MB; spooled, the log holds
+under 1 MB.
 """
 
 from __future__ import annotations
@@ -25,10 +25,13 @@ from reaper.core.domain import Action, Condition
 from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.reap.progress import RecordedVerdict
 
-__all__ = ["FIRST_LISTED", "LeaseLog", "VerdictLog"]
+__all__ = ["LeaseLog", "VerdictLog"]
 
-#: How many verdicts of each lease condition the log keeps in memory, for the summary.
-FIRST_LISTED: Final = 5
+#: A lease ruling's condition and action, by whether it is poison.
+_KINDS: Final = {
+    False: (Condition.LEASE_EXPIRED, Action.REQUEUE),
+    True: (Condition.POISON, Action.PARK),
+}
 
 #: The tally's key: condition, action, project, recorded.
 TallyKey = tuple[Condition, Action, UUID, bool]
@@ -60,7 +63,6 @@ class LeaseLog:
         self._spool: IO[bytes] | None = None
         self._count = 0
         self.tally: Counter[TallyKey] = Counter()
-        self.first: dict[Condition, list[RecordedVerdict]] = {}
 
     def __len__(self) -> int:
         return self._count
@@ -69,15 +71,13 @@ class LeaseLog:
         """One page's rulings; ``moved``: the jobs whose move (and event) committed."""
         if not rulings.rows:
             return
-        job_ids, projects = page.job_ids, page.project_ids
-        recorded = tuple(job_ids[i] in moved for i in rulings.rows)
-        tally = self.tally
-        for k, i in enumerate(rulings.rows):
-            condition = rulings.condition(k)
-            tally[(condition, rulings.action(k), projects[i], recorded[k])] += 1
-            first = self.first.setdefault(condition, [])
-            if len(first) < FIRST_LISTED:
-                first.append(RecordedVerdict(rulings.verdict(page, k), recorded[k]))
+        job_ids, projects, rows = page.job_ids, page.project_ids, rulings.rows
+        recorded = tuple(job_ids[i] in moved for i in rows)
+        for (poison, project, was_recorded), n in Counter(
+            zip(rulings.poison, (projects[i] for i in rows), recorded, strict=True)
+        ).items():
+            condition, action = _KINDS[poison]
+            self.tally[(condition, action, project, was_recorded)] += n
         if self._spool is None:
             # the log's own: closed by close(), or removed with the log by the collector
             self._spool = tempfile.TemporaryFile(prefix="reaper-leases-")  # noqa: SIM115
