@@ -189,7 +189,8 @@ parked AS (
         lease_expires_at = NULL,
         updated_at = $1::timestamptz
     FROM locked AS l
-    WHERE j.ctid = l.row_ctid
+    WHERE cardinality($6::uuid[]) > 0  -- most batches park nothing: then this is not run
+      AND j.ctid = l.row_ctid
       AND j.id = ANY ($6::uuid[])
     RETURNING j.id, j.project_id
 ),
@@ -231,12 +232,13 @@ events AS (
 SELECT CASE WHEN (SELECT count(*) FROM moved) < cardinality($2::uuid[])
             THEN coalesce((SELECT array_agg(id) FROM moved), '{}') END AS moved,
        (SELECT array_agg(id) FROM parked) AS parked,
+       CASE WHEN (SELECT count(*) FROM events) < (SELECT count(*) FROM numbered) THEN
        (SELECT array_agg(nb.ord ORDER BY nb.ord)
         FROM numbered AS nb
         JOIN last_seqs AS ls USING (project_id)
         WHERE NOT EXISTS (SELECT 1 FROM events AS e
                           WHERE e.project_id = nb.project_id
-                            AND e.seq = ls.last_seq + nb.n)) AS unwritten;
+                            AND e.seq = ls.last_seq + nb.n)) END AS unwritten;
 
 -- name: lock_streams --
 -- Take the transaction's advisory locks on ledger streams, in project_id order (no deadlock
