@@ -144,13 +144,13 @@ ORDER BY p.project_id;
 -- last event there, whoever wrote it: its payload is the move's part of $11 (the payloads in
 -- order, between U+001E separators) and its digest the hex of the move's 32 bytes of $12 (the
 -- sha256 digests end to end), two values in place of two arrays of a thousand elements (a
--- bytea, not a text: a text's substr walks its characters from the start). The caller
--- holds the streams' locks (lock_streams), so only the host's own writers can take a number
--- first, and an event whose number was taken is not written here but named in `unwritten`
--- for the caller to append, in the same transaction. Each state is set by a lone literal, so an enum state
--- column takes it as it takes text. Returns one row: the ids moved (NULL when every row of the
--- batch moved, the usual case), the ids parked, and the positions (1-based, in $2) of moves
--- whose events are still to append (NULL when none, the usual case).
+-- bytea, not a text: a text's substr walks its characters from the start). The caller holds
+-- the streams' locks (lock_streams), so only the host's own writers can take a number first,
+-- and an event whose number was taken is not written here but named in `unwritten` for the
+-- caller to append, in the same transaction. Each state is set by a lone literal, so an enum
+-- state column takes it as it takes text. Returns one row: the ids moved (NULL when every row
+-- of the batch moved, the usual case), the ids parked, and the positions (1-based, in $2) of
+-- moves whose events are still to append (NULL when none, the usual case).
 WITH input AS (
     SELECT i.*, encode(substring($12::bytea FROM i.ord::int * 32 - 31 FOR 32), 'hex') AS digest
     FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::int[], $10::uuid[],
