@@ -18,7 +18,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Collection, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import IO, Final, overload
+from typing import IO, Final, cast, get_args, overload
 from uuid import UUID
 
 from reaper.core.domain import Action, Condition
@@ -81,9 +81,11 @@ class LeaseLog:
         if self._spool is None:
             # the log's own: closed by close(), or removed with the log by the collector
             self._spool = tempfile.TemporaryFile(prefix="reaper-leases-")  # noqa: SIM115
-        blob = marshal.dumps(_encode(page, rulings, recorded))
         self._spool.seek(0, 2)
-        self._spool.write(len(blob).to_bytes(8, "little") + blob)
+        for column in _encode(page, rulings, recorded):  # one at a time: a page is megabytes
+            blob = marshal.dumps(column)
+            self._spool.write(len(blob).to_bytes(8, "little"))
+            self._spool.write(blob)
         self._count += len(rulings.rows)
 
     def __iter__(self) -> Iterator[RecordedVerdict]:
@@ -95,8 +97,9 @@ class LeaseLog:
             size = spool.read(8)
             if not size:
                 return
-            spooled: _Spooled = marshal.loads(spool.read(int.from_bytes(size, "little")))
-            page, rulings, recorded = _decode(spooled)
+            first = marshal.loads(spool.read(int.from_bytes(size, "little")))
+            rest = (_read_column(spool) for _ in range(_COLUMNS - 1))
+            page, rulings, recorded = _decode(cast(_Spooled, (first, *rest)))
             position = spool.tell()
             for k in range(len(rulings.rows)):
                 yield RecordedVerdict(rulings.verdict(page, k), recorded[k])
@@ -106,6 +109,14 @@ class LeaseLog:
         if self._spool is not None:
             self._spool.close()
             self._spool = None
+
+
+_COLUMNS: Final = len(get_args(_Spooled))
+
+
+def _read_column(spool: IO[bytes]) -> object:
+    size = int.from_bytes(spool.read(8), "little")
+    return marshal.loads(spool.read(size))
 
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
