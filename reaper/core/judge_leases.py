@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Final
 from uuid import UUID
 
 from reaper.core.domain import (
@@ -28,9 +29,15 @@ from reaper.core.domain import (
 )
 from reaper.core.judge_queues import num, quote
 
-__all__ = ["LeaseColumns", "LeaseRulings", "judge_lease_page"]
+__all__ = ["RULING_KINDS", "LeaseColumns", "LeaseRulings", "judge_lease_page"]
 
 _MICROSECOND = timedelta(microseconds=1)
+
+#: A lease ruling's condition and action, by whether the lease is poison.
+RULING_KINDS: Final = {
+    False: (Condition.LEASE_EXPIRED, Action.REQUEUE),
+    True: (Condition.POISON, Action.PARK),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +114,10 @@ class LeaseRulings:
         return len(self.rows)
 
     def condition(self, k: int) -> Condition:
-        return Condition.POISON if self.poison[k] else Condition.LEASE_EXPIRED
+        return RULING_KINDS[self.poison[k]][0]
 
     def action(self, k: int) -> Action:
-        return Action.PARK if self.poison[k] else Action.REQUEUE
+        return RULING_KINDS[self.poison[k]][1]
 
     def threshold(self, page: LeaseColumns, k: int) -> int:
         return page.max_attempts[self.rows[k]] if self.poison[k] else self.grace
@@ -122,14 +129,15 @@ class LeaseRulings:
         """Ruling ``k`` as a full verdict, carrying its lease as read."""
         i = self.rows[k]
         poison = self.poison[k]
+        condition, action = RULING_KINDS[poison]
         return Verdict(
             source=Source.JOB_QUEUE,
             object=str(page.job_ids[i]),
-            condition=Condition.POISON if poison else Condition.LEASE_EXPIRED,
+            condition=condition,
             measured=self.measured[k],
             threshold=page.max_attempts[i] if poison else self.grace,
             unit=Unit.ATTEMPTS if poison else Unit.SECONDS,
-            action=Action.PARK if poison else Action.REQUEUE,
+            action=action,
             project_id=page.project_ids[i],
             detail=self.details[k],
             lease=page.lease(i),

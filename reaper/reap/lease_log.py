@@ -22,16 +22,10 @@ from typing import IO, Final, cast, get_args, overload
 from uuid import UUID
 
 from reaper.core.domain import Action, Condition
-from reaper.core.judge_leases import LeaseColumns, LeaseRulings
+from reaper.core.judge_leases import RULING_KINDS, LeaseColumns, LeaseRulings
 from reaper.reap.progress import RecordedVerdict
 
 __all__ = ["LeaseLog", "VerdictLog"]
-
-#: A lease ruling's condition and action, by whether it is poison.
-_KINDS: Final = {
-    False: (Condition.LEASE_EXPIRED, Action.REQUEUE),
-    True: (Condition.POISON, Action.PARK),
-}
 
 #: The tally's key: condition, action, project, recorded.
 TallyKey = tuple[Condition, Action, UUID, bool]
@@ -76,7 +70,7 @@ class LeaseLog:
         for (poison, project, was_recorded), n in Counter(
             zip(rulings.poison, (projects[i] for i in rows), recorded, strict=True)
         ).items():
-            condition, action = _KINDS[poison]
+            condition, action = RULING_KINDS[poison]
             self.tally[(condition, action, project, was_recorded)] += n
         if self._spool is None:
             # the log's own: closed by close(), or removed with the log by the collector
@@ -97,9 +91,9 @@ class LeaseLog:
             size = spool.read(8)
             if not size:
                 return
-            first = marshal.loads(spool.read(int.from_bytes(size, "little")))
-            rest = (_read_column(spool) for _ in range(_COLUMNS - 1))
-            page, rulings, recorded = _decode(cast(_Spooled, (first, *rest)))
+            columns = [_read_column(spool, size)]
+            columns += (_read_column(spool) for _ in range(_COLUMNS - 1))
+            page, rulings, recorded = _decode(cast(_Spooled, tuple(columns)))
             position = spool.tell()
             for k in range(len(rulings.rows)):
                 yield RecordedVerdict(rulings.verdict(page, k), recorded[k])
@@ -114,9 +108,10 @@ class LeaseLog:
 _COLUMNS: Final = len(get_args(_Spooled))
 
 
-def _read_column(spool: IO[bytes]) -> object:
-    size = int.from_bytes(spool.read(8), "little")
-    return marshal.loads(spool.read(size))
+def _read_column(spool: IO[bytes], size: bytes | None = None) -> object:
+    """The next column of the spool; ``size``: its length, when already read."""
+    length = int.from_bytes(spool.read(8) if size is None else size, "little")
+    return marshal.loads(spool.read(length))
 
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
