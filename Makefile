@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # they must not run concurrently even under `make -j`.
 .NOTPARALLEL:
 
-.PHONY: all install services demo test lint typecheck pytest metrics-check
+.PHONY: all install services bytecode demo test lint typecheck pytest metrics-check
 
 all: test
 
@@ -29,11 +29,20 @@ $(INSTALLED): pyproject.toml
 services:
 	scripts/services
 
-demo: services $(INSTALLED)
+# The package and the tests' helpers byte-compiled, as pip compiles a regular install: an
+# editable one leaves it to each process, and where PYTHONDONTWRITEBYTECODE is set (it is on
+# this machine class) every process compiles every module again. The suite starts many reaper
+# processes (over 150 in the chaos tests alone): measured, 0.79 CPU-seconds a start without
+# the bytecode, 0.60 with it.
+# compileall rewrites only what is out of date (a changed file is still read from source).
+bytecode:
+	$(PYTHON) -m compileall -q reaper tests/support
+
+demo: services $(INSTALLED) bytecode
 	reaper demo
 
 # Listed in the order they run; metrics-check comes last so the Python checks report first.
-test: services $(INSTALLED) lint typecheck pytest metrics-check
+test: services $(INSTALLED) bytecode lint typecheck pytest metrics-check
 
 lint:
 	$(PYTHON) -m ruff check .
