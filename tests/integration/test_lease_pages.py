@@ -1,6 +1,7 @@
 """The lease reap a page at a time, on real PostgreSQL: a pass over a few thousand expired
 leases in several pages moves each lease once with exactly one event, keeps every stream
-gapless beside events a host wrote first, and its streamed JSON report lists every verdict."""
+gapless beside events a host wrote first, and its streamed JSON report lists every verdict;
+a page read stops at the page's end however few leases the planner expects."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import reaper.reap.leases as lease_step
 from reaper.config import load_config
 from reaper.edges.report import render_json, render_text, write_json
 from reaper.jobqueue.postgres import PostgresStore
+from reaper.jobqueue.sql import QUERIES
 from reaper.reap.run import run_pass
 
 pytestmark = [pytest.mark.postgres]
@@ -95,5 +97,73 @@ async def test_a_paged_pass_moves_each_lease_once_with_one_event_and_lists_every
         assert "more not listed here: each is a QueueReaped event in the ledger" in text
         assert "reaper reap --json" not in text
         assert len(text.splitlines()) < 40  # summarised, not one line per move
+    finally:
+        await conn.close()
+
+
+#: A job table as a host's stands: most jobs finished (no lease, no expiry), a few leased.
+SKEWED = """
+INSERT INTO job (id, project_id, kind, phase, state, run_after, attempts, max_attempts,
+                 lease_owner, lease_expires_at, finished_at, created_at, updated_at)
+SELECT gen_random_uuid(), $3::uuid, 'build', 'build',
+       CASE WHEN g % $2 = 0 THEN 'leased' ELSE 'succeeded' END,
+       $4::timestamptz - interval '2 hours', 1, 7,
+       CASE WHEN g % $2 = 0 THEN 'worker' END,
+       CASE WHEN g % $2 = 0 THEN $4::timestamptz - (g % 3600 + 1) * interval '1 second' END,
+       CASE WHEN g % $2 = 0 THEN NULL ELSE $4::timestamptz - interval '1 hour' END,
+       $4::timestamptz - interval '1 day', $4::timestamptz - interval '1 day'
+FROM generate_series(1, $1::int) AS g
+"""
+
+
+def _scans(plan: dict[str, object]) -> list[tuple[str, str, int]]:
+    """Each node of an EXPLAIN (ANALYZE, FORMAT JSON) plan: its type, index and actual rows."""
+    nodes = [(str(plan["Node Type"]), str(plan.get("Index Name", "")), int(plan["Actual Rows"]))]
+    for child in plan.get("Plans", []):  # type: ignore[attr-defined]
+        nodes += _scans(child)
+    return nodes
+
+
+async def test_a_page_read_walks_the_index_to_the_pages_end_not_through_every_lease_left(
+    pg_dsn: str, store: PostgresStore
+) -> None:
+    """2,000 leased among 40,000 jobs, read from halfway: the planner, which takes the leased
+    rows and the rows with an expiry for independent sets, expects a handful of rows past the
+    key, and left to itself fetches all 1,000 left and sorts them for a page of 100 (on a
+    mass expiry, every page read the rest of the set again). The page read walks the
+    leased-expiry index and stops at the page's end, and reads the same page."""
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        now = await conn.fetchval("SELECT clock_timestamp()")
+        await conn.execute(SKEWED, 40_000, 20, project(1), now)
+        await conn.execute("ANALYZE job")
+        key = await conn.fetchrow(
+            "SELECT lease_expires_at, id FROM job WHERE state = 'leased' "
+            "ORDER BY lease_expires_at, id OFFSET 999 LIMIT 1"
+        )
+        args = (now, 0, 100, None, key["lease_expires_at"], key["id"])
+        plans = {}
+        for walk in (False, True):
+            async with conn.transaction(readonly=True):
+                if walk:
+                    await conn.execute(QUERIES["walk_leased_expiry_index"])
+                text = await conn.fetchval(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["expired_lease_page"], *args
+                )
+            plans[walk] = _scans(json.loads(text)[0]["Plan"])
+        # why the walk is asked for (if a PostgreSQL plans this well, the walk is not needed)
+        assert ("Bitmap Heap Scan", "", 1000) in plans[False], plans[False]
+        assert plans[True] == [
+            ("Limit", "", 100),
+            ("Index Scan", "job_leased_expiry_idx", 100),
+        ], plans[True]
+        page = await store.expired_lease_page(now, 0, 100, (key["lease_expires_at"], key["id"]))
+        expected = await conn.fetch(
+            "SELECT id FROM job WHERE state = 'leased' AND (lease_expires_at, id) > ($1, $2) "
+            "ORDER BY lease_expires_at, id LIMIT 100",
+            key["lease_expires_at"],
+            key["id"],
+        )
+        assert list(page.job_ids) == [r["id"] for r in expected]
     finally:
         await conn.close()

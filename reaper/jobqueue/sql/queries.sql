@@ -55,6 +55,15 @@ SET taken_at = taken_at - make_interval(secs => $4::float8)
 WHERE name = $1::text AND taken_at = $2::timestamptz AND taken_by = $3::text;
 
 
+-- name: walk_leased_expiry_index --
+-- In the page read's read-only transaction: walk the leased-expiry index in its order and stop
+-- at the page's end. The planner multiplies the share of leased rows by the share of rows with
+-- an expiry, which are the same rows, so it expects a few hundred rows past the key where there
+-- are all the expired leases left; it then fetches every one of them (a bitmap scan) to sort
+-- them for one page. Measured at 200,000 expired leases among 2,000,000 jobs, a page halfway:
+-- 53 to 75 ms that way, 3.6 ms walking the index; every page read the rest of the set.
+SET LOCAL enable_bitmapscan = off;
+
 -- name: expired_lease_page --
 -- One page of leased jobs past lease_expires_at + grace ($3 at most; optionally one project),
 -- oldest first, starting after the key ($5 expiry, $6 id) that ended the page before (the
