@@ -101,7 +101,7 @@ async def expired_lease_page(
     :meth:`~LeaseColumns.last_key`; None: from the first), as columns."""
     expiry, job_id = after or _FIRST_KEY
     async with db.session("reading expired leases") as conn, conn.transaction(readonly=True):
-        await conn.execute(QUERIES["walk_leased_expiry_index"])  # for the next statement only
+        await conn.execute(QUERIES["walk_leased_expiry_index"])  # this transaction only
         rows = await conn.fetch(
             QUERIES["expired_lease_page"], now, grace_seconds, size, project_id, expiry, job_id
         )

@@ -9,6 +9,7 @@ import io
 import json
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -116,10 +117,10 @@ FROM generate_series(1, $1::int) AS g
 """
 
 
-def _scans(plan: dict[str, object]) -> list[tuple[str, str, int]]:
+def _scans(plan: dict[str, Any]) -> list[tuple[str, str, int]]:
     """Each node of an EXPLAIN (ANALYZE, FORMAT JSON) plan: its type, index and actual rows."""
-    nodes = [(str(plan["Node Type"]), str(plan.get("Index Name", "")), int(plan["Actual Rows"]))]
-    for child in plan.get("Plans", []):  # type: ignore[attr-defined]
+    nodes = [(plan["Node Type"], plan.get("Index Name", ""), plan["Actual Rows"])]
+    for child in plan.get("Plans", []):
         nodes += _scans(child)
     return nodes
 
