@@ -19,7 +19,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 
 from reaper.broker.client import ManagementClient
@@ -28,7 +27,7 @@ from reaper.core.cluster import queue_unavailable
 from reaper.core.domain import FLEET_PROJECT_ID, GATE_BUS_DEAD_LETTERED
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once
-from tests.support.cli import SCHEMA, reaper_env, run_cli
+from tests.support.cli import reaper_env, run_cli, validate_report
 from tests.support.cluster import ClusterUnderTest
 from tests.support.services import poll_until
 from tests.support.store import query
@@ -117,7 +116,7 @@ async def reap_json(
 ) -> tuple[int, dict[str, Any]]:
     code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
     report: dict[str, Any] = json.loads(capsys.readouterr().out)
-    jsonschema.validate(report, SCHEMA)
+    validate_report(report)
     return code, report
 
 

@@ -34,15 +34,14 @@ from urllib.parse import quote
 
 import asyncpg
 import httpx
-import jsonschema
 import pytest
 
 from tests.support.cli import (
-    SCHEMA,
     Seeded,
     assert_ok_but_for_what_the_version_does_not_enforce,
     run_cli,
     seed_scenario,
+    validate_report,
     verdicts,
 )
 from tests.support.services import STATS_SETTLE_SECONDS, BrokerUnderTest
@@ -210,7 +209,7 @@ async def test_a_dry_run_writes_nothing_and_a_real_pass_would_act_on_everything(
         assert not [h for h in headers if h.get("x-delivery-count", 0) != 0], queue
 
     # The report says everything a real pass would do, and that it recorded nothing.
-    jsonschema.validate(report, SCHEMA)
+    validate_report(report)
     assert report["dry_run"] is True
     assert report["unreadable"] == []
     assert not [v for v in report["verdicts"] if v["recorded"]]

@@ -14,20 +14,19 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.cli import (
     CLOSED_BROKER_URL,
     CLOSED_PG_DSN,
-    SCHEMA,
     Seeded,
     assert_ok_but_for_what_the_version_does_not_enforce,
     event_count,
     reaper_env,
     run_cli,
     seed_scenario,
+    validate_report,
     verdicts,
 )
 from tests.support.services import BrokerUnderTest, on_one_broker
@@ -59,7 +58,7 @@ async def test_a_real_pass_does_everything_once_and_the_next_records_nothing_new
     code = await run_cli(monkeypatch, tmp_path, seeded.env, "reap", "--json")
     out = capsys.readouterr().out
     report = json.loads(out)
-    jsonschema.validate(report, SCHEMA)
+    validate_report(report)
     assert_ok_but_for_what_the_version_does_not_enforce(code, report, seeded.broker)
     assert report["dry_run"] is False and report["unreadable"] == []
 
@@ -135,7 +134,7 @@ async def test_a_real_pass_does_everything_once_and_the_next_records_nothing_new
     # the second pass: nothing to move, every sighting already open, no new event
     code = await run_cli(monkeypatch, tmp_path, seeded.env, "reap", "--json")
     again = json.loads(capsys.readouterr().out)
-    jsonschema.validate(again, SCHEMA)
+    validate_report(again)
     assert_ok_but_for_what_the_version_does_not_enforce(code, again, seeded.broker)
     assert await event_count(dsn) == events, again
     assert not [v for v in again["verdicts"] if v["recorded"]]
@@ -196,7 +195,7 @@ async def test_an_unreachable_broker_is_named_unreadable_and_the_pass_is_not_ok(
     env = reaper_env(pg_dsn, CLOSED_BROKER_URL, "/", REAPER_BUS__TIMEOUT_SECONDS="3")
     code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
     report = json.loads(capsys.readouterr().out)
-    jsonschema.validate(report, SCHEMA)
+    validate_report(report)
     assert code == 1
     assert report["ok"] is False and report["broker"] is None
     assert [u["source"] for u in report["unreadable"]] == ["broker"]
@@ -217,7 +216,7 @@ async def test_a_wrong_broker_password_is_unreadable_and_never_printed(
     code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
     captured = capsys.readouterr()
     report = json.loads(captured.out)
-    jsonschema.validate(report, SCHEMA)
+    validate_report(report)
     assert code == 1 and report["ok"] is False
     assert [u["source"] for u in report["unreadable"]] == ["broker"]
     error = report["unreadable"][0]["error"]
@@ -241,7 +240,7 @@ async def test_a_wrong_database_dsn_is_unreadable_and_the_pass_is_not_ok(
     env = reaper_env(CLOSED_PG_DSN, broker.management_url, broker.vhost)
     code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
     report = json.loads(capsys.readouterr().out)
-    jsonschema.validate(report, SCHEMA)
+    validate_report(report)
     assert code == 1 and report["ok"] is False
     assert [u["source"] for u in report["unreadable"]] == ["job_queue"]
     error = report["unreadable"][0]["error"]

@@ -9,12 +9,10 @@ import json
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import httpx
-import jsonschema
 import pytest
 import respx
 
@@ -41,9 +39,9 @@ from reaper.edges.report import render_text, to_json
 from reaper.errors import BrokerUnavailable, ConfigError
 from reaper.reap.run import run_pass
 from reaper.testing.memory import MemoryJobQueue
+from tests.support.cli import validate_report
 from tests.support.fake_broker import FakeBroker
 
-SCHEMA = json.loads(resources.files("reaper.edges").joinpath("schema/report.json").read_text())
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 N1, N2, N3 = "http://node-1.test:15672", "http://node-2.test:15672", "http://node-3.test:15672"
 PASSWORD = "hunter2-s3cr3t"
@@ -370,7 +368,7 @@ async def test_a_pass_concludes_nothing_about_a_queue_whose_node_is_down() -> No
     assert not any("listed without statistics" in n for n in second.notes)
 
     report = to_json(second)
-    jsonschema.validate(report, SCHEMA)
+    validate_report(report)
     assert report["unreadable"][0]["queue"] == "work.on-qr2"
     assert report["broker"]["nodes"][1] == {"name": "qr2@h", "running": False}
     text = render_text(second)
