@@ -109,17 +109,18 @@ async def test_eight_reapers_at_once_move_each_lease_once_and_park_each_letter_o
             assert run.report is not None and run.returncode in (0, 1), run.describe()
             assert not run.report["unreadable"], run.describe()
         rounds.append(list(runs))
-        parked = await query(pg_dsn, "SELECT count(*) AS n FROM dead_letter")
-        if (
-            not await count_expired_leases(pg_dsn, datetime.now(UTC))
-            and parked[0]["n"] == seeded.dead_letter_count
-            and all(r.ok_on(broker) for r in runs)
-        ):
+        left = await count_expired_leases(pg_dsn, datetime.now(UTC))
+        parked = (await query(pg_dsn, "SELECT count(*) AS n FROM dead_letter"))[0]["n"]
+        not_ok = [r for r in runs if not r.ok_on(broker)]
+        if not left and parked == seeded.dead_letter_count and not not_ok:
             break
     else:
+        # what is still wrong first: a long log may be cut after a few hundred characters
         pytest.fail(
-            f"not converged after {MAX_ROUNDS} rounds of {REAPERS} reapers: "
-            + " | ".join(r.describe() for r in rounds[-1])
+            f"not converged after {MAX_ROUNDS} rounds of {REAPERS} reapers: {left} expired "
+            f"lease(s) left, {parked} of {seeded.dead_letter_count} dead letters parked, "
+            f"{len(not_ok)} pass(es) of the last round not ok: "
+            + " | ".join(r.describe() for r in not_ok or rounds[-1])
         )
     reaping = time.monotonic() - started - seeding
 

@@ -83,8 +83,11 @@ class Run:
             for p in r["policies"]
             if p["verified"] is False
         ]
+        # the pass's own reasons first: a long log may be cut after a few hundred characters
+        problems = [(p["kind"], p["subject"], p["detail"][:300]) for p in r.get("problems", ())]
         return (
-            f"exit {self.returncode}, ok {r['ok']}, unreadable {r['unreadable']}, "
+            f"exit {self.returncode}, ok {r['ok']}, problems {problems}, "
+            f"unreadable {r['unreadable']}, "
             f"policies {[(p['name'], p['action'], p['verified']) for p in r['policies']]}, "
             f"not verified {unverified}, "
             f"dead_letters {r['dead_letters']}, notes {r['notes'][:6]}"
