@@ -4,7 +4,9 @@ and vhost, and :func:`run_reaper`, which can kill it at a chosen moment."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import multiprocessing
 import os
 import signal
 import sys
@@ -15,8 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reaper.edges.cli import main as reaper_main
 from tests.support.invariants.expectation import KILL_POLL_SECONDS, PACKAGE_ROOT
 from tests.support.services import BrokerUnderTest
+
+#: Reaper processes are forked from a server that has imported the reaper once: each is still
+#: a process of its own (its connections, its exit code, SIGKILL), without the 0.7 to 0.9
+#: CPU-seconds of imports that every ``python -m reaper`` start pays (measured; the suite starts
+#: a few hundred). A run under another program (``prefix``) is started as a command.
+_FORKS = multiprocessing.get_context("forkserver")
+_FORKS.set_forkserver_preload(["reaper.edges.cli"])
 
 
 def reaper_env(
@@ -109,6 +119,8 @@ async def run_reaper(
     milliseconds) answers True, if it is still running then. ``prefix`` runs it under another
     program (``faketime``). Its output goes to files, so a large report never blocks it on a
     pipe."""
+    if not prefix:
+        return await _run_forked(env, workdir, kill_after, kill_when, limit_seconds, args)
     out, err = _output_files(workdir)
     with out, err:
         started = time.monotonic()
@@ -151,6 +163,77 @@ async def run_reaper(
         except ValueError:
             report = None
     return Run(process.returncode, killed, seconds, report, stderr)
+
+
+async def _run_forked(
+    env: dict[str, str],
+    workdir: Path,
+    kill_after: float | None,
+    kill_when: Callable[[], Awaitable[bool]] | None,
+    limit_seconds: float,
+    args: Sequence[str],
+) -> Run:
+    """:func:`run_reaper` in a process forked by :data:`_FORKS`."""
+    out, err = _output_files(workdir)
+    out.close()
+    err.close()
+    started = time.monotonic()
+    process = _FORKS.Process(
+        target=_as_python_m_reaper, args=(list(args), env, str(workdir), out.name, err.name)
+    )
+    process.start()
+    killed = False
+    deadline = started + (kill_after if kill_after is not None else limit_seconds)
+    while process.exitcode is None:
+        await asyncio.sleep(min(KILL_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+        if process.exitcode is not None:
+            break
+        expired = time.monotonic() >= deadline
+        if expired and kill_after is None:
+            process.kill()
+            process.join()
+            raise AssertionError(f"reaper ran past {limit_seconds} s")
+        if expired or (kill_when is not None and await kill_when()):
+            if process.exitcode is None:
+                process.kill()  # SIGKILL
+                killed = True
+            process.join()
+    seconds = time.monotonic() - started
+    returncode = process.exitcode
+    process.close()
+    text, stderr = _collect(out.name, err.name)
+    report = None
+    if not killed:
+        try:
+            report = json.loads(text)
+        except ValueError:
+            report = None
+    return Run(returncode, killed, seconds, report, stderr)
+
+
+def _as_python_m_reaper(
+    args: list[str], env: dict[str, str], cwd: str, out_name: str, err_name: str
+) -> None:
+    """In the forked process: what ``python -m reaper ARGS`` would run with ``env`` in ``cwd``,
+    writing to the two files, unbuffered as ``PYTHONUNBUFFERED`` asks."""
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    for name, fd in ((out_name, 1), (err_name, 2)):
+        opened = os.open(name, os.O_WRONLY | os.O_APPEND)
+        os.dup2(opened, fd)
+        os.close(opened)
+    unbuffered = bool(env.get("PYTHONUNBUFFERED"))
+    sys.stdout = _text_stream(1, unbuffered, "strict")
+    sys.stderr = _text_stream(2, unbuffered, "backslashreplace")
+    sys.exit(reaper_main(args))
+
+
+def _text_stream(fd: int, unbuffered: bool, errors: str) -> io.TextIOWrapper:
+    raw = io.FileIO(fd, "w", closefd=False)
+    if unbuffered:
+        return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, write_through=True)
+    return io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8", errors=errors)
 
 
 def _output_files(workdir: Path) -> tuple[Any, Any]:
