@@ -155,14 +155,7 @@ async def run_reaper(
                     killed = True
                 await process.wait()
         seconds = time.monotonic() - started
-    text, stderr = _collect(out.name, err.name)
-    report = None
-    if not killed:
-        try:
-            report = json.loads(text)
-        except ValueError:
-            report = None
-    return Run(process.returncode, killed, seconds, report, stderr)
+    return _finished(process.returncode, killed, seconds, out.name, err.name)
 
 
 async def _run_forked(
@@ -201,14 +194,7 @@ async def _run_forked(
     seconds = time.monotonic() - started
     returncode = process.exitcode
     process.close()
-    text, stderr = _collect(out.name, err.name)
-    report = None
-    if not killed:
-        try:
-            report = json.loads(text)
-        except ValueError:
-            report = None
-    return Run(returncode, killed, seconds, report, stderr)
+    return _finished(returncode, killed, seconds, out.name, err.name)
 
 
 def _as_python_m_reaper(
@@ -234,6 +220,20 @@ def _text_stream(fd: int, unbuffered: bool, errors: str) -> io.TextIOWrapper:
     if unbuffered:
         return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, write_through=True)
     return io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8", errors=errors)
+
+
+def _finished(
+    returncode: int | None, killed: bool, seconds: float, out_name: str, err_name: str
+) -> Run:
+    """The run, its output files read (and removed): the report unless it was killed."""
+    text, stderr = _collect(out_name, err_name)
+    report = None
+    if not killed:
+        try:
+            report = json.loads(text)
+        except ValueError:
+            report = None
+    return Run(returncode, killed, seconds, report, stderr)
 
 
 def _output_files(workdir: Path) -> tuple[Any, Any]:
