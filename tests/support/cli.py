@@ -29,14 +29,14 @@ from tests.support.store import query
 SCHEMA = json.loads(resources.files("reaper.edges").joinpath("schema/report.json").read_text())
 #: The report's schema, itself checked once. ``jsonschema.validate`` checks the schema again on
 #: every call: a hundred generated reports spent most of 48 s on that beside the suite.
-_REPORT_SCHEMA = jsonschema.validators.validator_for(SCHEMA)
-_REPORT_SCHEMA.check_schema(SCHEMA)
-REPORT_VALIDATOR = _REPORT_SCHEMA(SCHEMA)
+_validator_class = jsonschema.validators.validator_for(SCHEMA)
+_validator_class.check_schema(SCHEMA)
+_REPORT_VALIDATOR = _validator_class(SCHEMA)
 
 
 def validate_report(report: object) -> None:
     """Raise ``jsonschema.ValidationError`` unless ``report`` is a report as the schema says."""
-    REPORT_VALIDATOR.validate(report)
+    _REPORT_VALIDATOR.validate(report)
 
 
 #: A PostgreSQL port and a management port nothing listens on.

@@ -55,7 +55,7 @@ def result(**kwargs: object) -> PassResult:
     return PassResult(**base)  # type: ignore[arg-type]
 
 
-@settings(deadline=None)  # the first validation builds the validator's lookups
+@settings(deadline=None)  # validation time varies with the machine's load
 @given(
     st.lists(st.tuples(verdicts, st.booleans()), max_size=8),
     st.booleans(),

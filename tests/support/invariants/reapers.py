@@ -114,11 +114,11 @@ async def run_reaper(
     args: Sequence[str] = ("reap", "--json"),
     prefix: Sequence[str] = (),
 ) -> Run:
-    """Run ``python -m reaper reap --json`` to its end, or SIGKILL it: ``kill_after``
-    seconds after it was started, or as soon as ``kill_when()`` (polled every few
-    milliseconds) answers True, if it is still running then. ``prefix`` runs it under another
-    program (``faketime``). Its output goes to files, so a large report never blocks it on a
-    pipe."""
+    """Run the reaper's command line (``reap --json``) in a process of its own, forked from
+    :data:`_FORKS`, to its end, or SIGKILL it: ``kill_after`` seconds after it was started, or
+    as soon as ``kill_when()`` (polled every few milliseconds) answers True, if it is still
+    running then. ``prefix`` runs ``python -m reaper`` under another program (``faketime``).
+    Its output goes to files, so a large report never blocks it on a pipe."""
     if not prefix:
         return await _run_forked(env, workdir, kill_after, kill_when, limit_seconds, args)
     out, err = _output_files(workdir)
