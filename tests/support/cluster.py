@@ -20,7 +20,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.support.services import BROKER_PASSWORD, BROKER_USER, SCRIPTS
+from tests.support.services import ADMIN_TLS, BROKER_PASSWORD, BROKER_USER, SCRIPTS
 
 #: The three-node RabbitMQ 4.3 cluster (``scripts/services`` brings it up, ``scripts/cluster``
 #: stops and starts its nodes): each node's management API and AMQP port. All are required.
@@ -62,7 +62,10 @@ class ClusterUnderTest:
 
     def admin(self, node: str = "qr1") -> httpx.Client:
         return httpx.Client(
-            base_url=self.management_urls[node], auth=(self.username, self.password), timeout=30
+            base_url=self.management_urls[node],
+            auth=(self.username, self.password),
+            timeout=30,
+            verify=ADMIN_TLS,
         )
 
     def running(self) -> list[str]:
