@@ -25,6 +25,7 @@ from tests.support.cluster import (
     cluster_turn,
     wait_cluster_whole,
 )
+from tests.support.schedule import long_first
 from tests.support.services import (
     BROKER_USER,
     BROKERS,
@@ -152,3 +153,15 @@ def cluster() -> Iterator[ClusterUnderTest]:
             wait_cluster_whole()
             with under_test.admin() as client:
                 client.delete(f"/api/vhosts/{under_test.vhost_path}")
+
+
+# --------------------------------------------------------------------------- scheduling
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the tests marked ``slow`` head the workers' shares
+    (``tests/support/schedule.py`` says why)."""
+    workers = getattr(config, "workerinput", {}).get("workercount", 0)
+    if workers > 1:
+        is_long = [item.get_closest_marker("slow") is not None for item in items]
+        items[:] = long_first(items, is_long, workers)

@@ -257,6 +257,7 @@ async def until_spared(broker: BrokerUnderTest, settings: Settings, store: Postg
     pytest.fail("no pass left the quiet DLQ unread in 8 passes")
 
 
+@pytest.mark.slow
 async def test_quiet_passes_fetch_nothing_and_a_new_letter_is_parked_on_the_next(
     broker: BrokerUnderTest, settings: Settings, store: PostgresStore
 ) -> None:
@@ -337,6 +338,7 @@ def delivery_counts(broker: BrokerUnderTest) -> dict[str, int]:
     }
 
 
+@pytest.mark.slow
 async def test_quiet_passes_add_no_delivery_to_a_quorum_queues_letters(
     broker: BrokerUnderTest, settings: Settings, store: PostgresStore
 ) -> None:
