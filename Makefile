@@ -51,16 +51,14 @@ typecheck:
 	$(PYTHON) -m mypy
 
 # Broker tests still spend part of their time waiting on the brokers (statistics every 500 ms,
-# consumers, real reaper processes), so more workers than cores overlap those waits; each test
-# goes wherever a worker is free (measured on two cores, 87 broker tests: 409 s with three
-# workers, 345 s with six; the whole suite, 1,250 tests: 960 s with six, 851 s with ten, the
-# ten beside other work). Past ten the suite is bound by the two cores. Workers steal
-# queued tests from each other (worksteal), so no worker finishes its share while another
-# still holds a queue behind a long test: the whole suite, 1,262 tests, in 456 s against
-# 621 s with --dist load, same machine, same hour; on another machine of the same class, 1,264
-# tests in 871 s, both cores 99.8% busy when sampled mid-run (the suite is bound by CPU, not by
-# its waits: only less work makes it faster). PYTEST_ARGS comes last, so
-# `make pytest PYTEST_ARGS="-n 0 -x"` overrides the worker count too.
+# consumers, the 60 s channel ticks, real reaper processes), so more workers than cores overlap
+# those waits. Workers steal queued tests from each other (worksteal), and the long tests head
+# the workers' shares (tests/support/schedule.py), so no worker is left alone behind a long
+# test at the end. Measured on two cores (2026-12-04, 1,268 tests): 334 s of pytest with ten
+# workers, 314 s with twelve, both cores busy for the first half of the run; ten keeps the
+# long tests' own times closer to what they were sized for (chaos 77-94 s a version with ten,
+# 86-122 s with twelve). PYTEST_ARGS comes last, so `make pytest PYTEST_ARGS="-n 0 -x"`
+# overrides the worker count too.
 PYTEST_WORKERS ?= 10
 
 # Each worker collects every test module, and pytest rewrites each module's asserts as it
