@@ -54,11 +54,9 @@ typecheck:
 # consumers, the 60 s channel ticks, real reaper processes), so more workers than cores overlap
 # those waits. Workers steal queued tests from each other (worksteal), and the long tests head
 # the workers' shares (tests/support/schedule.py), so no worker is left alone behind a long
-# test at the end. Measured on two cores (2026-12-04, 1,268 tests): 334 s of pytest with ten
-# workers, 314 s with twelve, both cores busy for the first half of the run; ten keeps the
-# long tests' own times closer to what they were sized for (chaos 77-94 s a version with ten,
-# 86-122 s with twelve). PYTEST_ARGS comes last, so `make pytest PYTEST_ARGS="-n 0 -x"`
-# overrides the worker count too.
+# test at the end. Measured on two cores (2026-12-04, 1,268 tests, clean clone): 411 s of
+# pytest, both cores busy for the first half of the run. PYTEST_ARGS comes last, so
+# `make pytest PYTEST_ARGS="-n 0 -x"` overrides the worker count too.
 PYTEST_WORKERS ?= 10
 
 # Each worker collects every test module, and pytest rewrites each module's asserts as it
