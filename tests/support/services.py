@@ -71,9 +71,11 @@ def dsn_for(database: str) -> str:
 
 
 #: How often every test broker emits its management statistics: ``collect_statistics_interval``
-#: = 500 ms, written by ``scripts/services`` (``write_stats_snippet``). A queue's depth, its
-#: policy and its message counters reach the management API at most this long after the broker
-#: holds them; every wait on those figures is derived from it.
+#: = 500 ms, written by ``scripts/services`` (``write_stats_snippet``), which also has the
+#: management plugin gather them every second (its finest sample interval) and quorum queues
+#: report every second (``quorum_tick_interval``): a queue's depth, its policy and its message
+#: counters reach the management API a second or two after the broker holds them. Every wait on
+#: those figures is derived from this interval.
 STATS_INTERVAL_SECONDS = 0.5
 #: Long enough after a change shows for every statistic of the queue and of its channels (which
 #: are emitted apart) to have been emitted again: four intervals, a margin for a loaded machine.
