@@ -35,6 +35,11 @@ __all__ = [
 ]
 
 _WRITE_METHODS: Final = frozenset({"PUT", "POST", "DELETE", "PATCH"})
+#: Sent once more when the connection broke before an answer: a read, and a PUT (each PUT here
+#: writes a whole definition, a policy or the demo's vhost, so a second leaves what one would).
+#: Never a POST (a requeueing get counts a delivery on a quorum queue) nor a DELETE (a second
+#: one answers 404).
+_RESENDABLE_METHODS: Final = frozenset({"GET", "HEAD", "PUT"})
 #: A vhost-wide listing: a 404 there means the vhost does not exist.
 _VHOST_PATH: Final = re.compile(
     r"^/api/(queues|policies|exchanges|bindings|permissions|vhosts)/([^/]+)$"
@@ -102,7 +107,8 @@ class ManagementApi:
 
     ``requests_made`` counts every HTTP request sent; ``writes_made`` those with a writing
     method (PUT/POST/DELETE), which includes a requeueing ``get``: it is a POST, and on a
-    quorum queue it changes the queue (it counts as a delivery).
+    quorum queue it changes the queue (it counts as a delivery); ``writes_resent`` the PUTs
+    among them sent a second time (:meth:`_send`).
     """
 
     def __init__(
@@ -135,6 +141,7 @@ class ManagementApi:
         self.timeout_seconds = timeout_seconds
         self.requests_made = 0
         self.writes_made = 0
+        self.writes_resent = 0
         #: This pass's nodes that did not answer (URL: why), and those that did.
         self.skipped: dict[str, str] = {}
         self.answered: set[str] = set()
@@ -261,19 +268,22 @@ class ManagementApi:
         params: Mapping[str, str | int] | None,
         json: object,
     ) -> httpx.Response:
-        """One request; a read whose connection broke before its answer was whole is sent once
-        more. A kept-alive connection that the node closes just as a request goes out is an
-        ordinary race (seen on RabbitMQ 4.3 under load: "Server disconnected without sending a
-        response"), and a read asks again at no risk. A write is never sent twice: whether it
-        took effect would be unknown."""
+        """One request; one whose connection broke before its answer was whole is sent once
+        more if that is safe (``_RESENDABLE_METHODS``). A kept-alive connection that the node
+        closes just as a request goes out is an ordinary race ("Server disconnected without
+        sending a response": seen on RabbitMQ 4.3 under load on a read, and on 4.0 on a PUT
+        that followed a 401). Any other write is never sent twice: whether it took effect
+        would be unknown."""
         write = method in _WRITE_METHODS
         self._count(write)
         try:
             return await self._http.request(method, url + path, params=params, json=json)
         except (httpx.RemoteProtocolError, httpx.ReadError):
-            if write:
+            if method not in _RESENDABLE_METHODS:
                 raise
         self._count(write)
+        if write:
+            self.writes_resent += 1
         return await self._http.request(method, url + path, params=params, json=json)
 
     def _count(self, write: bool) -> None:

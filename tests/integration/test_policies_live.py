@@ -327,7 +327,10 @@ async def test_a_user_without_policymaker_is_refused_and_nothing_raises(
                 restricted, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT
             )
         }
-        assert restricted.writes_made == sum(1 for d in desired if d.writable)
+        # each writable policy once, and once more any PUT whose kept-alive connection the
+        # node closed as it went out (measured on 4.0, after a 401: ManagementApi._send)
+        resent = restricted.api.writes_resent
+        assert restricted.writes_made == sum(1 for d in desired if d.writable) + resent
 
     for d in desired:
         o = outcomes[d.name]

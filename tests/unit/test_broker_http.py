@@ -606,6 +606,41 @@ async def test_a_read_broken_twice_is_unavailable_after_two_tries(
     assert route.call_count == 2
 
 
+async def test_a_policy_put_whose_connection_broke_is_sent_once_more(
+    mock: respx.MockRouter, client: ManagementClient
+) -> None:
+    """Seen on RabbitMQ 4.0: the node closed the kept-alive connection after answering a PUT
+    with 401, as the next PUT went out on it. A PUT writes the whole policy: sent again, it
+    leaves what one would, and the answer is the broker's own (here the refusal)."""
+    route = mock.put("/api/policies/%2F/vibey-reap-classic").mock(
+        side_effect=[
+            httpx.RemoteProtocolError("Server disconnected without sending a response."),
+            httpx.Response(401, json={"error": "not_authorised", "reason": "Not policymaker"}),
+        ]
+    )
+    with pytest.raises(BrokerRefused) as refused:
+        await client.put_policy(
+            "vibey-reap-classic", {"max-length": 1}, pattern=r"^vibey\.", apply_to="queues",
+            priority=0,
+        )  # fmt: skip
+    assert refused.value.status == 401
+    assert route.call_count == 2
+    assert (client.api.writes_made, client.api.writes_resent) == (2, 1)
+
+
+async def test_a_delete_whose_connection_broke_is_never_sent_twice(
+    mock: respx.MockRouter, client: ManagementClient
+) -> None:
+    """A DELETE that took effect answers 404 the second time: it is not resent."""
+    route = mock.delete("/api/policies/%2F/vibey-reap-old").mock(
+        side_effect=httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    )
+    with pytest.raises(BrokerUnavailable, match="truncated or broken body"):
+        await client.delete_policy("vibey-reap-old")
+    assert route.call_count == 1
+    assert (client.api.writes_made, client.api.writes_resent) == (1, 0)
+
+
 async def test_a_write_whose_connection_broke_is_never_sent_twice(
     mock: respx.MockRouter, client: ManagementClient
 ) -> None:
