@@ -24,7 +24,7 @@ from reaper.policies.declarations import PolicyParameters, load_declarations
 from reaper.policies.reconcile import PolicyOutcome, plan, reconcile
 from reaper.policies.render import DesiredPolicy, render
 from reaper.policies.report import plan_json, plan_text
-from tests.support.services import BrokerUnderTest, at_least
+from tests.support.services import BrokerUnderTest, at_least, poll_until
 
 pytestmark = pytest.mark.broker
 
@@ -444,6 +444,14 @@ async def test_a_policy_of_our_name_this_version_cannot_hold_is_named_stale(
             f"/api/policies/{broker.vhost_path}/vibey-reap-classic",
             json={"pattern": r"^vibey\.", "apply-to": "queues", "definition": {"max-length": 7}},
         ).raise_for_status()
+    # In force on every queue it reaches before the pass reads them: each queue reports on its
+    # own clock, so a listing taken meanwhile shows it on some of them only.
+    reached = [name for name in queues if name.startswith("vibey.")]
+    await poll_until(
+        lambda: all(broker.queue(name).get("policy") == "vibey-reap-classic" for name in reached),
+        "the found policy in force on every queue it reaches",
+        VERIFY_WAIT,
+    )
 
     outcomes = {
         o.name: o
