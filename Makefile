@@ -54,10 +54,12 @@ typecheck:
 # second, consumers, the 60 s channel ticks, real reaper processes), so more workers than cores
 # overlap those waits. Workers steal queued tests from each other (worksteal), and the long
 # tests head the workers' shares (tests/support/schedule.py), so no worker is left alone behind
-# a long test at the end. Measured on two cores (2026-12-05, 1,268 tests, clean clone): 238 s
-# of pytest, both cores 93 % busy throughout. PYTEST_ARGS comes last, so
+# a long test at the end. With statistics this quick the suite keeps both cores busy (93 % in a
+# 238 s run with ten workers), and past eight workers more only contend: measured on two cores
+# at their slower (a 10,000,000-step Python loop in 0.45 to 0.52 s, 1,270 tests), 6 workers
+# 339 s, 8 workers 312 s, 10 workers 343, 364 and 369 s. PYTEST_ARGS comes last, so
 # `make pytest PYTEST_ARGS="-n 0 -x"` overrides the worker count too.
-PYTEST_WORKERS ?= 10
+PYTEST_WORKERS ?= 8
 
 # Each worker collects every test module, and pytest rewrites each module's asserts as it
 # imports it. It caches the rewritten module beside the source, but not where
