@@ -177,14 +177,16 @@ def rabbitmqctl(broker: BrokerUnderTest, *args: str) -> str:
     return completed.stdout.strip()
 
 
-def broker_wide_value(broker: BrokerUnderTest) -> str:
-    return rabbitmqctl(broker, "eval", "application:get_env(rabbit, consumer_timeout).")
+def node_value(broker: BrokerUnderTest, key: str) -> str:
+    """The node's ``rabbit`` application setting ``key``, as ``rabbitmqctl eval`` prints it."""
+    return rabbitmqctl(broker, "eval", f"application:get_env(rabbit, {key}).")
 
 
 @contextlib.contextmanager
-def _lock(broker: BrokerUnderTest, exclusive: bool) -> Iterator[None]:
+def node_lock(broker: BrokerUnderTest, name: str, exclusive: bool) -> Iterator[None]:
+    """A file lock ``name`` of the node's, across this machine's test processes."""
     port = broker.management_url.rsplit(":", 1)[-1].strip("/")
-    path = Path(tempfile.gettempdir()) / f"queue-reaper-consumer-timeout-{port}.lock"
+    path = Path(tempfile.gettempdir()) / f"queue-reaper-{name}-{port}.lock"
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
@@ -193,9 +195,30 @@ def _lock(broker: BrokerUnderTest, exclusive: bool) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def node_setting(broker: BrokerUnderTest, key: str, during: int, kept: int) -> Iterator[None]:
+    """The node's ``rabbit`` setting ``key`` is ``during`` inside the block and ``kept`` again
+    right after it (in a ``finally``; the node also restores it by itself ``WINDOW_SAFETY_MS``
+    later, should this process die inside the window). The caller holds the setting's lock."""
+    held = f"{{ok,{kept}}}"
+    assert node_value(broker, key) == held, f"the node does not hold {key} = {kept}"
+    try:
+        rabbitmqctl(
+            broker,
+            "eval",
+            f"application:set_env(rabbit, {key}, {during}), "
+            f"timer:apply_after({WINDOW_SAFETY_MS}, application, set_env, "
+            f"[rabbit, {key}, {kept}]).",
+        )
+        yield
+    finally:
+        rabbitmqctl(broker, "eval", f"application:set_env(rabbit, {key}, {kept}).")
+    assert node_value(broker, key) == held
+
+
 def start(holders: Sequence[Holder]) -> None:
     """Open and consume outside any broker-wide window (a shared hold of the window's lock)."""
-    with _lock(holders[0].broker, exclusive=False):
+    with node_lock(holders[0].broker, "consumer-timeout", exclusive=False):
         for h in holders:
             h.start()
 
@@ -203,26 +226,11 @@ def start(holders: Sequence[Holder]) -> None:
 @contextlib.contextmanager
 def broker_wide_timeout(broker: BrokerUnderTest, ms: int) -> Iterator[None]:
     """The node's broker-wide ``consumer_timeout`` is ``ms`` inside the block, and the shipped
-    value again right after it (in a ``finally``; the node also restores it by itself
-    ``WINDOW_SAFETY_MS`` later, should this process die inside the window). Keep the block to
-    opening channels and consuming: every channel opened meanwhile on the node (3.10, 4.0),
-    or every quorum consumer started meanwhile (4.3), takes the short value."""
-    shipped = f"{{ok,{SHIPPED_CONSUMER_TIMEOUT_MS}}}"
-    with _lock(broker, exclusive=True):
-        assert broker_wide_value(broker) == shipped, "the node does not hold the shipped value"
-        try:
-            rabbitmqctl(
-                broker,
-                "eval",
-                f"application:set_env(rabbit, consumer_timeout, {ms}), "
-                f"timer:apply_after({WINDOW_SAFETY_MS}, application, set_env, "
-                f"[rabbit, consumer_timeout, {SHIPPED_CONSUMER_TIMEOUT_MS}]).",
-            )
-            yield
-        finally:
-            rabbitmqctl(
-                broker,
-                "eval",
-                f"application:set_env(rabbit, consumer_timeout, {SHIPPED_CONSUMER_TIMEOUT_MS}).",
-            )
-        assert broker_wide_value(broker) == shipped
+    value again right after it (:func:`node_setting`). Keep the block to opening channels and
+    consuming: every channel opened meanwhile on the node (3.10, 4.0), or every quorum consumer
+    started meanwhile (4.3), takes the short value."""
+    with (
+        node_lock(broker, "consumer-timeout", exclusive=True),
+        node_setting(broker, "consumer_timeout", ms, SHIPPED_CONSUMER_TIMEOUT_MS),
+    ):
+        yield

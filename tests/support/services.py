@@ -71,7 +71,7 @@ def dsn_for(database: str) -> str:
 
 
 #: How often every test broker emits its management statistics: ``collect_statistics_interval``
-#: = 500 ms, written by ``scripts/services`` (``write_stats_snippet``), which also has the
+#: = 500 ms, written by ``scripts/services`` (``write_stats_files``), which also has the
 #: management plugin gather them every second (its finest sample interval) and quorum queues
 #: report every second (``quorum_tick_interval``): a queue's depth, its policy and its message
 #: counters reach the management API a second or two after the broker holds them. Every wait on

@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -628,28 +628,27 @@ async def test_a_policy_put_whose_connection_broke_is_sent_once_more(
     assert (client.api.writes_made, client.api.writes_resent) == (2, 1)
 
 
-async def test_a_delete_whose_connection_broke_is_never_sent_twice(
-    mock: respx.MockRouter, client: ManagementClient
+@pytest.mark.parametrize(
+    ("method", "path", "send"),
+    [
+        # a requeueing get: sent twice, it could count two deliveries on a quorum queue
+        ("POST", "/api/queues/%2F/vibey.dead/get", lambda c: c.get_messages("vibey.dead", 5)),
+        # a DELETE that took effect answers 404 the second time
+        ("DELETE", "/api/policies/%2F/vibey-reap-old", lambda c: c.delete_policy("vibey-reap-old")),
+    ],
+    ids=["requeueing-get", "delete"],
+)
+async def test_a_write_whose_connection_broke_is_never_sent_twice(
+    mock: respx.MockRouter,
+    client: ManagementClient,
+    method: str,
+    path: str,
+    send: Callable[[ManagementClient], Awaitable[object]],
 ) -> None:
-    """A DELETE that took effect answers 404 the second time: it is not resent."""
-    route = mock.delete("/api/policies/%2F/vibey-reap-old").mock(
+    route = mock.request(method, path).mock(
         side_effect=httpx.RemoteProtocolError("Server disconnected without sending a response.")
     )
     with pytest.raises(BrokerUnavailable, match="truncated or broken body"):
-        await client.delete_policy("vibey-reap-old")
+        await send(client)
     assert route.call_count == 1
     assert (client.api.writes_made, client.api.writes_resent) == (1, 0)
-
-
-async def test_a_write_whose_connection_broke_is_never_sent_twice(
-    mock: respx.MockRouter, client: ManagementClient
-) -> None:
-    """A requeueing get is a POST: sent twice, it could count two deliveries on a quorum
-    queue, so it is not retried."""
-    route = mock.post("/api/queues/%2F/vibey.dead/get").mock(
-        side_effect=httpx.RemoteProtocolError("Server disconnected without sending a response.")
-    )
-    with pytest.raises(BrokerUnavailable, match="truncated or broken body"):
-        await client.get_messages("vibey.dead", 5)
-    assert route.call_count == 1
-    assert client.api.writes_made == 1
