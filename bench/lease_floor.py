@@ -30,7 +30,6 @@ import os
 import sys
 import time
 from collections import Counter
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +42,9 @@ from _common import dsn_for, median, report_result, scratch_database
 from lease_reap import reap_seeded
 from peers import LIBRARIES, seed_template
 
-from reaper.core.domain import Thresholds
+from reaper.core.domain import Dispatch, Thresholds
 from reaper.core.judge_leases import judge_lease_page
-from reaper.jobqueue.leases import LEASE_BATCH_SIZE, LEASE_LANES, _LeaseMoves, lanes_by_project
+from reaper.jobqueue.leases import LEASE_BATCH_SIZE, _Lanes, _LeaseMoves
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
 
@@ -85,22 +84,19 @@ async def the_pass(dsn: str) -> dict[str, float]:
 
 async def the_floor(dsn: str) -> dict[str, float]:
     """Every expired lease moved in the pass's lanes, each batch's arguments built beforehand."""
-    conn = await asyncpg.connect(dsn)
     store = await PostgresStore.connect(dsn)
     try:
-        now: datetime = await conn.fetchval("SELECT now()")
+        now = (await store.database_facts()).now  # the database's clock, as a pass reads it
         page = await store.expired_lease_page(now, 0, 10**9, None, None)
+        rulings = judge_lease_page(page, Thresholds(), now)
+        # the pass's own split into lanes (as many as the default pool allows)
+        split = _Lanes(
+            store.database, Dispatch.POLLING, Counter(page.project_ids[i] for i in rulings.rows)
+        )
+        split.add_page(page, rulings)
     finally:
         await store.close()
-        await conn.close()
-    rulings = judge_lease_page(page, Thresholds(), now)
-    lane_of = lanes_by_project(Counter(page.project_ids[i] for i in rulings.rows), LEASE_LANES)
-    lanes = [_LeaseMoves() for _ in range(LEASE_LANES)]
-    chosen: list[list[int]] = [[] for _ in lanes]
-    for k, i in enumerate(rulings.rows):
-        chosen[lane_of[page.project_ids[i]]].append(k)
-    for lane, ruled in zip(lanes, chosen, strict=True):
-        lane.add_rulings(page, rulings, ruled)
+    lanes = split.lanes
     batches = [
         [
             (lane.projects[s:stop], lane.args(s, stop, now))
