@@ -28,7 +28,7 @@ __all__ = [
 PINNED_VERSIONS: Final = ((3, 10), (4, 0), (4, 3))
 
 #: The LavinMQ lines measured on a real broker built from its source, with real consumers
-#: holding deliveries (the responses are recorded in ``shared/recorded/lavinmq-2.9.1``).
+#: holding deliveries (the responses are kept in ``tests/data/lavinmq-2.9.1``).
 LAVINMQ_PINNED_VERSIONS: Final = ((2, 9),)
 
 _QUEUE_TYPES: Final = ("classic", "quorum")
@@ -135,7 +135,7 @@ def _enforcement(numbers: tuple[int, ...]) -> tuple[TimeoutEnforcement, ...]:
 
 def _lavinmq(product: str, version: str) -> BrokerFacts:
     """LavinMQ 2.9, as measured on 2.9.1 (policy PUTs and queue readings recorded in
-    ``shared/recorded/lavinmq-2.9.1``; consumers holding deliveries with pika). It has no quorum
+    ``tests/data/lavinmq-2.9.1``; consumers holding deliveries with pika). It has no quorum
     queues: one declared ``x-queue-type: quorum`` is an ordinary queue, and ``apply-to:
     quorum_queues`` reaches every non-stream queue. Only a queue's ``x-consumer-timeout``
     bounds a delivery, and a held ``basic.get`` delivery is not counted in ``consumers``."""

@@ -1,10 +1,11 @@
-"""Real LavinMQ 2.9.1 responses, recorded from a broker built from its source
-(``shared/recorded/lavinmq-2.9.1``: its README says which request produced each file and in
-which broker state), and a transport that answers the reaper's requests from them.
+"""Real LavinMQ 2.9.1 responses, recorded from a broker built from its source and kept in
+the repository as test data (``tests/data/lavinmq-2.9.1``, byte for byte as recorded: its README
+says which request produced each file and in which broker state), and a transport that answers
+the reaper's requests from them.
 
-The directory is ``$REAPER_RECORDED_DIR/lavinmq-2.9.1``, else ``<repo>/../shared/recorded/
-lavinmq-2.9.1`` (where CI lays ``shared/`` beside the clone). It is never copied into the
-repository, and a missing one fails the tests that need it, loudly: they are never skipped.
+``$REAPER_RECORDED_DIR/lavinmq-2.9.1`` is read instead when that variable is set (a newer
+recording, tried before it is copied in). A missing directory fails the tests that need it,
+loudly: they are never skipped.
 
 The transport serves the full recordings cut to the ``columns=`` asked, by the rule the
 recordings themselves show LavinMQ follows (a column is kept when it names a top-level key;
@@ -24,23 +25,24 @@ from urllib.parse import unquote
 import httpx
 import pytest
 
-#: Where the recordings are, when not beside the clone.
+#: Where to read another recording from instead of the one in the repository.
 RECORDED_ENV: Final = "REAPER_RECORDED_DIR"
 BROKER: Final = "lavinmq-2.9.1"
 VHOST: Final = "vibey"
 
-_ROOT = Path(__file__).resolve().parents[2]
+#: The recordings kept in the repository.
+IN_TREE: Final = Path(__file__).resolve().parents[1] / "data"
 
 
 def recorded_dir() -> Path:
     """The recordings' directory; fails the test (never skips it) when it is not there."""
     base = os.environ.get(RECORDED_ENV)
-    root = Path(base) if base else _ROOT.parent / "shared" / "recorded"
-    path = root / BROKER
+    path = (Path(base) if base else IN_TREE) / BROKER
     if not (path / "README.md").is_file():
+        where = f"{RECORDED_ENV}={base}" if base else "the repository's tests/data/"
         pytest.fail(
-            f"the LavinMQ recordings are missing: no {path}/README.md (set {RECORDED_ENV} to "
-            "the directory holding lavinmq-2.9.1/, or lay shared/ beside the clone)",
+            f"the LavinMQ recordings are missing: no {path}/README.md (read from {where}; "
+            f"unset {RECORDED_ENV} to use the copy kept in the repository)",
             pytrace=False,
         )
     return path

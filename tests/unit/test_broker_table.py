@@ -12,7 +12,7 @@ from reaper.core.enforcement import TimeoutSetting
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The brokers the tests run against, as measured; LavinMQ 2.9.1 measured by hand on a broker
-#: built from its source (its responses are in shared/recorded/lavinmq-2.9.1).
+#: built from its source (its responses are kept in tests/data/lavinmq-2.9.1).
 BROKERS = (
     ("RabbitMQ", "3.10.8"),
     ("RabbitMQ", "4.0.5"),
