@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 import uuid
@@ -159,9 +160,11 @@ async def measure(args: argparse.Namespace, vhost: str, names: list[str]) -> boo
             "queues": len(names),
             "pass_s": round(a_seconds, 3),
             "pass_requests": a_requests,
+            "queues_read": a_queues,
             "listing_s": round(b_seconds, 3),
             "per_queue_s": round(c_seconds, 3) if c_seconds is not None else None,
             "ratio": round(ratio, 2),
+            "load": [round(x, 2) for x in os.getloadavg()],
             "ok": ok,
         },
     )
