@@ -9,6 +9,7 @@ from typing import TypeAlias
 from uuid import UUID
 
 from reaper.edges import doctor, gate_commands, production
+from reaper.edges.completion import SHELLS
 from reaper.edges.serve import ListenError, parse_listen
 from reaper.version import __version__
 
@@ -151,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     gate_commands.add_parsers(commands)
     _add_serve(commands)
     _add_demo(commands)
+    _add_shell(commands)
     for sub in _subcommands(parser):
         _global_options(sub, defaults=False)
     return parser
@@ -298,6 +300,27 @@ def _add_demo(commands: Commands) -> None:
         "--cleanup",
         action="store_true",
         help="remove the demo's database and vhost at the end (default: keep them, and say how)",
+    )
+
+
+def _add_shell(commands: Commands) -> None:
+    """``reaper completion SHELL`` and ``reaper man``: generated from this parser."""
+    completion = commands.add_parser(
+        "completion",
+        help="print the shell completion script for bash, zsh or fish",
+        description="Print a completion script for SHELL, generated from the parser: every "
+        "command, option and choice completes. bash: source <(reaper completion bash), or "
+        "write it to /etc/bash_completion.d/reaper; zsh: reaper completion zsh > "
+        '"${fpath[1]}/_reaper"; fish: reaper completion fish > '
+        "~/.config/fish/completions/reaper.fish.",
+    )
+    completion.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish")
+    commands.add_parser(
+        "man",
+        help="print the manual page (roff): reaper man | man -l -",
+        description="Print reaper(1) in roff, generated from the parser: every command and "
+        "option as --help gives them. Read it with `reaper man | man -l -`, or install it as "
+        "reaper.1 in a man directory.",
     )
 
 

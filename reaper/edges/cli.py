@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from reaper.config import LoadedConfig, load_config, show
-from reaper.edges import commands, doctor, gate_commands, production
+from reaper.edges import commands, completion, doctor, gate_commands, production
 from reaper.edges.arguments import build_parser
 from reaper.edges.commands import EXIT_NOT_OK, EXIT_OK, EXIT_USAGE
+from reaper.edges.manpage import manpage
 from reaper.errors import ConfigError, GateError, ReaperError, scrub
 
 log = logging.getLogger("reaper")
@@ -145,6 +146,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "completion":
+        print(completion.script(parser, args.shell), end="")
+        return EXIT_OK
+    if args.command == "man":
+        print(manpage(parser), end="")
+        return EXIT_OK
     _logging(args.verbose, args.quiet)
     try:
         loaded = load_config(args.config_dir)
