@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError, create_m
 from pydantic_settings import SettingsError
 
 from reaper.config.model import Settings
-from reaper.config.problems import describe
+from reaper.config.problems import describe, unknown_variables
 from reaper.config.provenance import (
     LEAVES,
     SECRET_KEYS,
@@ -30,7 +30,12 @@ from reaper.config.provenance import (
     LoadedConfig,
     Origins,
 )
-from reaper.config.secrets import SECRET_PATHS, SecretsDir, read_secrets_dir
+from reaper.config.secrets import (
+    SECRET_PATHS,
+    SECRETS_DIR_VARIABLE,
+    SecretsDir,
+    read_secrets_dir,
+)
 from reaper.config.sources import EnvironSource, KeyPath, overlay, read_drop_ins, walk
 from reaper.errors import ConfigError, register_secret, scrub
 
@@ -99,6 +104,9 @@ def load_config(
         problems.append(f"the REAPER_ environment cannot be read: {exc}")
         env_data = {}
     secrets |= _secrets_in(env_data)
+    problems.extend(
+        unknown_variables(environ, frozenset({CONFIG_DIR_VARIABLE, SECRETS_DIR_VARIABLE}))
+    )
     origins = Origins(env_data, environ, drop_ins.merged, drop_ins.origins)
     secrets_dir = read_secrets_dir(environ, _secrets_taken(env_data, drop_ins.merged))
     problems.extend(secrets_dir.problems)

@@ -17,9 +17,9 @@ from pydantic_core import ErrorDetails
 
 from reaper.config.model import bound_reasons
 from reaper.config.provenance import LEAVES, SECRET_KEYS, TABLES, URL_KEYS, Origins
-from reaper.config.sources import KeyPath
+from reaper.config.sources import ENV_DELIMITER, ENV_PREFIX, KeyPath
 
-__all__ = ["describe"]
+__all__ = ["describe", "unknown_variables"]
 
 _EXPECTED: Final = {
     "int_type": "must be an integer",
@@ -36,6 +36,40 @@ _EXPECTED: Final = {
 }
 
 _LEAF_KEYS: Final = frozenset(".".join(path) for path in LEAVES)
+
+
+def _variable(path: KeyPath) -> str:
+    return (ENV_PREFIX + ENV_DELIMITER.join(path)).upper()
+
+
+#: Every ``REAPER_`` name that sets something: each key, each table (as one JSON value).
+_VARIABLES: Final = frozenset(
+    [_variable(path) for path in LEAVES] + [_variable(tuple(t.split("."))) for t in TABLES]
+) | {_variable(("queue",))}
+
+
+def unknown_variables(environ: Mapping[str, str], others: frozenset[str]) -> list[str]:
+    """Every ``REAPER_`` variable of ``environ`` that names no key, no table and none of
+    ``others`` (the variables that are not keys, such as ``REAPER_CONFIG_DIR``), each with
+    the nearest real name. One ignored in silence would leave a default in force: a
+    ``REAPER_DATABASE_DSN`` would point every command at the default database. Names under
+    a table (``REAPER_BUS__...``) are left to the validation, which names the table's keys."""
+    known = _VARIABLES | others
+    tables = tuple(v + ENV_DELIMITER for v in _VARIABLES if v.count(ENV_DELIMITER) < 2)
+    problems = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known or upper.startswith(tables):
+            continue
+        bare = {k.removeprefix(ENV_PREFIX): k for k in known}
+        close = difflib.get_close_matches(upper.removeprefix(ENV_PREFIX), sorted(bare), n=1)
+        hint = (
+            f"did you mean {bare[close[0]]}?"
+            if close
+            else "a table's keys join with '__': REAPER_DATABASE__DSN"
+        )
+        problems.append(f"{name} names no key, so it would be ignored ({hint})")
+    return problems
 
 
 def describe(error: ErrorDetails, origins: Origins) -> str:

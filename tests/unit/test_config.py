@@ -273,6 +273,52 @@ def test_a_whole_table_may_come_from_one_json_variable() -> None:
     assert value_of(loaded, "bus.username").origin == "default"
 
 
+@pytest.mark.parametrize(
+    ("name", "nearest"),
+    [
+        ("REAPER_DATABASE_DSN", "REAPER_DATABASE__DSN"),
+        ("REAPER_BUS_VHOST", "REAPER_BUS__VHOST"),
+        ("REAPER_BUSS__VHOST", "REAPER_BUS__VHOST"),
+        ("REAPER_QUEUE_REAP__STALE_READY_SECONDS", "REAPER_QUEUE__REAP__STALE_READY_SECONDS"),
+        ("REAPER_CONFIGDIR", "REAPER_CONFIG_DIR"),
+        ("reaper_database_dsn", "REAPER_DATABASE__DSN"),
+    ],
+)
+def test_a_variable_that_names_no_key_is_refused_with_the_nearest_name(
+    name: str, nearest: str
+) -> None:
+    """Ignored in silence, ``REAPER_DATABASE_DSN`` would leave the default database in force:
+    ``config check`` would say valid and ``db migrate`` would create the schema there."""
+    with pytest.raises(ConfigError) as refused:
+        load_config(None, environ={name: "postgresql://127.0.0.1:5432/jobs"})
+    assert refused.value.problems == [
+        f"{name} names no key, so it would be ignored (did you mean {nearest}?)"
+    ]
+
+
+def test_a_variable_near_no_key_is_refused_with_the_rule() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(None, environ={"REAPER_ZZZZZZ": "1", "OTHER_DSN": "x"})
+    assert refused.value.problems == [
+        "REAPER_ZZZZZZ names no key, so it would be ignored (a table's keys join with '__': "
+        "REAPER_DATABASE__DSN)"
+    ]
+
+
+def test_every_key_table_and_directory_variable_is_taken(tmp_path: Path) -> None:
+    environ = {
+        "REAPER_CONFIG_DIR": str(tmp_path),
+        "REAPER_SECRETS_DIR": str(tmp_path),
+        "REAPER_QUEUE__REAP__STALE_READY_SECONDS": "600",
+        "reaper_bus__vhost": "jobs",
+        "REAPER_DATABASE": '{"statement_timeout_seconds": 5}',
+        "REAPER_QUEUE__REAP": '{"interval_seconds": 30}',
+    }
+    loaded = load_config(None, environ=environ)
+    assert loaded.settings.bus.vhost == "jobs"
+    assert loaded.settings.queue.reap.interval_seconds == 30
+
+
 def test_config_dir_is_resolved_explicit_then_environment_then_defaults(
     tmp_path: Path,
 ) -> None:
