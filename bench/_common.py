@@ -19,7 +19,7 @@ from reaper.schema.migrations import migrate
 #: asyncpg and libpq take unless told otherwise and node-postgres (pg-boss) never asks for; a
 #: library timed over TLS beside one without would be measured for its transport.
 ADMIN_DSN = os.environ.get(
-    "REAPER_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+    "QR_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 )
 
 

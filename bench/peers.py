@@ -56,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DRIVERS = Path(__file__).resolve().parent / "peer_drivers"
 BUILD = ROOT / "build" / "peers"
 PYTHON_312 = os.environ.get(
-    "REAPER_BENCH_PYTHON_312", "/root/.pyenv/versions/3.12.1/bin/python3.12"
+    "QR_BENCH_PYTHON_312", "/root/.pyenv/versions/3.12.1/bin/python3.12"
 )
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)  # the reaper's seed and reap clock
 #: The default pass interval (queue.reap.interval_seconds): a reap that needs more than one
@@ -129,7 +129,7 @@ def install(env: Environment) -> None:
     else:
         if not Path(env.python).exists():
             sys.exit(
-                f"peers: {env.name} needs {env.python} (set REAPER_BENCH_PYTHON_312 to a "
+                f"peers: {env.name} needs {env.python} (set QR_BENCH_PYTHON_312 to a "
                 "Python 3.12 interpreter), or leave it out with --peers"
             )
         steps = [

@@ -24,14 +24,14 @@ and:
   dead letters parked, the same number of events per object, the same open sightings (not the
   ``seq`` order, and not the sighting history: a killed pass may have seen a queue mid-way).
 
-Sizes: ``REAPER_CHAOS_TRIALS`` (default 20) trials per broker version, 60 in all: each version
+Sizes: ``QR_CHAOS_TRIALS`` (default 20) trials per broker version, 60 in all: each version
 still sees kills before and after writing, amid lease moves (every fifth trial) and second
 episodes (every eighth). Measured beside the whole suite, which keeps both cores busy: 284 to
 313 s per broker version, against 596 to 628 s with 50 trials each. A long manual run::
 
-    REAPER_CHAOS_TRIALS=500 python -m pytest tests/integration/test_chaos.py -s
+    QR_CHAOS_TRIALS=500 python -m pytest tests/integration/test_chaos.py -s
 
-``REAPER_CHAOS_SEED`` replays one run (every run prints its seed).
+``QR_CHAOS_SEED`` replays one run (every run prints its seed).
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ from tests.support.store import query
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
-TRIALS = int(os.environ.get("REAPER_CHAOS_TRIALS", "20"))
-SEED = int(os.environ.get("REAPER_CHAOS_SEED", str(random.SystemRandom().randrange(2**32))))
+TRIALS = int(os.environ.get("QR_CHAOS_TRIALS", "20"))
+SEED = int(os.environ.get("QR_CHAOS_SEED", str(random.SystemRandom().randrange(2**32))))
 
 FIRST_LEASES = 3_000
 #: Every this many trials, new expired leases, and that trial's process is killed as soon as

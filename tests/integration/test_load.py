@@ -15,8 +15,8 @@ holds.
 Sizes fit CI (measured beside the whole suite: 173 to 202 s per broker version, against 377 to
 398 s with 50,000 leases on the same machine). A manual run::
 
-    REAPER_LOAD_LEASES=500000 REAPER_LOAD_PROJECTS=1000 REAPER_LOAD_DEAD_LETTERS=5000 \\
-    REAPER_LOAD_DLQS=50 REAPER_LOAD_REAPERS=16 python -m pytest tests/integration/test_load.py -s
+    QR_LOAD_LEASES=500000 QR_LOAD_PROJECTS=1000 QR_LOAD_DEAD_LETTERS=5000 \\
+    QR_LOAD_DLQS=50 QR_LOAD_REAPERS=16 python -m pytest tests/integration/test_load.py -s
 """
 
 from __future__ import annotations
@@ -52,14 +52,14 @@ from tests.support.store import query
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.postgres]
 
-REAPERS = int(os.environ.get("REAPER_LOAD_REAPERS", "8"))
-LEASES = int(os.environ.get("REAPER_LOAD_LEASES", "20000"))
-PROJECTS = int(os.environ.get("REAPER_LOAD_PROJECTS", "100"))
-DEAD_LETTERS = int(os.environ.get("REAPER_LOAD_DEAD_LETTERS", "1000"))
-DLQS = int(os.environ.get("REAPER_LOAD_DLQS", "10"))
+REAPERS = int(os.environ.get("QR_LOAD_REAPERS", "8"))
+LEASES = int(os.environ.get("QR_LOAD_LEASES", "20000"))
+PROJECTS = int(os.environ.get("QR_LOAD_PROJECTS", "100"))
+DEAD_LETTERS = int(os.environ.get("QR_LOAD_DEAD_LETTERS", "1000"))
+DLQS = int(os.environ.get("QR_LOAD_DLQS", "10"))
 #: Rounds of reapers before giving up. One round moves them all on a quiet machine; beside the
 #: whole suite on a slow one, the first round's passes spent their 30 s budgets with 24,505 left.
-MAX_ROUNDS = int(os.environ.get("REAPER_LOAD_MAX_ROUNDS", "8"))
+MAX_ROUNDS = int(os.environ.get("QR_LOAD_MAX_ROUNDS", "8"))
 #: The reapers' broker timeout here. Eight passes reading the same dead-letter queues at once, on
 #: two cores beside the whole suite, once waited longer than the default 10 s for one read; this
 #: test pins each move once and each letter parked once, not the broker's latency.

@@ -29,7 +29,7 @@ CLUSTER_MANAGEMENT = {n: f"http://127.0.0.1:{15680 + i}" for i, n in enumerate(C
 CLUSTER_AMQP_PORTS = {n: 5680 + i for i, n in enumerate(CLUSTER_NODES, 1)}
 CLUSTER_SCRIPT = SCRIPTS / "cluster"
 #: Cluster tests stop nodes, so they take turns, across xdist workers and concurrent runs.
-CLUSTER_LOCK = Path(os.environ.get("REAPER_TEST_CLUSTER_LOCK", "/tmp/queue-reaper-cluster.lock"))
+CLUSTER_LOCK = Path(os.environ.get("QR_TEST_CLUSTER_LOCK", "/tmp/queue-reaper-cluster.lock"))
 CLUSTER_LOCK_WAIT_SECONDS = 900
 #: How long a node may take to stop or start (scripts/cluster waits for the peers' view).
 CLUSTER_NODE_SECONDS = 120

@@ -3,7 +3,7 @@ the repository as test data (``tests/data/lavinmq-2.9.1``, byte for byte as reco
 says which request produced each file and in which broker state), and a transport that answers
 the reaper's requests from them.
 
-``$REAPER_RECORDED_DIR/lavinmq-2.9.1`` is read instead when that variable is set (a newer
+``$QR_RECORDED_DIR/lavinmq-2.9.1`` is read instead when that variable is set (a newer
 recording, tried before it is copied in). A missing directory fails the tests that need it,
 loudly: they are never skipped.
 
@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 #: Where to read another recording from instead of the one in the repository.
-RECORDED_ENV: Final = "REAPER_RECORDED_DIR"
+RECORDED_ENV: Final = "QR_RECORDED_DIR"
 BROKER: Final = "lavinmq-2.9.1"
 VHOST: Final = "vibey"
 

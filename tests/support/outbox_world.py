@@ -49,9 +49,9 @@ from tests.support.services import BrokerUnderTest
 
 #: The AMQP port of each broker version (SPEC §7), where the fixture does not say it.
 AMQP_PORTS = {
-    "3.10": int(os.environ.get("REAPER_TEST_RABBITMQ_310_AMQP_PORT", "5672")),
-    "4.0": int(os.environ.get("REAPER_TEST_RABBITMQ_40_AMQP_PORT", "5673")),
-    "4.3": int(os.environ.get("REAPER_TEST_RABBITMQ_43_AMQP_PORT", "5674")),
+    "3.10": int(os.environ.get("QR_TEST_RABBITMQ_310_AMQP_PORT", "5672")),
+    "4.0": int(os.environ.get("QR_TEST_RABBITMQ_40_AMQP_PORT", "5673")),
+    "4.3": int(os.environ.get("QR_TEST_RABBITMQ_43_AMQP_PORT", "5674")),
 }
 
 #: The dispatch envelope's schema tag (ADR-0044 §3).

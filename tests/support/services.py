@@ -31,29 +31,29 @@ from reaper.broker.port import BrokerPolicy
 #: thousands of clients: measured, most of the Python CPU of the dead-letter tests.
 ADMIN_TLS = ssl.create_default_context()
 
-PG_ADMIN_DSN = os.environ.get("REAPER_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN_DSN = os.environ.get("QR_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 #: Every supported broker version and where its management API listens. All are required.
 BROKERS = {
-    "3.10": os.environ.get("REAPER_TEST_RABBITMQ_310", "http://127.0.0.1:15672"),
-    "4.0": os.environ.get("REAPER_TEST_RABBITMQ_40", "http://127.0.0.1:15673"),
-    "4.3": os.environ.get("REAPER_TEST_RABBITMQ_43", "http://127.0.0.1:15674"),
+    "3.10": os.environ.get("QR_TEST_RABBITMQ_310", "http://127.0.0.1:15672"),
+    "4.0": os.environ.get("QR_TEST_RABBITMQ_40", "http://127.0.0.1:15673"),
+    "4.3": os.environ.get("QR_TEST_RABBITMQ_43", "http://127.0.0.1:15674"),
 }
 #: Where each version's AMQP 0-9-1 listener is, for tests that hold a real consumer.
 AMQP_PORTS = {
-    "3.10": int(os.environ.get("REAPER_TEST_RABBITMQ_310_AMQP_PORT", "5672")),
-    "4.0": int(os.environ.get("REAPER_TEST_RABBITMQ_40_AMQP_PORT", "5673")),
-    "4.3": int(os.environ.get("REAPER_TEST_RABBITMQ_43_AMQP_PORT", "5674")),
+    "3.10": int(os.environ.get("QR_TEST_RABBITMQ_310_AMQP_PORT", "5672")),
+    "4.0": int(os.environ.get("QR_TEST_RABBITMQ_40_AMQP_PORT", "5673")),
+    "4.3": int(os.environ.get("QR_TEST_RABBITMQ_43_AMQP_PORT", "5674")),
 }
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 #: How to run ``rabbitmqctl`` against each version's node (the 4.x nodes run in chroots).
 RABBITMQCTL = {
-    "3.10": shlex.split(os.environ.get("REAPER_TEST_RABBITMQ_310_CTL", "rabbitmqctl")),
+    "3.10": shlex.split(os.environ.get("QR_TEST_RABBITMQ_310_CTL", "rabbitmqctl")),
     "4.0": shlex.split(
-        os.environ.get("REAPER_TEST_RABBITMQ_40_CTL", f"{SCRIPTS / 'rabbitmq4'} rabbitmqctl")
+        os.environ.get("QR_TEST_RABBITMQ_40_CTL", f"{SCRIPTS / 'rabbitmq4'} rabbitmqctl")
     ),
     "4.3": shlex.split(
-        os.environ.get("REAPER_TEST_RABBITMQ_43_CTL", f"{SCRIPTS / 'rabbitmq43'} rabbitmqctl")
+        os.environ.get("QR_TEST_RABBITMQ_43_CTL", f"{SCRIPTS / 'rabbitmq43'} rabbitmqctl")
     ),
 }
 BROKER_USER = "guest"
