@@ -55,9 +55,7 @@ from _common import dsn_for, median, migrated, report_result, scratch_database
 ROOT = Path(__file__).resolve().parents[1]
 DRIVERS = Path(__file__).resolve().parent / "peer_drivers"
 BUILD = ROOT / "build" / "peers"
-PYTHON_312 = os.environ.get(
-    "QR_BENCH_PYTHON_312", "/root/.pyenv/versions/3.12.1/bin/python3.12"
-)
+PYTHON_312 = os.environ.get("QR_BENCH_PYTHON_312", "/root/.pyenv/versions/3.12.1/bin/python3.12")
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)  # the reaper's seed and reap clock
 #: The default pass interval (queue.reap.interval_seconds): a reap that needs more than one
 #: pass waits this long between passes.
