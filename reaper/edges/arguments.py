@@ -10,6 +10,7 @@ from uuid import UUID
 
 from reaper.edges import doctor, gate_commands, production
 from reaper.edges.completion import SHELLS
+from reaper.edges.logs import LOG_FORMATS
 from reaper.edges.serve import ListenError, parse_listen
 from reaper.version import __version__
 
@@ -284,6 +285,13 @@ def _add_serve(commands: Commands) -> None:
         type=_listen,
         metavar="HOST:PORT",
         help="where to listen (default %(default)s)",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="text (default: UTC time, level, logger, message) or json (one object a line, "
+        "for a log shipper)",
     )
 
 

@@ -17,10 +17,10 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 from reaper.config import LoadedConfig, load_config, show
-from reaper.edges import commands, completion, doctor, gate_commands, production
+from reaper.edges import commands, completion, doctor, gate_commands, logs, production
 from reaper.edges.arguments import build_parser
 from reaper.edges.commands import EXIT_NOT_OK, EXIT_OK, EXIT_USAGE
 from reaper.edges.manpage import manpage
@@ -116,22 +116,6 @@ async def _run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     raise AssertionError(f"unhandled command {args.command}")
 
 
-#: Loggers that are not the reaper's: at WARNING unless -vv.
-THIRD_PARTY_LOGGERS: Final = ("httpx", "httpcore", "asyncio")
-
-
-def _logging(verbose: int, quiet: bool) -> None:
-    level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # One line per HTTP request is noise; the report says what the pass saw.
-    for name in THIRD_PARTY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.DEBUG if verbose >= 2 else logging.WARNING)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -152,7 +136,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "man":
         print(manpage(parser), end="")
         return EXIT_OK
-    _logging(args.verbose, args.quiet)
+    logs.configure(args.verbose, args.quiet, getattr(args, "log_format", "text"))
     try:
         loaded = load_config(args.config_dir)
     except ConfigError as exc:

@@ -19,7 +19,13 @@ from collections.abc import Callable, Mapping
 from http.client import HTTPException
 from urllib.parse import urlsplit, urlunsplit
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 from prometheus_client.exposition import (
     basic_auth_handler,
     default_handler,
@@ -32,6 +38,7 @@ from reaper.edges.gate_board import GateBoard
 from reaper.edges.pass_gauges import PassCollector
 from reaper.errors import ReaperError, scrub
 from reaper.reap.result import PassResult
+from reaper.version import __version__
 
 # A counter's ``*_created`` series repeats its help and says nothing a scrape needs (SPEC §6).
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -64,6 +71,14 @@ class ReaperMetrics:
         self.registry.register(self.collector)
         self._lock = threading.Lock()
         r = self.registry
+        # The exporters' convention (prometheus_build_info): 1, the version as a label, so a
+        # dashboard can join on it and an alert can tell a fleet of mixed versions.
+        Gauge(
+            "reaper_build_info",
+            "The queue-reaper version this process runs (always 1).",
+            ["version"],
+            registry=r,
+        ).labels(__version__).set(1)
         self.verdicts = Counter(
             "reaper_verdicts",
             'Verdicts judged, one per verdict per pass (dry-run passes under dry_run="true").',

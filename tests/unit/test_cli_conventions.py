@@ -5,13 +5,16 @@ exit 2 for every usage error, and a worker's log gets one reaper line per pass."
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from reaper.edges import logs
 from reaper.edges.arguments import _subcommands, build_parser
 from reaper.edges.cli import main
 
@@ -78,10 +81,61 @@ def test_every_usage_error_exits_2(argv: list[str], capsys: pytest.CaptureFixtur
     ("verbose", "level"), [(0, logging.WARNING), (1, logging.WARNING), (2, logging.DEBUG)]
 )
 def test_third_party_loggers_stay_at_warning_unless_vv(verbose: int, level: int) -> None:
-    from reaper.edges.cli import THIRD_PARTY_LOGGERS, _logging
+    logs.configure(verbose, quiet=False)
+    assert {logging.getLogger(n).level for n in logs.THIRD_PARTY_LOGGERS} == {level}
 
-    _logging(verbose, quiet=False)
-    assert {logging.getLogger(n).level for n in THIRD_PARTY_LOGGERS} == {level}
+
+def _record(message: str, **extra: object) -> logging.LogRecord:
+    record = logging.LogRecord("reaper.serve", logging.WARNING, __file__, 1, message, (), None)
+    record.created = 1796116801.5  # 2026-12-01T09:20:01.500Z
+    record.__dict__.update(extra)
+    return record
+
+
+def test_a_log_line_carries_one_utc_timestamp_format() -> None:
+    line = logs.TextFormatter().format(_record("pass failed: broker unreadable"))
+    assert line == "2026-12-01T09:20:01.500Z WARNING reaper.serve: pass failed: broker unreadable"
+
+
+def test_a_json_log_line_is_one_object_with_the_exact_message() -> None:
+    line = logs.JsonFormatter().format(_record('queue "vibey.q\x1b[2J" unreadable'))
+    assert "\n" not in line and json.loads(line) == {
+        "time": "2026-12-01T09:20:01.500Z",
+        "level": "warning",
+        "logger": "reaper.serve",
+        "message": 'queue "vibey.q\x1b[2J" unreadable',
+    }
+
+
+def test_serve_logs_json_when_asked(tmp_path: Path) -> None:
+    """A real ``reaper serve --log-format json`` (its first line, before any pass ends), each
+    stderr line one JSON object with a UTC time."""
+    env = {**os.environ, "REAPER_DATABASE__DSN": "postgresql://127.0.0.1:1/none"}
+    env["REAPER_BUS__MANAGEMENT_URL"] = "http://127.0.0.1:1"
+    env["REAPER_QUEUE__REAP__INTERVAL_SECONDS"] = "3600"
+    serve = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "reaper",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        first = serve.stderr.readline() if serve.stderr else ""
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
+    line = json.loads(first)
+    assert line["logger"].startswith("reaper") and line["time"].endswith("Z"), line
 
 
 def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from reaper.reap.dead_letters import DeadLetterOutcome
 from reaper.reap.lease_log import VerdictLog
 from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
+from reaper.version import __version__
 from tests.support.brokers import RABBITMQ_40
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -148,6 +149,12 @@ def test_before_any_pass_counters_are_zero_and_last_pass_series_absent(
     assert registry.get_sample_value("reaper_last_pass_ok") is None
     names = sample_names(registry)
     assert not {n for n in names if n.startswith(("reaper_source_up", "reaper_conditions_open"))}
+
+
+def test_build_info_names_the_version(registry: CollectorRegistry, metrics: ReaperMetrics) -> None:
+    assert registry.get_sample_value("reaper_build_info", {"version": __version__}) == 1
+    build = [s for s in sample_names(registry) if s.startswith("reaper_build_info")]
+    assert build == ["reaper_build_info"]
 
 
 # --------------------------------------------------------------------------- counters

@@ -1,0 +1,60 @@
+"""The reaper's log lines on stderr: one UTC timestamp format (``2026-12-06T06:40:01.123Z``,
+as every output prints time) and, for ``reaper serve`` under a log shipper, one JSON object per
+line (``--log-format json``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Final
+
+__all__ = ["LOG_FORMATS", "THIRD_PARTY_LOGGERS", "configure"]
+
+LOG_FORMATS: Final = ("text", "json")
+#: Loggers that are not the reaper's: at WARNING unless -vv (one line per HTTP request is
+#: noise; the report says what the pass saw).
+THIRD_PARTY_LOGGERS: Final = ("httpx", "httpcore", "asyncio")
+
+
+def _utc(record: logging.LogRecord) -> str:
+    moment = datetime.fromtimestamp(record.created, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class TextFormatter(logging.Formatter):
+    """``<UTC time> <LEVEL> <logger>: <message>``, a traceback below when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = f"{_utc(record)} {record.levelname} {record.name}: {record.getMessage()}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: ``time``, ``level``, ``logger``, ``message`` (and
+    ``exception``), the message's text exact (a shipper escapes what it shows)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": _utc(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+def configure(verbose: int, quiet: bool, log_format: str = "text") -> None:
+    """The root logger on stderr at the level ``-v``/``-q`` ask, in ``log_format``."""
+    level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    # a no-op where the root logger has a handler already (a test's capture, an embedding app)
+    logging.basicConfig(level=level, handlers=[handler])
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose >= 2 else logging.WARNING)
