@@ -10,10 +10,24 @@ from collections.abc import Iterable
 from reaper.core.domain import BrokerFacts, QueueStats
 from reaper.core.observation import Stalled
 
-__all__ = ["group_head_age_notes", "head_age_unreported", "num", "num_value", "quote"]
+__all__ = [
+    "group_head_age_notes",
+    "head_age_reported",
+    "head_age_unreported",
+    "num",
+    "num_value",
+    "quote",
+]
 
 #: Quoted names and values are cut here: a broker's queue names are not our words.
 _QUOTE_LIMIT = 200
+
+
+def head_age_reported(queue: QueueStats, broker: BrokerFacts | None) -> bool:
+    """Whether the broker can report ``queue``'s head-message timestamp at all: a RabbitMQ
+    classic queue can; a quorum queue and any LavinMQ queue (no type listed) never do."""
+    lavinmq = broker is not None and broker.product == "LavinMQ"
+    return not (queue.kind == "quorum" or lavinmq or queue.type is None)
 
 
 def head_age_unreported(
@@ -22,10 +36,9 @@ def head_age_unreported(
     """The note for a queue with ready messages, no consumer and no head timestamp, where the
     broker cannot report one (a quorum queue; any LavinMQ queue); None for a RabbitMQ classic
     queue, whose head message just carries no timestamp."""
-    lavinmq = broker is not None and broker.product == "LavinMQ"
-    if not (queue.kind == "quorum" or lavinmq or queue.type is None):
+    if head_age_reported(queue, broker):
         return None
-    if lavinmq and broker is not None:
+    if broker is not None and broker.product == "LavinMQ":
         why = f" ({broker.name} reports no head_message_timestamp)"
     elif queue.type is None:
         why = " (no queue type listed, as on LavinMQ)"

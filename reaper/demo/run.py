@@ -115,7 +115,8 @@ async def run_demo(settings: Settings, *, cleanup: bool = False) -> AsyncIterato
     where_db = urlsplit(db.dsn).netloc or "the configured server"
     yield Said(_banner("queue-reaper demo").lstrip("\n"))  # the first line, not a blank
     yield Said(
-        f"PostgreSQL {where_db}, RabbitMQ {bus.urls_in_force()[0]}: database and vhost {name}"
+        f"PostgreSQL {where_db}, the broker's management API {bus.urls_in_force()[0]}: "
+        f"database and vhost {name}"
     )
 
     seeded = await _set_up(settings, demo, name, password)

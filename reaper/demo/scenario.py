@@ -152,7 +152,7 @@ class Scenario:
             f"{len(self.live_leases)} live leases, {len(self.fresh_ready)} fresh ready, "
             f"{len(self.stale_heads)} stale claimable heads (one behind an old dependency), "
             f"{len(self.not_claimable)} waiting on a running dependency",
-            f"RabbitMQ {self.broker.version}, vhost {self.vhost!r}: {len(self.queues)} queues "
+            f"{self.broker.name}, vhost {self.vhost!r}: {len(self.queues)} queues "
             "(type, messages, role):",
             *_wrapped(queues, "  "),
             "  policies: "

@@ -11,6 +11,7 @@ from uuid import uuid4
 from reaper.broker.client import ManagementClient
 from reaper.config import Settings
 from reaper.core.domain import QueueStats
+from reaper.core.head_age import head_age_reported
 from reaper.demo.scenario import PROJECT_NAMES, Scenario, SeededProject
 from reaper.demo.seed_broker import seed_broker
 from reaper.demo.seed_jobs import Jobs, plan_jobs
@@ -19,7 +20,7 @@ from reaper.jobqueue.postgres import PostgresStore
 from reaper.policies.render import DesiredPolicy
 from reaper.reap.policies import desired_for
 
-__all__ = ["seed"]
+__all__ = ["seed", "settled"]
 
 
 async def seed(
@@ -123,12 +124,13 @@ async def _settle(
     within_seconds: float,
 ) -> None:
     """Wait until the broker lists every queue with its counts, its policy in force and, for
-    the classic queues whose messages carry one, the head message's timestamp."""
+    the queues whose messages carry one, the head message's timestamp where the broker reports
+    one (never on LavinMQ, never for a quorum queue: waiting for it would only time out)."""
     deadline = time.monotonic() + within_seconds
     while True:
         listed = {q.name: q for q in await broker.list_queues(vhost)}
         pending = [
-            name for name in scenario.queues if not _settled(listed.get(name), scenario, desired)
+            name for name in scenario.queues if not settled(listed.get(name), scenario, desired)
         ]
         if not pending:
             return
@@ -140,15 +142,18 @@ async def _settle(
         await asyncio.sleep(0.5)
 
 
-def _settled(
-    queue: QueueStats | None, scenario: Scenario, desired: Sequence[DesiredPolicy]
-) -> bool:
+def settled(queue: QueueStats | None, scenario: Scenario, desired: Sequence[DesiredPolicy]) -> bool:
+    """Whether the broker lists ``queue`` as the scenario seeded it, with all it can report."""
     if queue is None or not queue.counts_known or not queue.policy_known:
         return False
     if queue.messages != scenario.messages.get(queue.name, 0):
         return False
     timestamped = (*scenario.stale_queues, scenario.delay_queue)
-    if queue.name in timestamped and queue.head_message_timestamp is None:
+    if (
+        queue.name in timestamped
+        and queue.head_message_timestamp is None
+        and head_age_reported(queue, scenario.broker)
+    ):
         return False
     carrying = {d.name for d in desired if d.writable and d.selects(queue)}
     return not carrying or queue.policy in carrying
