@@ -17,7 +17,7 @@ import contextlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 
@@ -258,8 +258,11 @@ class Database:
             ca_key="sslrootcert (in the DSN or database.sslrootcert)",
             verify_key="sslmode=verify-full",
         )
+        files = _unreadable_files(self._dsn) if isinstance(exc, OSError) else None
         if tls is not None:
             hint = tls
+        elif files:
+            hint = f"{files}: correct the path in the DSN or [database], or make the file readable"
         elif isinstance(exc, asyncpg.ClientConfigurationError) and "root certificate" in str(exc):
             hint = (
                 f"{first_line(exc)}: sslmode verify-ca and verify-full need the CA that signed "
@@ -341,6 +344,23 @@ def _dsn_user(dsn: str) -> str | None:
         return urlsplit(dsn).username
     except ValueError:
         return None
+
+
+def _unreadable_files(dsn: str) -> str | None:
+    """The DSN's TLS files that cannot be read, each with its key and why ("sslrootcert
+    /x.pem: No such file or directory"): asyncpg's own error names no file."""
+    query = parse_qs(urlsplit(dsn).query)
+    found = []
+    for key in ("sslrootcert", "sslcert", "sslkey"):
+        path = (query.get(key) or [None])[-1]
+        if not path:
+            continue
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            found.append(f"{key} {path}: {exc.strerror or type(exc).__name__}")
+    return "; ".join(found) or None
 
 
 def _dsn_password(dsn: str) -> str | None:
