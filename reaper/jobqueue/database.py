@@ -352,7 +352,7 @@ def _unreadable_files(dsn: str) -> str | None:
     query = parse_qs(urlsplit(dsn).query)
     found = []
     for key in ("sslrootcert", "sslcert", "sslkey"):
-        path = (query.get(key) or [None])[-1]
+        path = query[key][-1] if query.get(key) else None
         if not path:
             continue
         try:
