@@ -21,6 +21,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
+from reaper.broker.bounded import Answer, AnswerTooLarge, BoundedAnswer, decoded
 from reaper.broker.failures import connect_words, not_http_words, reason_words, tags_fix
 from reaper.errors import BrokerRefused, BrokerUnavailable, scrub
 
@@ -198,7 +199,7 @@ class ManagementApi:
         what a 404 means ("queue 'x'")."""
         write = method in _WRITE_METHODS
         what = f"{method} {path}"
-        response: httpx.Response | None = None
+        response: Answer | None = None
         url = self.management_url
         if self.tls_problem is not None and any(
             u.startswith("https:") for u in self.management_urls
@@ -244,13 +245,15 @@ class ManagementApi:
         status = response.status_code
         if status >= 300:
             raise self._status_error(status, what, response, write=write, missing=missing, url=url)
-        if not response.content:
+        if response.too_large is not None:
+            raise self._too_large(response, what, missing, url)
+        if not response.kept:
             return None
         self._check_complete(response, what, url)
         try:
-            body: object = response.json()
-        except ValueError:
-            start = response.text[:60].replace("\n", " ")
+            body: object = decoded(response.kept)
+        except (ValueError, RecursionError):
+            start = response.text_start()
             raise self.unavailable(
                 f"returned a body that is not JSON on {what} (starts {start!r}): "
                 "is the URL the management API and not some other service?",
@@ -267,7 +270,7 @@ class ManagementApi:
         *,
         params: Mapping[str, str | int] | None,
         json: object,
-    ) -> httpx.Response:
+    ) -> Answer:
         """One request; one whose connection broke before its answer was whole is sent once
         more if that is safe (``_RESENDABLE_METHODS``). A kept-alive connection that the node
         closes just as a request goes out is an ordinary race ("Server disconnected without
@@ -277,14 +280,36 @@ class ManagementApi:
         write = method in _WRITE_METHODS
         self._count(write)
         try:
-            return await self._http.request(method, url + path, params=params, json=json)
+            return await self._read(method, url + path, params=params, json=json)
         except (httpx.RemoteProtocolError, httpx.ReadError):
             if method not in _RESENDABLE_METHODS:
                 raise
         self._count(write)
         if write:
             self.writes_resent += 1
-        return await self._http.request(method, url + path, params=params, json=json)
+        return await self._read(method, url + path, params=params, json=json)
+
+    async def _read(
+        self, method: str, url: str, *, params: Mapping[str, str | int] | None, json: object
+    ) -> Answer:
+        """Send one request and read its answer as it arrives, keeping only a bounded copy
+        (:class:`~reaper.broker.bounded.BoundedAnswer`): no answer is ever held whole."""
+        request = self._http.build_request(method, url, params=params, json=json)
+        response = await self._http.send(request, stream=True)
+        bounded = BoundedAnswer()
+        too_large: str | None = None
+        try:
+            async for chunk in response.aiter_bytes():
+                bounded.feed(chunk)
+        except AnswerTooLarge as exc:
+            too_large = exc.why
+        finally:
+            await response.aclose()
+        size = response.headers.get("content-length", "")
+        identity = response.headers.get("content-encoding", "identity").lower() == "identity"
+        declared = int(size) if size.isdigit() and identity else None
+        status, phrase = response.status_code, response.reason_phrase
+        return Answer(status, phrase, bounded.kept(), bounded.received, declared, too_large)
 
     def _count(self, write: bool) -> None:
         self.requests_made += 1
@@ -313,14 +338,22 @@ class ManagementApi:
             scrub(f"no RabbitMQ management API answered: {tried}", [self._password])
         )
 
-    def _check_complete(self, response: httpx.Response, what: str, url: str) -> None:
-        encoding = response.headers.get("content-encoding", "identity").lower()
-        declared = response.headers.get("content-length")
-        if encoding != "identity" or declared is None or not declared.isdigit():
-            return
-        if int(declared) != len(response.content):
+    def _too_large(
+        self, response: Answer, what: str, missing: str | None, url: str
+    ) -> BrokerUnavailable:
+        whose = f" ({missing})" if missing else ""
+        return self.unavailable(
+            f"answered {what}{whose} with a body that {response.too_large}: not read further; "
+            "see what fills it on the broker (rabbitmqadmin, the management UI)",
+            response.status_code,
+            url=url,
+        )
+
+    def _check_complete(self, response: Answer, what: str, url: str) -> None:
+        declared = response.declared
+        if declared is not None and declared != response.received:
             raise self.unavailable(
-                f"returned a truncated body on {what} (received {len(response.content)} of "
+                f"returned a truncated body on {what} (received {response.received} of "
                 f"{declared} bytes): retry; if it persists, check any proxy in between",
                 response.status_code,
                 url=url,
@@ -330,7 +363,7 @@ class ManagementApi:
         self,
         status: int,
         what: str,
-        response: httpx.Response,
+        response: Answer,
         *,
         write: bool,
         missing: str | None,
@@ -405,10 +438,10 @@ class ManagementApi:
         return scrub(f"RabbitMQ management API at {where} {problem}", [self._password])
 
 
-def _broker_reason(response: httpx.Response) -> str:
+def _broker_reason(response: Answer) -> str:
     """The broker's own words for an error, on one line, prefixed ``": "`` (or empty)."""
     try:
-        body = response.json()
-    except ValueError:
+        body = decoded(response.kept)
+    except (ValueError, RecursionError):
         return ""
     return reason_words(body)

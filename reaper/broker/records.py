@@ -7,6 +7,7 @@ policy fields; that absence is kept (``counts_known``/``policy_known``), never r
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -222,9 +223,13 @@ def consumer_of(item: object) -> ConsumerSeen | None:
     )
 
 
-def message_of(item: Mapping[str, object]) -> RawMessage:
+def message_of(item: object) -> RawMessage:
     """A message as ``get`` returned it, with ``properties`` always a table: RabbitMQ answers
-    ``[]`` for a message that has none."""
+    ``[]`` for a message that has none. An item that is not a message object is kept opaque:
+    what was read becomes its payload (compact JSON), which is then never taken as whole."""
+    if not isinstance(item, Mapping):
+        read = json.dumps(item, ensure_ascii=True, separators=(",", ":"), default=str)
+        return {"properties": {}, "payload": read, "payload_encoding": "opaque"}
     result = dict(item)
     result["properties"] = dict(mapping(item.get("properties")))
     return result

@@ -328,6 +328,7 @@ class DeadLetter:
     #: What identifies it from its properties and headers alone, without its body
     #: (``reaper.core.dead_letters.envelope``); None when they do not carry enough to.
     envelope: str | None = None
+    cut: str | None = None  #: what was cut on reading, in words (never whole then)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
@@ -258,10 +259,9 @@ class Database:
             ca_key="sslrootcert (in the DSN or database.sslrootcert)",
             verify_key="sslmode=verify-full",
         )
-        files = _unreadable_files(self._dsn) if isinstance(exc, OSError) else None
         if tls is not None:
             hint = tls
-        elif files:
+        elif isinstance(exc, OSError) and (files := _unreadable_files(self._dsn)):
             hint = f"{files}: correct the path in the DSN or [database], or make the file readable"
         elif isinstance(exc, asyncpg.ClientConfigurationError) and "root certificate" in str(exc):
             hint = (
@@ -347,19 +347,12 @@ def _dsn_user(dsn: str) -> str | None:
 
 
 def _unreadable_files(dsn: str) -> str | None:
-    """The DSN's TLS files that cannot be read, each with its key and why ("sslrootcert
-    /x.pem: No such file or directory"): asyncpg's own error names no file."""
-    query = parse_qs(urlsplit(dsn).query)
+    """The DSN's TLS files that cannot be read, with key and why: asyncpg names no file."""
     found = []
-    for key in ("sslrootcert", "sslcert", "sslkey"):
-        path = query[key][-1] if query.get(key) else None
-        if not path:
-            continue
-        try:
-            with open(path, "rb"):
-                pass
-        except OSError as exc:
-            found.append(f"{key} {path}: {exc.strerror or type(exc).__name__}")
+    for key, paths in parse_qs(urlsplit(dsn).query).items():
+        if key in ("sslrootcert", "sslcert", "sslkey") and not os.access(paths[-1], os.R_OK):
+            why = "not readable" if os.path.exists(paths[-1]) else "No such file or directory"
+            found.append(f"{key} {paths[-1]}: {why}")
     return "; ".join(found) or None
 
 

@@ -23,11 +23,13 @@ from reaper.core.domain import DeadLetter
 from reaper.core.values import mapping, scalar, size
 
 __all__ = [
+    "CUT_PREFIX",
     "DIGEST_BODY_LIMIT",
     "MESSAGE_ID_LIMIT",
     "TWIN_SEPARATOR",
     "VOLATILE_HEADERS",
     "HeldBody",
+    "cut_words",
     "decode",
     "decode_read",
     "decoded_body",
@@ -35,6 +37,10 @@ __all__ = [
     "header_identity",
     "utf8",
 ]
+
+#: Starts the marker a bounded read leaves where it cut a value (the broker adapter's
+#: ``CUT_PREFIX``, kept equal by a test): a private-use character no broker field begins with.
+CUT_PREFIX = "\ue000cut: "
 
 #: A ``message_id`` longer than this is hashed into the identity rather than kept verbatim,
 #: so an identity stays a short key whatever a publisher wrote.
@@ -95,7 +101,8 @@ def decode(raw: Mapping[str, object], *, queue: str) -> DeadLetter:
 
     body, encoding, data, usable = _payload(message)
     stated = size(message.get("payload_bytes"))
-    truncated = not usable or stated != len(data)
+    cut = cut_words(message)
+    truncated = not usable or stated != len(data) or cut is not None
     body_bytes = stated if stated is not None else len(data)
     death = _first_death(headers)
     message_id = _nonempty_text(properties.get("message_id"))
@@ -114,7 +121,28 @@ def decode(raw: Mapping[str, object], *, queue: str) -> DeadLetter:
         is_json_object=not truncated and _is_json_object(data),
         delivery_count=size(headers.get("x-delivery-count")),
         redelivered=message.get("redelivered") is True,
+        cut=cut,
     )
+
+
+def cut_words(value: object) -> str | None:
+    """What of a message read was cut on reading (the markers
+    :mod:`reaper.broker.bounded` leaves, :data:`CUT_PREFIX`), in words; None when nothing."""
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) and item.startswith(CUT_PREFIX):
+            found.append(item.removeprefix(CUT_PREFIX))
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    if not found:
+        return None
+    more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+    return f"{sorted(found)[0]}{more}"
 
 
 def decode_read(raw: Iterable[Mapping[str, object]], *, queue: str) -> list[DeadLetter]:

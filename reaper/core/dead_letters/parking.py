@@ -204,6 +204,8 @@ def park_fields(letter: DeadLetter) -> ParkedLetter:
 def _body_summary(letter: DeadLetter) -> str:
     held = len(decoded_body(letter))
     kind = "binary, shown base64" if letter.body_encoding == "base64" else "text"
+    if letter.cut is not None:
+        return f"{letter.body_bytes} bytes, {kind}, not whole: cut on reading ({letter.cut})"
     if letter.body_truncated:
         whole = f"not whole: {held} of {letter.body_bytes} bytes came back"
         return f"{letter.body_bytes} bytes, {kind}, {whole}"

@@ -1,0 +1,206 @@
+"""The management API's answers read with bounds, whatever they hold (SPEC §11). Pure.
+
+An answer is fed in as it arrives (:class:`BoundedAnswer`) and only a bounded copy is kept: a
+string longer than :data:`MAX_TEXT_BYTES` and a value nested deeper than :data:`MAX_DEPTH` are
+each replaced, before anything holds them, by a marker string (:func:`is_cut`) that says what
+was cut; what is kept is refused past :data:`MAX_KEPT_BYTES`, what arrives past
+:data:`MAX_RECEIVED_BYTES`. The kept copy then decodes (:func:`decoded`) without recursion
+errors or integers the interpreter refuses: a header nested 1,000 tables deep (7 KB) once
+ended every pass with a ``RecursionError``, and a 2 MiB header took 8 MB of memory per letter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "CUT_PREFIX",
+    "MAX_DEPTH",
+    "MAX_KEPT_BYTES",
+    "MAX_RECEIVED_BYTES",
+    "MAX_TEXT_BYTES",
+    "Answer",
+    "AnswerTooLarge",
+    "BoundedAnswer",
+    "decoded",
+    "is_cut",
+]
+
+#: The deepest value kept. What the reaper reads nests at most 7 deep (a ``get``: the list, a
+#: message, its properties, headers, ``x-death``, an entry, a table in it); deeper is cut.
+MAX_DEPTH: Final = 32
+
+#: The longest string kept, in bytes as the answer spells it (escapes included). A body comes
+#: back cut by the broker at 50,000 bytes (``truncate``), as base64 at most 66,668 characters
+#: (JSON escapes of a text body up to six times that): anything longer is a header value or a
+#: name no rule of the reaper needs whole.
+MAX_TEXT_BYTES: Final = 320 * 1024
+
+#: The most an answer may keep once cut: a page of 500 queues is about 1 MB, a ``get`` of 1,100
+#: letters cut to 50,000-byte bodies about 75 MB at worst.
+MAX_KEPT_BYTES: Final = 96 * 1024 * 1024
+
+#: The most an answer may send, cut or not (2 MiB headers on 1,100 letters are 2.3 GB): past it
+#: the answer is refused rather than read on.
+MAX_RECEIVED_BYTES: Final = 4 * 1024 * 1024 * 1024
+
+#: The longest integer kept as a number (the interpreter refuses to parse past 4,300 digits).
+_MAX_DIGITS: Final = 100
+
+#: Starts every marker of a cut value: a private-use character no broker field begins with.
+#: A publisher may write one too; its letter is then only taken as cut, never as whole.
+CUT_PREFIX: Final = "\ue000cut: "
+
+_STRUCTURE = re.compile(rb'[\[\]{}"]')
+#: A string's content up to its closing quote, escapes included (a backslash that ends a chunk
+#: is left to the next one).
+_IN_STRING = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An answer as read: its status and what was kept of its body."""
+
+    status_code: int
+    reason_phrase: str
+    kept: bytes
+    received: int
+    #: The body's size as the answer declared it (``content-length``, without compression).
+    declared: int | None
+    #: Why the body was not read whole (it passed a cap), else None.
+    too_large: str | None = None
+
+    def text_start(self) -> str:
+        return self.kept[:60].decode("utf-8", "replace").replace("\n", " ")
+
+
+class AnswerTooLarge(ValueError):
+    """The answer kept or sent more than its cap; ``why`` says which, in words."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def _marker(what: str) -> bytes:
+    return json.dumps(CUT_PREFIX + what, ensure_ascii=True).encode("ascii")
+
+
+def is_cut(value: object) -> bool:
+    """Whether ``value`` is the marker of a value cut on reading."""
+    return isinstance(value, str) and value.startswith(CUT_PREFIX)
+
+
+class BoundedAnswer:
+    """A JSON answer fed chunk by chunk (:meth:`feed`), kept cut to its bounds (:meth:`kept`).
+    Raises :class:`AnswerTooLarge` from :meth:`feed` once past a cap."""
+
+    def __init__(self, *, kept_cap: int = MAX_KEPT_BYTES, text_cap: int = MAX_TEXT_BYTES) -> None:
+        self._out = bytearray()
+        self._kept_cap = kept_cap
+        self._text_cap = text_cap
+        self.received = 0
+        #: How many values were cut (strings and nested values).
+        self.cuts = 0
+        self._depth = 0
+        self._skip_from = 0  # the depth a too-deep value opened at; 0 when none
+        self._in_string = False
+        self._escape = False  # a backslash ended the last chunk, inside a string
+        self._string_at = 0  # where the string being read starts in the kept copy
+        self._string_bytes = 0
+        self._string_cut = False
+
+    def feed(self, chunk: bytes) -> None:
+        self.received += len(chunk)
+        if self.received > MAX_RECEIVED_BYTES:
+            raise AnswerTooLarge(f"sent more than {MAX_RECEIVED_BYTES} bytes")
+        at = 0
+        while at < len(chunk):
+            at = self._string(chunk, at) if self._in_string else self._structure(chunk, at)
+        if len(self._out) > self._kept_cap:
+            raise AnswerTooLarge(
+                f"holds more than {self._kept_cap} bytes once values past "
+                f"{self._text_cap} bytes are cut"
+            )
+
+    def kept(self) -> bytes:
+        return bytes(self._out)
+
+    def _keep(self, data: bytes) -> None:
+        if not self._skip_from and not self._string_cut:
+            self._out += data
+
+    def _structure(self, chunk: bytes, at: int) -> int:
+        found = _STRUCTURE.search(chunk, at)
+        end = len(chunk) if found is None else found.start()
+        self._keep(chunk[at:end])
+        if found is None:
+            return end
+        char = chunk[end : end + 1]
+        if char == b'"':
+            self._in_string = True
+            self._string_at = len(self._out)
+            self._string_bytes = 0
+            self._keep(char)
+        elif char in (b"[", b"{"):
+            self._depth += 1
+            if not self._skip_from and self._depth > MAX_DEPTH:
+                self._skip_from = self._depth
+                self.cuts += 1
+                self._out += _marker(f"a value nested past {MAX_DEPTH} levels")
+            else:
+                self._keep(char)
+        else:
+            if self._skip_from == self._depth:
+                self._skip_from = 0
+            else:
+                self._keep(char)
+            self._depth -= 1
+        return end + 1
+
+    def _string(self, chunk: bytes, at: int) -> int:
+        if self._escape:
+            self._escape = False
+            self._grow(chunk[at : at + 1])
+            return at + 1
+        run = _IN_STRING.match(chunk, at)
+        end = len(chunk) if run is None else run.end()
+        self._grow(chunk[at:end])
+        if end == len(chunk):
+            return end
+        char = chunk[end : end + 1]
+        if char == b"\\":
+            self._escape = True
+            self._grow(char)
+            return end + 1
+        self._in_string = False
+        if self._string_cut:
+            self._string_cut = False
+            if not self._skip_from:
+                self._out += _marker(f"a text of {self._string_bytes} bytes")
+        else:
+            self._keep(char)
+        return end + 1
+
+    def _grow(self, data: bytes) -> None:
+        self._string_bytes += len(data)
+        if not (self._string_cut or self._skip_from) and self._string_bytes > self._text_cap:
+            self._string_cut = True
+            self.cuts += 1
+            del self._out[self._string_at :]
+        self._keep(data)
+
+
+def decoded(kept: bytes) -> object:
+    """The kept copy as JSON values. Raises ``ValueError`` when it is not JSON."""
+    text = kept.decode("utf-8", "replace")
+    return json.loads(text, parse_int=_integer)
+
+
+def _integer(digits: str) -> object:
+    if len(digits.lstrip("-")) > _MAX_DIGITS:
+        return CUT_PREFIX + f"an integer of {len(digits)} digits"
+    return int(digits)
