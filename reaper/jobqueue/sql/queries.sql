@@ -664,3 +664,225 @@ ON CONFLICT (scope, queue) DO UPDATE
 SET proven_at = excluded.proven_at, proven = excluded.proven, letters = excluded.letters,
     message_bytes = excluded.message_bytes, published = excluded.published,
     fetched = excluded.fetched, acknowledged = excluded.acknowledged;
+
+-- name: expired_lease_projects --
+-- Each project with leases expired beyond the grace ($2; optionally one project, $3): how
+-- many, how many of them have their attempts spent (poison), the oldest and newest expiry.
+-- How a lease reap splits its lanes, what a dry run reports, and what a reap left.
+SELECT project_id, count(*) AS leases, count(*) FILTER (WHERE attempts >= max_attempts) AS poison,
+       min(lease_expires_at) AS oldest, max(lease_expires_at) AS newest
+FROM job
+WHERE state = 'leased'
+  AND lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
+  AND ($3::uuid IS NULL OR project_id = $3::uuid)
+GROUP BY project_id;
+
+-- name: reap_leases --
+-- One batch of the lease reap, in one statement: the lane's next expired leases ($4: its
+-- projects) after the key ($5 expiry, $6 id), by the leased-expiry index's key, at most $3,
+-- each locked as it stands (rows another transaction holds are skipped, never waited for; a
+-- row finished, re-leased or extended since is no longer picked). Each is ruled as the lease
+-- judge rules (past the grace $2 in milliseconds rounded up; attempts spent: park, else
+-- requeue), moved, and given its QueueReaped event: its canonical payload (sorted keys,
+-- compact, the detail as the judge words it) and its digest (sha256 of those UTF-8 bytes), on
+-- its project's stream after the last event there. The caller holds the lane's stream locks
+-- (lock_streams); an event whose number a host writer took first is not written, but returned
+-- in `unwritten_*` for the caller to append in the same transaction. A park refunds one
+-- attempt and raises one delivery_exhausted gate per episode ($7: its answers). Lines marked
+-- `outbox` are kept only where the host dispatches through an outbox: each requeue then starts
+-- a dispatch episode (dispatch_seq + 1 and its outbox row). Returns one row: what was picked
+-- (`picked`, the key it ended at), and per project what moved and the events' numbers.
+WITH picked AS (
+    SELECT j.ctid AS row_ctid, j.id, j.project_id, j.kind, j.lease_owner, j.lease_expires_at,
+           j.attempts, j.max_attempts
+    FROM job AS j
+    WHERE j.state = 'leased'
+      AND j.lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
+      AND (j.lease_expires_at, j.id) > ($5::timestamptz, $6::uuid)
+      AND ($4::uuid[] IS NULL OR j.project_id = ANY ($4::uuid[]))
+    ORDER BY j.lease_expires_at, j.id
+    LIMIT $3::int
+    FOR NO KEY UPDATE OF j SKIP LOCKED
+),
+measured AS (
+    SELECT p.*, p.attempts >= p.max_attempts AS poison,
+           ceil((extract(epoch FROM $1::timestamptz) - extract(epoch FROM p.lease_expires_at))
+                * 1000) AS past_ms,
+           CASE WHEN p.lease_owner IS NULL THEN NULL
+                WHEN left(p.lease_owner, 200) ~ '[\u0001-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]'
+                THEN (SELECT string_agg(CASE WHEN c ~ '[\u0001-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]'
+                                             THEN '\u' || lpad(to_hex(ascii(c)), 4, '0')
+                                             WHEN c IN ('"', '\') THEN '\' || c
+                                             ELSE c END, '' ORDER BY n)
+                      FROM regexp_split_to_table(left(p.lease_owner, 200), '')
+                           WITH ORDINALITY AS ch (c, n))
+                ELSE replace(replace(left(p.lease_owner, 200), '\', '\\'), '"', '\"')
+           END AS owner_quoted
+    FROM picked AS p
+),
+ruled AS (
+    SELECT m.*,
+           trim_scale(m.past_ms / 1000) AS past_text,
+           coalesce('"' || m.owner_quoted || '"'
+                    || CASE WHEN length(m.lease_owner) > 200 THEN '…' ELSE '' END,
+                    'no recorded owner') AS held
+    FROM measured AS m
+    WHERE m.past_ms > $2::int * 1000
+),
+worded AS (
+    SELECT r.*,
+           CASE WHEN r.poison THEN
+               format('{"action":"park","condition":"poison","detail":%s,"measured":%s,'
+                      '"object":"%s","queue":null,"source":"job_queue","threshold":%s,'
+                      '"unit":"attempts"}',
+                      to_json(format('lease of %s job held by %s expired %ss ago with %s of %s '
+                                     'attempts spent: park for a person (delivery_exhausted '
+                                     'gate)', r.kind, r.held, r.past_text, r.attempts,
+                                     r.max_attempts)),
+                      r.attempts, r.id, r.max_attempts)
+           ELSE
+               format('{"action":"requeue","condition":"lease_expired","detail":%s,'
+                      '"measured":%s,"object":"%s","queue":null,"source":"job_queue",'
+                      '"threshold":%s,"unit":"seconds"}',
+                      to_json(format('lease of %s job held by %s expired %ss ago, past the grace '
+                                     'of %ss: requeue (attempt %s of %s spent)', r.kind, r.held,
+                                     r.past_text, $2::int, r.attempts, r.max_attempts)),
+                      CASE WHEN r.past_ms % 1000 = 0 THEN r.past_text || '.0'
+                           ELSE r.past_text::text END,
+                      r.id, $2::int)
+           END AS payload
+    FROM ruled AS r
+),
+requeued AS (
+    UPDATE job AS j
+    SET state = 'ready',
+        run_after = $1::timestamptz,
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        dispatch_seq = j.dispatch_seq + 1,  -- outbox
+        updated_at = $1::timestamptz
+    FROM worded AS w
+    WHERE j.ctid = w.row_ctid  -- the version just locked
+      AND NOT w.poison
+    RETURNING j.id, j.project_id
+              , j.kind, j.dispatch_seq, j.run_after  -- outbox
+),
+parked AS (
+    UPDATE job AS j
+    SET state = 'awaiting_human',
+        attempts = greatest(j.attempts - 1, 0),
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        updated_at = $1::timestamptz
+    FROM worded AS w
+    WHERE j.ctid = w.row_ctid
+      AND w.poison
+    RETURNING j.id, j.project_id
+),
+gates AS (
+    INSERT INTO human_gate (project_id, job_id, kind, prompt, choices, identity, created_at)
+    SELECT w.project_id, w.id, 'delivery_exhausted',
+           format('Job %s (%s) has been delivered %s times, its limit of %s, and its last '
+                  'lease, held by %s, expired at %s without the job finishing. It is parked '
+                  'and will not be delivered again on its own. Answer ''retry'' to deliver it '
+                  'exactly once more (one attempt was refunded when it was parked), or '
+                  '''cancel'' to give it up (it ends cancelled and is never delivered again); '
+                  'leave this gate open to keep it parked.',
+                  w.id, left(w.kind, 200), w.attempts, w.max_attempts,
+                  CASE WHEN w.lease_owner IS NULL THEN 'an unknown holder' ELSE w.held END,
+                  e.iso),
+           $7::jsonb, 'delivery_exhausted:' || w.id || ':' || e.iso, $1::timestamptz
+    FROM parked AS m
+    JOIN worded AS w ON w.id = m.id
+    CROSS JOIN LATERAL (
+        SELECT to_char(w.lease_expires_at AT TIME ZONE 'UTC',
+                       CASE WHEN date_trunc('second', w.lease_expires_at AT TIME ZONE 'UTC')
+                                 = w.lease_expires_at AT TIME ZONE 'UTC'
+                            THEN 'YYYY-MM-DD"T"HH24:MI:SS' ELSE 'YYYY-MM-DD"T"HH24:MI:SS.US' END)
+               || '+00:00' AS iso
+    ) AS e
+    ON CONFLICT (identity) WHERE identity IS NOT NULL DO NOTHING
+),
+outbox AS (  -- outbox
+    INSERT INTO job_outbox (key, job_id, project_id, payload, not_before, created_at)  -- outbox
+    SELECT 'dispatch:' || q.id || ':' || q.dispatch_seq, q.id, q.project_id,  -- outbox
+           jsonb_build_object('schema', 'vibey.job.dispatch/1', 'job_id', q.id,  -- outbox
+                              'project_id', q.project_id, 'dispatch_seq', q.dispatch_seq,  -- outbox
+                              'kind', q.kind, 'not_before', q.run_after),  -- outbox
+           q.run_after, $1::timestamptz  -- outbox
+    FROM requeued AS q  -- outbox
+    ON CONFLICT (key) DO NOTHING  -- outbox
+),  -- outbox
+moved AS (
+    SELECT id, false AS poison FROM requeued
+    UNION ALL
+    SELECT id, true FROM parked
+),
+numbered AS (
+    SELECT w.project_id, w.payload, w.lease_expires_at, m.poison,
+           row_number() OVER (PARTITION BY w.project_id ORDER BY w.lease_expires_at, w.id) AS n
+    FROM worded AS w
+    JOIN moved AS m ON m.id = w.id
+),
+last_seqs AS (
+    SELECT s.project_id,
+           coalesce((SELECT max(e.seq) FROM event AS e WHERE e.project_id = s.project_id), 0)
+               AS last_seq
+    FROM (SELECT DISTINCT project_id FROM numbered) AS s
+),
+events AS (
+    INSERT INTO event (project_id, seq, kind, payload, digest, trusted, created_at)
+    SELECT nb.project_id, ls.last_seq + nb.n, 'QueueReaped', nb.payload::jsonb,
+           encode(sha256(convert_to(nb.payload, 'UTF8')), 'hex'), true, $1::timestamptz
+    FROM numbered AS nb
+    JOIN last_seqs AS ls USING (project_id)
+    ON CONFLICT DO NOTHING
+    RETURNING project_id, seq
+),
+streams AS (
+    SELECT nb.project_id,
+           count(*) FILTER (WHERE NOT nb.poison) AS requeued,
+           count(*) FILTER (WHERE nb.poison) AS parked,
+           min(nb.lease_expires_at) AS oldest,
+           max(nb.lease_expires_at) AS newest,
+           ls.last_seq + 1 AS first_seq,
+           ls.last_seq + max(nb.n) AS last_seq
+    FROM numbered AS nb
+    JOIN last_seqs AS ls USING (project_id)
+    GROUP BY nb.project_id, ls.last_seq
+),
+unwritten AS (
+    SELECT nb.project_id, nb.payload
+    FROM numbered AS nb
+    JOIN last_seqs AS ls USING (project_id)
+    WHERE (SELECT count(*) FROM events) < (SELECT count(*) FROM numbered)
+      AND NOT EXISTS (SELECT 1 FROM events AS e
+                      WHERE e.project_id = nb.project_id AND e.seq = ls.last_seq + nb.n)
+)
+SELECT (SELECT count(*) FROM picked) AS picked,
+       (SELECT max(lease_expires_at) FROM picked) AS last_expiry,
+       (SELECT id FROM picked ORDER BY lease_expires_at DESC, id DESC LIMIT 1) AS last_id,
+       (SELECT count(*) FROM ruled) AS ruled,
+       s.projects, s.requeued, s.parked, s.oldest, s.newest, s.first_seqs, s.last_seqs,
+       u.projects AS unwritten_projects, u.payloads AS unwritten_payloads
+FROM (SELECT array_agg(project_id ORDER BY project_id) AS projects,
+             array_agg(requeued ORDER BY project_id) AS requeued,
+             array_agg(parked ORDER BY project_id) AS parked,
+             min(oldest) AS oldest, max(newest) AS newest,
+             array_agg(first_seq ORDER BY project_id) AS first_seqs,
+             array_agg(last_seq ORDER BY project_id) AS last_seqs
+      FROM streams) AS s,
+     (SELECT array_agg(project_id) AS projects, array_agg(payload) AS payloads
+      FROM unwritten) AS u;
+
+-- name: next_expired_lease --
+-- The key of the next expired lease of a lane ($3: its projects) after ($4 expiry, $5 id), as
+-- reap_leases orders them: the row that spoiled a batch of one, to name and step over.
+SELECT lease_expires_at, id
+FROM job
+WHERE state = 'leased'
+  AND lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
+  AND (lease_expires_at, id) > ($4::timestamptz, $5::uuid)
+  AND project_id = ANY ($3::uuid[])
+ORDER BY lease_expires_at, id
+LIMIT 1;
