@@ -11,7 +11,8 @@ message read is a requeueing ``get``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Final
@@ -176,31 +177,51 @@ class ManagementClient:
     # ----------------------------------------------------------------------- queues
 
     async def list_queues(self, vhost: str | None = None) -> list[QueueStats]:
-        """Every queue of the vhost, column-projected and paginated: the cost grows with
-        pages (``ceil(n / page_size)`` requests), never with queues. An API that ignores
-        pagination and answers a plain list is taken as one page.
+        """Every queue of the vhost, column-projected and paginated, held whole: for callers
+        that need every queue at once (a plan, the demo). A pass folds
+        :meth:`queue_pages` instead and keeps only what it needs."""
+        return [q async for page in self.queue_pages(vhost) for q in page]
 
-        A queue created or deleted while the pages are read can shift the page boundaries;
-        a queue seen twice is kept once, and a queue missed is seen by the next pass.
-        """
+    async def queue_pages(self, vhost: str | None = None) -> AsyncIterator[list[QueueStats]]:
+        """Every queue of the vhost, a page at a time, column-projected: the cost grows with
+        pages (``ceil(n / page_size)`` requests), never with queues, and at most
+        ``PAGE_CONCURRENCY`` pages are held or in flight at once (the next ones are fetched
+        while the caller works on this one). An API that ignores pagination and answers a
+        plain list is one page.
+
+        A queue created or deleted while the pages are read can shift the page boundaries by
+        a few queues: a queue seen on two neighbouring pages is yielded once, and a queue
+        missed is seen by the next pass."""
         vhost = self.vhost if vhost is None else vhost
         path = f"/api/queues/{segment(vhost)}"
         first = await self.api.request("GET", path, params=self._page_params(1))
         if isinstance(first, list):
-            items: list[object] = first
-        else:
-            items = self._page_items(first, path)
-            page_count = whole(self.api.mapping(first, path).get("page_count")) or 1
-            if page_count > 1:
-                items += await self._rest_of_pages(path, page_count)
-        seen: set[str] = set()
-        result: list[QueueStats] = []
-        for item in items:
-            stats = self._queue(item, vhost, path)
-            if stats.name not in seen:
-                seen.add(stats.name)
-                result.append(stats)
-        return result
+            yield self._queues(first, vhost, path, frozenset())
+            return
+        page_count = whole(self.api.mapping(first, path).get("page_count")) or 1
+        page = self._queues(self._page_items(first, path), vhost, path, frozenset())
+        del first
+        pending: deque[asyncio.Future[object]] = deque()
+        try:
+            for number in range(2, page_count + 1):
+                pending.append(asyncio.ensure_future(self._page(path, number)))
+                if len(pending) >= PAGE_CONCURRENCY:
+                    break
+            following = len(pending) + 2
+            yield page
+            while pending:
+                answer = await pending.popleft()
+                if following <= page_count:
+                    pending.append(asyncio.ensure_future(self._page(path, following)))
+                    following += 1
+                before = frozenset(q.name for q in page)
+                page = self._queues(self._page_items(answer, path), vhost, path, before)
+                del answer
+                yield page
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
     def _page_params(self, page: int) -> dict[str, str | int]:
         return {
@@ -209,23 +230,21 @@ class ManagementClient:
             "columns": self.dialect.columns(QUEUE_COLUMNS),
         }
 
-    async def _rest_of_pages(self, path: str, page_count: int) -> list[object]:
-        limit = asyncio.Semaphore(PAGE_CONCURRENCY)
+    async def _page(self, path: str, number: int) -> object:
+        return await self.api.request("GET", path, params=self._page_params(number))
 
-        async def page(number: int) -> list[object]:
-            async with limit:
-                answer = await self.api.request("GET", path, params=self._page_params(number))
-                return self._page_items(answer, path)
-
-        tasks = [asyncio.ensure_future(page(n)) for n in range(2, page_count + 1)]
-        try:
-            pages = await asyncio.gather(*tasks)
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-        return [item for items in pages for item in items]
+    def _queues(
+        self, items: list[object], vhost: str, path: str, before: frozenset[str]
+    ) -> list[QueueStats]:
+        """One page's queues, without those the page before already listed (or listed twice)."""
+        seen = set(before)
+        result: list[QueueStats] = []
+        for item in items:
+            stats = self._queue(item, vhost, path)
+            if stats.name not in seen:
+                seen.add(stats.name)
+                result.append(stats)
+        return result
 
     def _page_items(self, page: object, path: str) -> list[object]:
         items = page.get("items") if isinstance(page, Mapping) else None

@@ -7,7 +7,7 @@ of httpx). The pass, the reconciler and the gate answers depend only on this mod
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -80,7 +80,12 @@ class Broker(Protocol):
         ...
 
     async def list_queues(self, vhost: str | None = None) -> list[QueueStats]:
-        """Every queue of the vhost, column-projected, in pages."""
+        """Every queue of the vhost, column-projected, in pages, held whole."""
+        ...
+
+    def queue_pages(self, vhost: str | None = None) -> AsyncIterator[list[QueueStats]]:
+        """Every queue of the vhost, column-projected, one page at a time (a pass judges
+        each page and drops it before the next is held)."""
         ...
 
     async def queue(self, name: str, vhost: str | None = None) -> QueueStats:

@@ -103,12 +103,16 @@ def outcome(
     unreadable: Sequence[tuple[QueueStats, str]],
     *,
     dry_run: bool,
+    quiet: int = 0,
 ) -> PolicyOutcome:
     """What became of ``s``, from the queue checks of the pass (``checks``), the policies the
-    broker holds (``held``) and the queues that cannot be read now (``unreadable``)."""
+    broker holds (``held``) and the queues that cannot be read now (``unreadable``).
+    ``quiet``: queues it is declared for that were verified as the listing was read and not
+    kept (:mod:`reaper.reap.listing`), counted with the checks that passed."""
     d = s.desired
     mine = [c for c in checks if c.policy == d.name]
     targeted = [c for c in mine if c.targeted]
+    checked = len(targeted) + quiet
     action = _action(s, dry_run=dry_run)
     problems = _problems(s, mine, held)
     notes = _notes(d, mine, unreadable)
@@ -117,7 +121,7 @@ def outcome(
     write, change = _write(s, would_change=would_change, would_delete=would_delete)
     if action == "refused" or problems or would_change:
         verified: bool | None = False
-    elif not targeted:
+    elif not checked:
         verified = None
     else:
         verified = True
@@ -125,12 +129,18 @@ def outcome(
         name=d.name,
         action=action,
         verified=verified,
-        queues_checked=len(targeted),
+        queues_checked=checked,
         queues_failing=tuple(sorted({c.queue for c in mine if not c.ok})),
         detail=_detail(
-            s, targeted, problems, notes, would_change=would_change, would_delete=would_delete
+            s,
+            targeted,
+            problems,
+            notes,
+            would_change=would_change,
+            would_delete=would_delete,
+            quiet=quiet,
         ),
-        reason=_reason(s, action, problems, bool(targeted), would_change=would_change).value,
+        reason=_reason(s, action, problems, bool(checked), would_change=would_change).value,
         fallbacks=tuple(
             u.detail for u in d.unsupported if u.fallback_in_force and u.key != "apply-to"
         ),
@@ -251,6 +261,7 @@ def _detail(
     *,
     would_change: bool,
     would_delete: bool = False,
+    quiet: int = 0,
 ) -> str:
     d = s.desired
     parts: list[str] = []
@@ -265,9 +276,9 @@ def _detail(
     if not d.writable and s.action != "deleted":
         parts.append(f"{d.name} is not written on {d.facts.name}")
     parts.extend(notes)
-    n = len(targeted)
+    n = len(targeted) + quiet
     if n:
-        ok = sum(1 for c in targeted if c.ok)
+        ok = sum(1 for c in targeted if c.ok) + quiet
         parts.append(f"{ok} of {n} owned {d.queue_type} queue(s) show the declared bounds in force")
     else:
         parts.append(f"no owned {d.queue_type} queue for {d.name} to verify it on")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from reaper.broker.port import Broker, BrokerPolicy
@@ -29,6 +29,8 @@ __all__ = [
     "Plan",
     "PolicyOutcome",
     "PolicyPlan",
+    "QueuesRead",
+    "ReadQueues",
     "compact",
     "plan",
     "reconcile",
@@ -61,6 +63,21 @@ class PolicyPlan:
 
 
 @dataclass(frozen=True)
+class QueuesRead:
+    """The vhost's queues as verification reads them: those to check, those that cannot be
+    read now (each with why), and per policy the queues already verified as the listing was
+    read and not kept (a pass's quiet queues, :mod:`reaper.reap.listing`)."""
+
+    queues: Sequence[QueueStats]
+    unreadable: Sequence[tuple[QueueStats, str]] = ()
+    verified: Mapping[str, int] = field(default_factory=dict)
+
+
+#: Reads the vhost's queues for verification, given the policies as finally rendered.
+ReadQueues = Callable[[Sequence[DesiredPolicy]], Awaitable[QueuesRead]]
+
+
+@dataclass(frozen=True)
 class Plan:
     """Desired against actual, per policy and per queue, and the outcomes that follow."""
 
@@ -89,14 +106,16 @@ async def reconcile(
     poll_interval_seconds: float = POLL_INTERVAL_SECONDS,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    listed: QueuesRead | None = None,
+    read_queues: ReadQueues | None = None,
 ) -> list[PolicyOutcome]:
     """Bring every desired policy to the broker and verify it on the queues.
 
     Reads the vhost's policies (one listing); writes only a real (normalized) difference;
-    reads the written ones back (one more listing); then reads the vhost's queues until every
-    declared queue shows its policy and bounds in force, for at most ``verify_wait_seconds``
-    (polling only while a policy was just written or a queue is not yet showing one the
-    broker holds). In sync, that is two requests and no write.
+    reads the written ones back; then checks the queues (``listed``, the pass's own listing,
+    while nothing was written; else read again by ``read_queues``, default one whole
+    listing) until every declared queue shows its policy and bounds in force, for at most
+    ``verify_wait_seconds`` (polling only while a write or the statistics are pending).
 
     ``dry_run`` writes nothing and says ``planned`` (a declaration this broker cannot hold at
     all says ``unsupported`` either way). A refused write is an outcome (``refused``), never an
@@ -110,6 +129,8 @@ async def reconcile(
         poll_interval_seconds=poll_interval_seconds,
         clock=clock,
         sleep=sleep,
+        listed=listed,
+        read_queues=read_queues,
     )
     return list(result.outcomes)
 
@@ -124,6 +145,8 @@ async def _run(
     poll_interval_seconds: float = POLL_INTERVAL_SECONDS,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    listed: QueuesRead | None = None,
+    read_queues: ReadQueues | None = None,
 ) -> Plan:
     # One listing reads every policy: measured on 3.10, 4.0 and 4.3, a user without the
     # policymaker tag may list a vhost's policies but not GET one by name (401).
@@ -152,23 +175,29 @@ async def _run(
     # fields at all: it is not checked (the pass names it unreadable) and not waited for.
     facts = desired[0].facts if desired else None
     deadline = clock() + verify_wait_seconds
+    read = listed if listed is not None and _still_true(listed, desired, written) else None
     while True:
-        queues: list[QueueStats] = []
-        unreadable: list[tuple[QueueStats, str]] = []
-        for q in await client.list_queues(vhost):
-            why = queue_unavailable(q, facts.nodes if facts else None)
-            if why is None:
-                queues.append(q)
-            else:
-                unreadable.append((q, why))
+        if read is None:
+            read = await (read_queues or _whole_listing(client, vhost))(desired)
         checks = check_queues(
-            desired, queues, just_written=frozenset(written), held_as_desired=as_desired
+            desired, read.queues, just_written=frozenset(written), held_as_desired=as_desired
         )
         if dry_run or not any(c.pending for c in checks) or clock() >= deadline:
             break
+        read = None
         await sleep(max(0.0, min(poll_interval_seconds, deadline - clock())))
 
-    outcomes = tuple(outcome(s, checks, held, unreadable, dry_run=dry_run) for s in states)
+    outcomes = tuple(
+        outcome(
+            s,
+            checks,
+            held,
+            read.unreadable,
+            dry_run=dry_run,
+            quiet=read.verified.get(s.desired.name, 0),
+        )
+        for s in states
+    )
     return Plan(
         broker=facts.name if facts else "no declared policy",
         vhost=vhost,
@@ -177,6 +206,32 @@ async def _run(
         queues=tuple(checks),
         outcomes=outcomes,
     )
+
+
+def _still_true(listed: QueuesRead, desired: Sequence[DesiredPolicy], written: set[str]) -> bool:
+    """Whether the pass's listing still says what is in force: nothing was written since, and
+    no policy withholds a key its quiet queues were verified with."""
+    return not written and not any(d.withheld and listed.verified.get(d.name) for d in desired)
+
+
+def _whole_listing(client: Broker, vhost: str | None) -> ReadQueues:
+    """Every queue of the vhost, held whole; those that cannot be read now set apart."""
+
+    async def read(desired: Sequence[DesiredPolicy]) -> QueuesRead:
+        # A queue that cannot be read now (its node down, no majority) shows no policy fields
+        # at all: it is not checked (the pass names it unreadable) and not waited for.
+        nodes = desired[0].facts.nodes if desired else None
+        queues: list[QueueStats] = []
+        unreadable: list[tuple[QueueStats, str]] = []
+        for q in await client.list_queues(vhost):
+            why = queue_unavailable(q, nodes)
+            if why is None:
+                queues.append(q)
+            else:
+                unreadable.append((q, why))
+        return QueuesRead(queues, unreadable)
+
+    return read
 
 
 def _by_name(policies: Iterable[BrokerPolicy]) -> dict[str, BrokerPolicy]:

@@ -4,11 +4,10 @@ is named in ``unreadable`` and read as unknown (``None``), never as empty."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from reaper.broker.port import Broker
-from reaper.core.cluster import queue_unavailable
 from reaper.core.domain import (
     BrokerFacts,
     ClaimableHead,
@@ -19,8 +18,12 @@ from reaper.core.domain import (
     UnsentDispatch,
 )
 from reaper.core.observation import ChannelStats, ConsumerSeen
+from reaper.errors import ConfigError
 from reaper.jobqueue.port import JobQueue
+from reaper.policies.declarations import load_declarations
+from reaper.policies.render import DesiredPolicy, render
 from reaper.reap.dispatch import DispatchInForce, dispatch_in_force
+from reaper.reap.listing import QuietQueues, read_listing
 from reaper.reap.pass_config import PassConfig
 from reaper.reap.progress import Found, Unreadable, unreadable_from
 
@@ -48,6 +51,10 @@ class BrokerReading:
     #: The vhost's channels and consumers, what held deliveries are observed from.
     channels: tuple[ChannelStats, ...] = ()
     consumers: tuple[ConsumerSeen, ...] = ()
+    #: The queues listed and not kept (each judged with nothing to say), as counts.
+    quiet: QuietQueues = field(default_factory=QuietQueues)
+    #: The pages the listing took.
+    pages: int = 0
 
     def unmeasured(self) -> frozenset[str]:
         """Queues about which this pass concludes nothing, not even that a finding cleared:
@@ -98,22 +105,37 @@ async def _read_job_queue(store: JobQueue, config: PassConfig) -> JobQueueReadin
     return JobQueueReading(now, dispatch, tuple(claimable), tuple(unsent))
 
 
-async def _read_broker(client: Broker, declared_consumer_timeout_ms: int) -> BrokerReading:
-    facts = await client.facts(declared_consumer_timeout_ms=declared_consumer_timeout_ms)
-    queues, channels, consumers = await asyncio.gather(
-        client.list_queues(), client.list_channels(), client.list_consumers()
+async def _read_broker(client: Broker, config: PassConfig) -> BrokerReading:
+    """The broker's facts, its channels and consumers, then its queues a page at a time, each
+    page judged and dropped before the next is held (:mod:`reaper.reap.listing`)."""
+    facts = await client.facts(declared_consumer_timeout_ms=config.consumer_timeout_ms)
+    channels, consumers = await asyncio.gather(client.list_channels(), client.list_consumers())
+    listing = await read_listing(
+        client,
+        None,
+        facts,
+        config.thresholds,
+        desired=_desired(config, facts),
+        watched=frozenset(c.queue for c in consumers),
     )
-    measured: list[QueueStats] = []
-    unavailable: list[tuple[QueueStats, str]] = []
-    for queue in queues:
-        why = queue_unavailable(queue, facts.nodes)
-        if why is None:
-            measured.append(queue)
-        else:
-            unavailable.append((queue, why))
     return BrokerReading(
-        facts, tuple(measured), tuple(unavailable), tuple(channels), tuple(consumers)
+        facts,
+        listing.queues,
+        listing.unavailable,
+        tuple(channels),
+        tuple(consumers),
+        quiet=listing.quiet,
+        pages=listing.pages,
     )
+
+
+def _desired(config: PassConfig, facts: BrokerFacts) -> list[DesiredPolicy] | None:
+    """The declared policies as rendered for this broker, before any queue is known; None
+    when they cannot be (the policy step reports why, and verifies nothing)."""
+    try:
+        return render(load_declarations(config.policies_dir), config.policies, facts, None)
+    except ConfigError:
+        return None
 
 
 async def _nothing() -> None:
@@ -129,7 +151,7 @@ async def measure(config: PassConfig, store: JobQueue | None, broker: Broker | N
     pass reads the database's clock and dispatch alone (the lease reap reads the leases)."""
     pg_read, broker_read = await asyncio.gather(
         _read_job_queue(store, config) if store else _nothing(),
-        _read_broker(broker, config.consumer_timeout_ms) if broker else _nothing(),
+        _read_broker(broker, config) if broker else _nothing(),
         return_exceptions=True,
     )
     job_queue: JobQueueReading | None = None

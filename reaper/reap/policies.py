@@ -12,8 +12,10 @@ from reaper.config import Settings
 from reaper.core.domain import BrokerFacts, QueueStats
 from reaper.errors import ConfigError, SourceUnreadable
 from reaper.policies.declarations import DEFAULT_POLICY_DIR, load_declarations
-from reaper.policies.reconcile import Plan, PolicyOutcome, plan, reconcile
+from reaper.policies.reconcile import Plan, PolicyOutcome, QueuesRead, plan, reconcile
 from reaper.policies.render import DesiredPolicy, render
+from reaper.reap.listing import read_listing
+from reaper.reap.measure import BrokerReading
 from reaper.reap.pass_config import PassConfig, policy_parameters
 from reaper.reap.progress import Found
 
@@ -46,11 +48,23 @@ async def reconcile_policies(
     config: PassConfig,
     broker: Broker,
     facts: BrokerFacts,
-    queues: Sequence[QueueStats] = (),
+    reading: BrokerReading | None = None,
 ) -> PoliciesOutcome:
     """Reconcile (or in a dry run, plan) every declared policy; declarations that cannot be
-    rendered are one refused outcome, never an exception. ``queues`` (the vhost's) withhold
-    a delivery limit where it would drop."""
+    rendered are one refused outcome, never an exception. ``reading``: the pass's listing,
+    whose queues withhold a delivery limit where it would drop and on which the policies are
+    verified when nothing was written (a queue it did not keep was verified as it was read);
+    the queues are listed again, a page at a time, only when that listing no longer holds."""
+    listed = _listed(reading)
+    queues = list(listed.queues) + [q for q, _ in listed.unreadable] if listed else ()
+    watched = frozenset(c.queue for c in reading.consumers) if reading else frozenset()
+
+    async def read_queues(desired: Sequence[DesiredPolicy]) -> QueuesRead:
+        listing = await read_listing(
+            broker, None, facts, config.thresholds, desired=desired, watched=watched
+        )
+        return QueuesRead(listing.queues, listing.unavailable, listing.quiet.verified)
+
     try:
         declared = load_declarations(config.policies_dir)
         desired = render(declared, config.policies, facts, queues)
@@ -66,10 +80,18 @@ async def reconcile_policies(
             vhost=config.vhost,
             dry_run=config.dry_run,
             verify_wait_seconds=config.policy_verify_wait_seconds,
+            listed=listed,
+            read_queues=read_queues,
         )
     except SourceUnreadable as exc:
         return PoliciesOutcome((), Found.failed(exc))
     return PoliciesOutcome(tuple(outcomes))
+
+
+def _listed(reading: BrokerReading | None) -> QueuesRead | None:
+    if reading is None:
+        return None
+    return QueuesRead(reading.queues, reading.unavailable, reading.quiet.verified)
 
 
 async def policy_plan(broker: Broker, settings: Settings) -> Plan:

@@ -25,6 +25,7 @@ from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome
 from reaper.reap.dispatch import DispatchInForce
 from reaper.reap.lease_log import VerdictLog
+from reaper.reap.listing import QuietQueues
 from reaper.reap.progress import RecordedVerdict, RowNotMoved, Unreadable
 
 __all__ = ["SEVERITY", "Inventory", "PassResult", "Problem", "Target"]
@@ -127,8 +128,10 @@ class PassResult:
     dead_letters: tuple[DeadLetterOutcome, ...] = ()
     unreadable: tuple[Unreadable, ...] = ()
     notes: tuple[str, ...] = ()
-    #: Queues as measured, for metrics (bounded labels) and the report.
+    #: Queues as measured and kept, for metrics (bounded labels) and the report.
     queues: tuple[QueueStats, ...] = ()
+    #: The queues listed and not kept (judged with nothing to say), as counts.
+    quiet: QuietQueues = field(default_factory=QuietQueues)
     #: The oldest claimable job of every project measured, for the per-project age gauge.
     claimable: tuple[ClaimableHead, ...] = ()
     project_id: UUID | None = None
@@ -186,7 +189,7 @@ class PassResult:
 
     def inventory(self) -> Inventory:
         """What the pass read, as counted from its own measurements."""
-        owned = foreign = dead = 0
+        owned, foreign, dead = self.quiet.owned, self.quiet.foreign, self.quiet.dead_letter
         for q in self.queues:
             mine = self.thresholds is None or is_owned_queue(q.name, self.thresholds)
             owned, foreign = owned + mine, foreign + (not mine)

@@ -24,6 +24,7 @@ from reaper.jobqueue.port import JobQueue
 from reaper.reap.dead_letters import DeadLettersOutcome, park_dead_letters
 from reaper.reap.lease_log import LeaseLog, VerdictLog
 from reaper.reap.leases import LeaseReapOutcome, reap_leases
+from reaper.reap.listing import QuietQueues
 from reaper.reap.measure import Reading, measure
 from reaper.reap.observe import observe_broker
 from reaper.reap.pass_config import PassConfig
@@ -221,8 +222,7 @@ async def _broker_steps(
     if reading.broker is None or broker is None:
         return PoliciesOutcome(), DeadLettersOutcome()
     facts = reading.broker.facts
-    listed = reading.broker.queues + tuple(q for q, _ in reading.broker.unavailable)
-    policies = await reconcile_policies(config, broker, facts, listed)
+    policies = await reconcile_policies(config, broker, facts, reading.broker)
     dead_letters = await park_dead_letters(
         config,
         broker,
@@ -272,6 +272,7 @@ def _result(
         unreadable=found.unreadable,
         notes=tuple(dict.fromkeys(found.notes)),
         queues=br.queues if br else (),
+        quiet=br.quiet if br else QuietQueues(),
         claimable=(jq.claimable or ()) if jq else (),
         project_id=config.project_id,
         not_moved=found.not_moved,

@@ -340,3 +340,26 @@ def test_sightings_state_machine(pg_dsn: str) -> None:
                 loop.run_until_complete(s.close())
     finally:
         loop.close()
+
+
+async def test_more_sightings_than_the_lock_table_holds_are_recorded_and_cleared(
+    pg_dsn: str,
+) -> None:
+    """30,000 sightings at once: one advisory lock each in one transaction overflows
+    PostgreSQL's lock table ("out of shared memory"); in batches they are all recorded,
+    in their order, and all cleared when none is seen."""
+    store = await PostgresStore.connect(pg_dsn)
+    try:
+        run = uuid.uuid4().hex[:6]
+        found = [broker_finding(f"vibey.jobs.many.{run}.{i:05d}") for i in range(30_000)]
+        written = await store.record_sightings(found, now=NOW, sources_read=BOTH)
+        assert written.records == found
+        later = NOW + timedelta(minutes=1)
+        again = await store.record_sightings(found, now=later, sources_read=BOTH)
+        assert again.records == [] and len(again.since) == len(found)
+        cleared = await store.record_sightings([], now=later, sources_read=BOTH)
+        mine = [r for r in cleared.records if r.queue and f".{run}." in r.queue]
+        assert len(mine) == len(found)
+        assert {r.action for r in mine} == {Action.CLEARED}
+    finally:
+        await store.close()

@@ -9,7 +9,7 @@ about a real broker: what brokers do is pinned live in ``tests/integration``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from reaper.broker.capabilities import capabilities_for
@@ -49,6 +49,8 @@ class FakeBroker:
     counting: bool = False
     #: Messages every get so far returned, per queue (``deliver_get``).
     fetched: dict[str, int] = field(default_factory=dict)
+    #: Queues a page of :meth:`queue_pages` lists.
+    page_size: int = 500
 
     @property
     def requests_made(self) -> int:
@@ -98,6 +100,15 @@ class FakeBroker:
     async def list_queues(self, vhost: str | None = None) -> list[QueueStats]:
         self.requests += 1
         return [self._with_policy(q) for q in self.queues.values()]
+
+    async def queue_pages(self, vhost: str | None = None) -> AsyncIterator[list[QueueStats]]:
+        """The queues in pages of ``page_size``, one request each."""
+        listed = [self._with_policy(q) for q in self.queues.values()]
+        self.requests += 1
+        yield listed[: self.page_size]
+        for start in range(self.page_size, len(listed), self.page_size):
+            self.requests += 1
+            yield listed[start : start + self.page_size]
 
     async def queue(self, name: str, vhost: str | None = None) -> QueueStats:
         self.requests += 1
