@@ -12,7 +12,7 @@ from uuid import UUID
 
 from reaper.core.domain import Dispatch
 from reaper.core.records import Gate
-from reaper.jobqueue.port import ParkedDeadLetter
+from reaper.jobqueue.port import EventFilter, ParkedDeadLetter
 
 __all__ = ["GateDesk", "ReplaySender"]
 
@@ -49,4 +49,16 @@ class GateDesk(Protocol):
         reason: str | None = None,
     ) -> tuple[Gate, ParkedDeadLetter | None]:
         """Answer a ``bus_dead_lettered`` gate (``replay`` publishes first), with its event."""
+        ...
+
+    async def count_events(self, chosen: EventFilter) -> int:
+        """How many events ``chosen`` selects in all, whatever its limit."""
+        ...
+
+    async def streams_between(self, low: UUID, high: UUID, limit: int) -> list[UUID]:
+        """The ledger's streams (projects) whose ids lie between ``low`` and ``high``."""
+        ...
+
+    async def jobs_between(self, low: UUID, high: UUID, limit: int) -> list[UUID]:
+        """The jobs whose ids lie between ``low`` and ``high`` (an id's prefix), by id."""
         ...

@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 from typing import TypeAlias
-from uuid import UUID
 
 from reaper.edges import doctor, gate_commands, production
 from reaper.edges.completion import SHELLS
 from reaper.edges.logs import LOG_FORMATS
 from reaper.edges.serve import ListenError, parse_listen
+from reaper.reap.ids import argument, project_text
 from reaper.version import __version__
 
 __all__ = ["build_parser"]
@@ -124,13 +124,6 @@ has NOT NULL columns without a default, it says which and how to create the row 
 """
 
 
-def _project(value: str) -> UUID:
-    try:
-        return UUID(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a project id (a UUID): {value!r}") from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     """``reaper``'s parser: every command, and the global options before or after each."""
     parser = argparse.ArgumentParser(
@@ -190,7 +183,12 @@ def _add_reap(commands: Commands) -> None:
         default="text",
         help="text (default: one line per finding), wide (every detail in full) or json",
     )
-    reap.add_argument("--project", type=_project, help="only this project's job-queue work")
+    reap.add_argument(
+        "--project",
+        type=argument(project_text),
+        metavar="PROJECT",
+        help="only this project's job-queue work (its id, a prefix the outputs print, or fleet)",
+    )
     reap.add_argument(
         "--metrics-textfile",
         type=Path,

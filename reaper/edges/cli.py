@@ -136,6 +136,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "man":
         print(manpage(parser), end="")
         return EXIT_OK
+    if args.command == "gates" and args.gates_command is None:
+        print(gate_commands.GATE_ACTIONS)
+        return EXIT_OK
     logs.configure(args.verbose, args.quiet, getattr(args, "log_format", "text"))
     try:
         loaded = load_config(args.config_dir)

@@ -19,10 +19,11 @@ from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.report import render_text, write_json
 from reaper.edges.serve import serve as serve_http
 from reaper.edges.status_page import page_target
-from reaper.errors import MigrationStopped, PassFailed, ReaperError
+from reaper.errors import GateError, MigrationStopped, PassFailed, ReaperError
 from reaper.jobqueue.database import Database
 from reaper.policies.report import plan_json, plan_text
 from reaper.reap.dispatch import dispatch_in_force
+from reaper.reap.ids import resolve_project
 from reaper.reap.policies import policy_plan
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
@@ -45,13 +46,15 @@ async def reap(
     *,
     dry_run: bool,
     output: str = "text",
-    project_id: UUID | None,
+    project_id: UUID | str | None,
     metrics_textfile: Path | None,
     pushgateway: str | None,
     quiet: bool = False,
 ) -> int:
     """One pass, its report printed as ``output`` says (``text``, ``wide`` or ``json``;
     ``quiet``: the status line alone)."""
+    if isinstance(project_id, str):
+        project_id = await _project(loaded, project_id)
     result = await reap_once(loaded.settings, dry_run=dry_run, project_id=project_id)
     if output == "json":
         write_json(result, sys.stdout)  # every verdict, streamed from the pass's log
@@ -78,6 +81,21 @@ async def reap(
             print(f"reaper: metrics not exported: {exc}", file=sys.stderr)
             code = EXIT_NOT_OK
     return code
+
+
+async def _project(loaded: LoadedConfig, named: str) -> UUID:
+    """The project ``--project`` names (an id, a prefix of one in the ledger, or fleet)."""
+    try:
+        return UUID(named)
+    except ValueError:
+        pass  # a prefix, or fleet: read from the ledger
+    sources = await open_sources(loaded.settings, broker=False)
+    try:
+        if sources.desk is None:
+            raise GateError(f"--project {named}: the ledger is unreadable: {sources.store_error}")
+        return await resolve_project(sources.desk, named)
+    finally:
+        await sources.close()
 
 
 async def migrate(loaded: LoadedConfig, *, dry_run: bool = False, outbox: bool = False) -> int:

@@ -21,8 +21,10 @@ from reaper.core.domain import GATE_BUS_DEAD_LETTERED
 from reaper.core.records import Gate
 from reaper.desk.rules import DEAD_LETTER_REPLAY, offered_choices
 from reaper.edges.gates import short_id
+from reaper.edges.wording import table, utc
 from reaper.errors import GateError
 from reaper.jobqueue.port import ParkedDeadLetter
+from reaper.reap.ids import project_name
 
 __all__ = [
     "GateView",
@@ -78,7 +80,7 @@ def view_of(
     """What can be done with ``gate`` now, and why anything it was raised with cannot."""
     age = max(0.0, (now - gate.created_at).total_seconds())
     if not gate.is_open:
-        when = gate.answered_at.isoformat() if gate.answered_at else "?"
+        when = utc(gate.answered_at) if gate.answered_at else "?"
         by = f" by {gate.answered_by}" if gate.answered_by else ""
         return GateView(gate, age, (), (f"answered {gate.answer!r} at {when}{by}",), parked)
     if gate.superseded_by is not None:
@@ -120,18 +122,30 @@ def format_age(seconds: float) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
-def render_list(views: Sequence[GateView], *, open_only: bool, filters: str = "") -> str:
-    """``gates list``: one block per gate, oldest first, and a count line."""
+def render_list(
+    views: Sequence[GateView], *, open_only: bool, filters: str = "", wide: bool = False
+) -> str:
+    """``gates list``: a table under a header row, oldest first, each gate's commands under
+    it, and a count line; ids cut to 8 hex unless ``wide``."""
     lines: list[str] = []
-    for v in views:
-        g = v.gate
-        state = "open" if g.is_open else f"answered {g.answer!r}"
-        lines.append(
-            f"{v.short}  {format_age(v.age_seconds):>6}  project {g.project_id}  {g.kind}  "
-            f"job {quote_untrusted(g.job_kind) if g.job_kind else '-'}  {state}"
+    rows = [
+        (
+            str(v.gate.id) if wide else v.short,
+            format_age(v.age_seconds),
+            project_name(v.gate.project_id, wide=wide),
+            v.gate.kind,
+            quote_untrusted(v.gate.job_kind) if v.gate.job_kind else "-",
+            "open" if v.gate.is_open else f"answered {v.gate.answer!r}",
         )
-        lines.extend(f"    {command}" for command in v.commands())
-        lines.extend(f"    ({why})" for why in v.withheld if g.is_open)
+        for v in views
+    ]
+    if views:
+        header, *body = table(("GATE", "AGE", "PROJECT", "KIND", "JOB KIND", "STATE"), rows)
+        lines.append(header)
+        for v, row in zip(views, body, strict=True):
+            lines.append(row)
+            lines.extend(f"    {command}" for command in v.commands())
+            lines.extend(f"    ({why})" for why in v.withheld if v.gate.is_open)
     what = "open gate" if open_only else "gate"
     count = f"{len(views)} {what}{'' if len(views) == 1 else 's'}"
     if views and open_only:
@@ -201,14 +215,15 @@ def _json(view: GateView) -> dict[str, object]:
         "id": str(g.id),
         "short_id": view.short,
         "project_id": str(g.project_id),
+        "project": project_name(g.project_id, wide=True),
         "job_id": _text(g.job_id),
         "job_kind": g.job_kind,
         "kind": g.kind,
         "prompt": g.prompt,
-        "created_at": g.created_at.isoformat(),
+        "created_at": utc(g.created_at, "milliseconds"),
         "age_seconds": round(view.age_seconds, 3),
         "answer": g.answer,
-        "answered_at": g.answered_at.isoformat() if g.answered_at else None,
+        "answered_at": utc(g.answered_at, "milliseconds") if g.answered_at else None,
         "answered_by": g.answered_by,
         "choices": list(view.choices),
         "commands": view.commands(),

@@ -3,12 +3,25 @@ step. Shared by the text report and the JSON's ``findings``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Final
 
 from reaper.core.domain import Condition, Verdict
 from reaper.core.values import display_number
+from reaper.reap.ids import project_name
 
-__all__ = ["LEASE_CONDITIONS", "age", "measure", "next_step", "plural", "short", "where"]
+__all__ = [
+    "LEASE_CONDITIONS",
+    "age",
+    "measure",
+    "next_step",
+    "plural",
+    "short",
+    "table",
+    "utc",
+    "where",
+]
 
 LEASE_CONDITIONS: Final = (Condition.LEASE_EXPIRED, Condition.POISON)
 
@@ -63,7 +76,7 @@ def where(verdict: Verdict, *, wide: bool = False) -> str:
     if verdict.queue:
         return f"queue {verdict.queue}"
     job = verdict.object if wide else short(verdict.object)
-    project = verdict.project_id if wide else short(verdict.project_id)
+    project = project_name(verdict.project_id, wide=wide)
     return f"job {job} (project {project})"
 
 
@@ -103,3 +116,17 @@ def next_step(verdict: Verdict) -> str:
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def utc(when: datetime, timespec: str = "seconds") -> str:
+    """A time as every output gives it: UTC, ISO 8601, ``Z``."""
+    return when.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
+def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Rows under a header row, each column as wide as its widest cell (the last unpadded)."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    return [
+        "  ".join([*(cell.ljust(w) for cell, w in zip(r, widths, strict=False)), r[-1]])
+        for r in [header, *rows]
+    ]

@@ -118,12 +118,6 @@ async def read(db: Database, chosen: EventFilter) -> list[LedgerEvent]:
     """The newest ``chosen.limit`` events ``chosen`` selects, across streams, oldest first."""
     async with db.session("reading the ledger") as conn:
         rows = await conn.fetch(
-            QUERIES["read_events"],
-            chosen.since,
-            chosen.project_id,
-            chosen.kind,
-            chosen.condition,
-            chosen.object,
-            chosen.limit,
+            QUERIES["read_events"], *chosen.values()[:5], chosen.limit, *chosen.values()[5:]
         )
     return [LedgerEvent(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]

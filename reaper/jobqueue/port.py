@@ -195,6 +195,13 @@ class EventFilter:
     condition: str | None = None
     object: str | None = None
     limit: int = 100
+    action: str | None = None
+    source: str | None = None
+
+    def values(self) -> tuple[datetime | UUID | str | None, ...]:
+        """The narrowing values, in the order the ledger's queries take them."""
+        c = self
+        return (c.since, c.project_id, c.kind, c.condition, c.object, c.action, c.source)
 
 
 class JobQueue(Protocol):

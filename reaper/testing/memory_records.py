@@ -341,7 +341,28 @@ class Records:
         return list(self.ledger.get(project_id, ()))
 
     async def read_events(self, chosen: EventFilter) -> list[LedgerEvent]:
+        found = self._selected(chosen)
+        return found[-chosen.limit :] if chosen.limit > 0 else []
+
+    async def count_events(self, chosen: EventFilter) -> int:
+        return len(self._selected(chosen))
+
+    async def streams_between(self, low: UUID, high: UUID, limit: int) -> list[UUID]:
         self._open()
+        return sorted(p for p in self.ledger if low <= p <= high)[:limit]
+
+    async def jobs_between(self, low: UUID, high: UUID, limit: int) -> list[UUID]:
+        self._open()
+        return sorted(j for j in self.jobs if low <= j <= high)[:limit]
+
+    def _selected(self, chosen: EventFilter) -> list[LedgerEvent]:
+        self._open()
+        wanted = {
+            "condition": chosen.condition,
+            "object": chosen.object,
+            "action": chosen.action,
+            "source": chosen.source,
+        }
         found = [
             e
             for events in self.ledger.values()
@@ -349,11 +370,10 @@ class Records:
             if (chosen.since is None or e.created_at >= chosen.since)
             and (chosen.project_id is None or e.project_id == chosen.project_id)
             and (chosen.kind is None or e.kind == chosen.kind)
-            and (chosen.condition is None or e.payload.get("condition") == chosen.condition)
-            and (chosen.object is None or e.payload.get("object") == chosen.object)
+            and all(v is None or e.payload.get(k) == v for k, v in wanted.items())
         ]
         found.sort(key=lambda e: (e.created_at, str(e.project_id), e.seq))
-        return found[-chosen.limit :] if chosen.limit > 0 else []
+        return found
 
     def _append(
         self,

@@ -56,7 +56,8 @@ async def test_a_person_works_through_the_gates(
     assert out.index(old.hex[:8]) < out.index(new.hex[:8])  # oldest first
     assert f"reaper gates answer {old.hex[:8]} --choice retry" in out
     assert f"reaper gates answer {old.hex[:8]} --choice cancel" in out
-    assert "3h00m  project" in out and 'job "render.video"' in out
+    assert out.startswith("GATE      AGE    PROJECT   KIND                JOB KIND")
+    assert "  3h00m  " in out and '  "render.video"  open' in out
     assert "2 open gates, the oldest 3h00m old" in out
 
     assert await run_cli(monkeypatch, tmp_path, env, "gates", "list", "--older-than", "1h") == 0
@@ -218,6 +219,8 @@ async def test_the_ledger_is_read_from_its_indexes(
         chosen.get("condition"),
         chosen.get("object"),
         20,
+        None,
+        None,
     )
     plan = await query(pg_dsn, f"EXPLAIN (FORMAT JSON) {QUERIES['read_events']}", *params)
     text = json.dumps(json.loads(plan[0][0]))

@@ -17,6 +17,7 @@ import pytest
 from reaper.edges import logs
 from reaper.edges.arguments import _subcommands, build_parser
 from reaper.edges.cli import main
+from reaper.reap.ids import gate_kind
 
 
 @pytest.fixture(autouse=True)
@@ -67,7 +68,9 @@ def test_every_command_and_option_has_help() -> None:
         ["serve", "--listen", "host:port"],
         ["reap", "--output", "yaml"],
         ["reap", "--no-such-option"],
-        ["gates"],
+        ["reap", "--project", "not-hex"],
+        ["events", "--project", "0bf5z"],
+        ["gates", "list", "--project", "nope"],
     ],
 )
 def test_every_usage_error_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -75,6 +78,37 @@ def test_every_usage_error_exits_2(argv: list[str], capsys: pytest.CaptureFixtur
         main(argv)
     assert exc.value.code == 2
     assert "usage: reaper" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "nearest"),
+    [
+        (["gates", "list", "--kind", "poisson"], "did you mean poison?"),
+        (["events", "--condition", "poisson"], "did you mean poison?"),
+        (["events", "--action", "parked"], "did you mean park?"),
+        (["events", "--source", "brokers"], "did you mean broker?"),
+        (["events", "--condition", "zzz"], "one of hung_handler, lease_expired"),
+    ],
+)
+def test_a_word_outside_the_vocabulary_is_refused_with_the_nearest(
+    argv: list[str], nearest: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert nearest in capsys.readouterr().err
+
+
+def test_gates_alone_lists_its_actions(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["gates"]) == 0  # before any configuration is read
+    out = capsys.readouterr().out
+    assert all(f"\n  {action} " in out for action in ("list", "show", "answer"))
+    assert out.rstrip().endswith("start with: reaper gates list")
+
+
+def test_a_gate_kind_is_taken_as_the_report_says_it() -> None:
+    assert gate_kind("poison") == gate_kind("delivery_exhausted") == "delivery_exhausted"
+    assert gate_kind("dead_letter") == "bus_dead_lettered"
 
 
 @pytest.mark.parametrize(

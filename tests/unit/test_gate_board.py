@@ -7,8 +7,8 @@ import uuid
 from datetime import UTC, datetime
 
 from reaper.core.records import LedgerEvent
+from reaper.edges.events import event_line
 from reaper.edges.gate_board import purge_command, safe_to_clear
-from reaper.edges.gate_commands import event_line
 from reaper.reap.dead_letters import DeadLetterOutcome
 
 

@@ -64,3 +64,40 @@ UPDATE job
 SET state = $3, finished_at = $1::timestamptz, updated_at = $1::timestamptz
 WHERE id = $2::uuid AND state = 'awaiting_human'
 RETURNING id;
+
+-- name: count_events --
+-- How many events read_events' filter selects in all ($1..$5, $6 action, $7 source), so a listing
+-- cut at its limit says how many it did not show.
+SELECT count(*)
+FROM event
+WHERE ($1::timestamptz IS NULL OR created_at >= $1::timestamptz)
+  AND ($2::uuid IS NULL OR project_id = $2::uuid)
+  AND ($3::text IS NULL OR kind = $3::text)
+  AND ($4::text IS NULL OR (payload ->> 'condition') = $4::text)
+  AND ($5::text IS NULL OR (payload ->> 'object') = $5::text)
+  AND ($6::text IS NULL OR (payload ->> 'action') = $6::text)
+  AND ($7::text IS NULL OR (payload ->> 'source') = $7::text);
+
+-- name: streams_between --
+-- The ledger's streams (projects) whose ids lie between $1 and $2 (a prefix of an id, as its
+-- lowest and highest id), at most $3, by id: one probe of the event table's primary key per
+-- stream found, however many events each holds.
+WITH RECURSIVE streams AS (
+    (SELECT project_id FROM event
+     WHERE project_id BETWEEN $1::uuid AND $2::uuid
+     ORDER BY project_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.project_id FROM event AS e
+            WHERE e.project_id > s.project_id AND e.project_id <= $2::uuid
+            ORDER BY e.project_id LIMIT 1)
+    FROM streams AS s
+    WHERE s.project_id IS NOT NULL
+)
+SELECT project_id FROM streams WHERE project_id IS NOT NULL LIMIT $3::int;
+
+-- name: jobs_between --
+-- The jobs whose ids lie between $1 and $2 (a prefix of an id), at most $3, by id.
+SELECT id FROM job
+WHERE id BETWEEN $1::uuid AND $2::uuid
+ORDER BY id
+LIMIT $3::int;

@@ -350,7 +350,7 @@ ORDER BY seq;
 
 -- name: read_events --
 -- The newest $6 events, oldest first: since $1, of project $2, kind $3, condition $4, object
--- $5 (each NULL: any); each narrowing read from its index (migration 0011).
+-- $5, action $7, source $8 (each NULL: any); each narrowing read from its index (0012).
 SELECT project_id, seq, kind, payload, digest, trusted, created_at
 FROM (
     SELECT project_id, seq, kind, payload::text AS payload, digest, trusted, created_at
@@ -360,6 +360,8 @@ FROM (
       AND ($3::text IS NULL OR kind = $3::text)
       AND ($4::text IS NULL OR (payload ->> 'condition') = $4::text)
       AND ($5::text IS NULL OR (payload ->> 'object') = $5::text)
+      AND ($7::text IS NULL OR (payload ->> 'action') = $7::text)
+      AND ($8::text IS NULL OR (payload ->> 'source') = $8::text)
     ORDER BY created_at DESC, project_id DESC, seq DESC
     LIMIT $6::int
 ) AS newest
