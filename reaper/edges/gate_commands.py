@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from reaper.config import LoadedConfig
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED
-from reaper.edges import events
+from reaper.edges import events, gate_bulk
 from reaper.edges.gate_views import (
     GateView,
     by_job,
@@ -44,10 +44,13 @@ start with: reaper gates list"""
 
 ANSWER_DESCRIPTION = """\
 Answer a gate, named by its id or any unique prefix of it (the 8 characters `gates list`
-shows). delivery_exhausted: retry (the job is re-readied for exactly one more delivery) or
-cancel (the job ends cancelled and is never delivered again). bus_dead_lettered: replay
-(publish the body back to the owned queue it died on) or dismiss (settle it, send nothing);
-the broker's copy stays either way. The answer, who gave it and one GateAnswered event on the
+shows), or every open gate a selection names (--kind, --project, --older-than, --queue,
+--all): the gates are shown with their count, and answered only with --yes (or the count
+typed back at a terminal), each in its own transaction with its own GateAnswered event.
+delivery_exhausted: retry (the job is re-readied for exactly one more delivery) or cancel
+(the job ends cancelled and is never delivered again). bus_dead_lettered: replay (publish
+the body back to the owned queue it died on) or dismiss (settle it, send nothing); the
+broker's copy stays either way. The answer, who gave it and one GateAnswered event on the
 ledger commit together with the job's move. --dry-run says what the answer would do and writes
 nothing."""
 
@@ -108,13 +111,16 @@ def add_parsers(commands: Any) -> None:
         description=ANSWER_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    answer.add_argument("gate", metavar="GATE", help="the gate's id or a unique prefix of it")
+    answer.add_argument(
+        "gate", metavar="GATE", nargs="?", help="the gate's id or a unique prefix of it"
+    )
     answer.add_argument("--choice", required=True, help="one of the gate's answers")
     answer.add_argument("--by", metavar="NAME", help="who answers (default: OS user@host)")
     answer.add_argument("--reason", metavar="TEXT", help="why, kept on the ledger")
     answer.add_argument(
         "--dry-run", action="store_true", help="say what it would do; write nothing"
     )
+    gate_bulk.add_selection(answer, (GATE_DELIVERY_EXHAUSTED, GATE_BUS_DEAD_LETTERED))
     events.add_parser(commands)
 
 
@@ -191,6 +197,15 @@ async def _views(
 
 
 async def _answer(loaded: LoadedConfig, args: argparse.Namespace) -> int:
+    if gate_bulk.has_selection(args) or args.gate is None:
+        if not gate_bulk.has_selection(args):
+            print(
+                "reaper: name a GATE, or select gates with --kind, --project, --older-than, "
+                "--queue or --all",
+                file=sys.stderr,
+            )
+            return 2
+        return await gate_bulk.answer_selection(loaded, args)
     sources = await open_sources(loaded.settings, broker=not args.dry_run)
     try:
         if sources.store is None:

@@ -4,9 +4,10 @@ foreign ones and every remainder. A queue is read only after the read is proven 
 
 Quiet is cheap (SPEC §10): a queue whose listing shows nothing arrived since a pass proved every
 letter on it parked is not read at all (:func:`reaper.core.dead_letters.quiet_decision`, from
-the mark that pass kept in the store); otherwise it is read first without bodies (``truncate``
-0), and its bodies are read only when a letter seen is not parked yet
-(:func:`reaper.core.dead_letters.quiet_read`). Both reads requeue every message."""
+the mark that pass kept in the store). A queue listing more letters than were ever parked from
+it holds a new one, and is read once, with bodies; otherwise it is read first without bodies
+(``truncate`` 0), and its bodies are read only when a letter seen is not parked yet
+(:func:`reaper.core.dead_letters.quiet_read`). Every read requeues every message."""
 
 from __future__ import annotations
 
@@ -167,30 +168,51 @@ async def _park_queue(step: _Step, name: str) -> tuple[DeadLetterOutcome | None,
                 name, depth, 0, mark.letters, 0, None, not_fetched=decision.why
             )
             return skipped, found
-        # First without bodies: a pass that finds only letters already parked reads no body.
-        heads = await step.broker.get_messages(name, plan.count, truncate=0)
-        known = await _known_parked(store, dead_letters.header_read(heads))
-        if known.quiet or not step.writable:
-            # Nothing new, or no ledger to park into: what is not known parked is unread.
-            if step.writable:
-                found += await _keep_mark(
-                    step, store, queue, mark, len(heads), known.covered, len(heads)
-                )
-            unread = max(0, depth - known.covered)
-            return DeadLetterOutcome(name, depth, 0, known.parked, unread, None), found
-        raw = await step.broker.get_messages(name, plan.count)
-        letters = dead_letters.decode_read(raw, queue=name)
-        outcome, parking = await _park_letters(step, store, name, depth, letters)
-        found += parking
-        if outcome is None:
-            return None, found
-        # Every letter read is parked now only when none is left unread.
-        parked = len(letters) if outcome.unread == 0 else 0
-        fetched = len(heads) + len(raw)
-        found += await _keep_mark(step, store, queue, mark, len(letters), parked, fetched)
-        return replace(outcome, bodies_read=len(letters)), found
+        if depth <= hint or not step.writable:
+            # Perhaps every letter parked already: first without bodies, which a pass that
+            # finds only parked letters never reads.
+            heads = await step.broker.get_messages(name, plan.count, truncate=0)
+            known = await _known_parked(store, dead_letters.header_read(heads))
+            if known.quiet or not step.writable:
+                # Nothing new, or no ledger to park into: what is not known parked is unread.
+                if step.writable:
+                    found += await _keep_mark(
+                        step, store, queue, mark, len(heads), known.covered, len(heads)
+                    )
+                unread = max(0, depth - known.covered)
+                return DeadLetterOutcome(name, depth, 0, known.parked, unread, None), found
+            fetched = len(heads)
+        else:
+            # More letters listed than were ever parked from this queue: a letter is new, so
+            # the queue is read once, with its bodies.
+            fetched = 0
+        parked_read, said = await _read_and_park(step, store, queue, mark, plan.count, fetched)
+        return parked_read, found + said
     except SourceUnreadable as exc:
         return None, found + Found.failed(exc)
+
+
+async def _read_and_park(
+    step: _Step,
+    store: JobQueue,
+    queue: QueueStats,
+    mark: dead_letters.QuietMark | None,
+    count: int,
+    fetched_before: int,
+) -> tuple[DeadLetterOutcome | None, Found]:
+    """Read ``queue`` with its bodies and park its new letters; ``fetched_before``: what this
+    pass fetched from it already. None: a write that had to come first failed."""
+    name, depth = queue.name, queue.messages
+    raw = await step.broker.get_messages(name, count)
+    letters = dead_letters.decode_read(raw, queue=name)
+    outcome, found = await _park_letters(step, store, name, depth, letters)
+    if outcome is None:
+        return None, found
+    # Every letter read is parked now only when none is left unread.
+    parked = len(letters) if outcome.unread == 0 else 0
+    fetched = fetched_before + len(raw)
+    found += await _keep_mark(step, store, queue, mark, len(letters), parked, fetched)
+    return replace(outcome, bodies_read=len(letters)), found
 
 
 async def _quiet_mark(

@@ -374,3 +374,32 @@ async def test_quiet_passes_add_no_delivery_to_a_quorum_queues_letters(
         f"\nRabbitMQ {broker.version} quorum: x-delivery-count {before}, then {reads} "
         f"read(s) and 5 quiet passes, then {after}"
     )
+
+
+async def test_a_letter_is_read_once_when_parked_and_never_again_while_nothing_arrives(
+    broker: BrokerUnderTest, settings: Settings, store: PostgresStore
+) -> None:
+    """Quiet is one read, by the broker's own get counters: the pass that parks five new letters
+    fetches each once (5 gets, not 10), and the passes after it fetch none (not 5 more)."""
+    declare(broker)
+    dead_letter(broker, [b"named-1", b"named-2", b"named-3"], ids=True)
+    dead_letter(broker, [b'{"plain": 1}', b'{"plain": 22}'], ids=False)
+    await wait_for_depth(broker, DLQ, 5)
+    assert fetch_counters(broker)["deliver_get"] is None  # nothing fetched from it yet
+
+    parked, _ = await one_pass(settings)  # its writes include the policies it puts in force
+    assert (parked.parked_new, parked.bodies_read) == (5, 5), parked
+    assert await counted(broker, 5), fetch_counters(broker)
+    at_park = fetch_counters(broker)
+    assert (at_park["get"], at_park["deliver_get"]) == (5, 5), at_park
+
+    quiet = [await one_pass(settings) for _ in range(3)]
+    assert all(q.not_fetched and q.already_parked == 5 for q, _ in quiet), quiet
+    assert [w for _, w in quiet] == [0, 0, 0]
+    await asyncio.sleep(2 * STATS_INTERVAL_SECONDS)  # time for any get to be counted
+    assert fetch_counters(broker) == at_park
+    assert len(await store.list_gates(open_only=False)) == 5
+    print(
+        f"\nRabbitMQ {broker.version}: 5 letters parked with {at_park['deliver_get']} gets, "
+        f"then 3 quiet passes: deliver_get {fetch_counters(broker)['deliver_get']}"
+    )

@@ -97,14 +97,17 @@ def quiet_mark(
 ) -> QuietMark:
     """The mark a pass leaves after reading ``queue`` (its listing just before the read).
     Proven only when that listing had counted the reaper's earlier gets (``previous``), lists
-    every counter the proof needs, and the read returned every letter listed, each one now known
+    the letters' bytes, and the read returned every letter listed, each one now known
     parked. ``fetched_by_pass``: the messages this pass's gets returned."""
     counters = queue.counters
+    # A queue no get was ever counted on lists no fetch counter (RabbitMQ lists message_stats
+    # only once something moved): the count this read starts from is 0. Should the listing be
+    # older than a get it did not count, the next listing shows more than the mark: read again.
     listed = counters.fetched
+    base = 0 if listed is None else listed
     proven = (
         _listing_doubt(queue) is None
-        and listed is not None
-        and (previous is None or listed >= previous.fetched)
+        and (previous is None or base >= previous.fetched)
         and counters.message_bytes is not None
         and queue.messages_ready >= 1
         and read == known_parked == queue.messages_ready
@@ -117,7 +120,7 @@ def quiet_mark(
         letters=queue.messages_ready if proven else 0,
         message_bytes=counters.message_bytes,
         published=counters.published,
-        fetched=(listed or 0) + max(0, fetched_by_pass),
+        fetched=base + max(0, fetched_by_pass),
         acknowledged=counters.acknowledged,
     )
 
@@ -165,8 +168,9 @@ def _listing_doubt(queue: QueueStats) -> str | None:
 
 def _moved(name: str, value: int | None, marked: int | None) -> str | None:
     """Why a counter differs from the mark; None when it is as marked (absent both times
-    included: the fetch counter, always marked, shows a reset in between)."""
-    if value == marked:
+    included, and absent then, 0 now: a queue's first gets make RabbitMQ list every counter,
+    at 0 where nothing was counted; the fetch counter, always marked, shows a reset between)."""
+    if value == marked or (marked is None and value == 0):
         return None
     if value is None or (marked is not None and value < marked):
         return (
