@@ -1,0 +1,97 @@
+"""Hostile input on every supported RabbitMQ version and a real PostgreSQL (SPEC §11): what a
+publisher or a tenant of the broker writes never ends a pass, never misleads and never floods.
+The shapes a real broker will not produce are fed through respx in
+``tests/unit/test_hostile_answers.py``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+
+from reaper.config import Settings
+from reaper.core.domain import FLEET_PROJECT_ID
+from reaper.jobqueue.postgres import PostgresStore
+from reaper.reap.run import reap_once
+from tests.support.dead_letters import (
+    DLQ,
+    dead_letter_gates,
+    dead_letter_through,
+    outcome_of,
+    parked_after_passes,
+    read_all,
+    settings_for,
+    wait_for_depth,
+)
+from tests.support.holders import connect
+from tests.support.services import BrokerUnderTest
+
+pytestmark = [pytest.mark.broker, pytest.mark.postgres]
+
+DEEP = 1_000
+
+
+@pytest.fixture
+def settings(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path) -> Settings:
+    return settings_for(broker, pg_dsn, tmp_path)
+
+
+@pytest.fixture
+def deep_recursion() -> Iterator[None]:
+    """pika encodes a header table by recursion: a 1,000-deep one needs the room."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20 * DEEP))
+    yield
+    sys.setrecursionlimit(limit)
+
+
+def publish_amqp(
+    broker: BrokerUnderTest, queue: str, body: bytes, headers: dict[str, Any], message_id: str
+) -> None:
+    """Publish one message with a real AMQP client, as a publisher with publish rights would."""
+    connection = connect(broker)
+    try:
+        channel = connection.channel()
+        channel.basic_publish(
+            "",
+            queue,
+            body,
+            pika.BasicProperties(message_id=message_id, headers=headers, delivery_mode=2),
+        )
+    finally:
+        connection.close()
+
+
+def nested(depth: int) -> dict[str, Any]:
+    table: dict[str, Any] = {"bottom": 1}
+    for _ in range(depth - 1):
+        table = {"t": table}
+    return table
+
+
+async def test_a_thousand_deep_header_ends_no_pass_and_every_letter_is_parked(
+    broker: BrokerUnderTest, settings: Settings, store: PostgresStore, deep_recursion: None
+) -> None:
+    broker.declare_queue(DLQ)
+    dead_letter_through(broker, DLQ, [json.dumps({"task": i}) for i in range(2)])
+    publish_amqp(broker, DLQ, b'{"task": "deep"}', {"deep": nested(DEEP)}, "deep-1")
+    await wait_for_depth(broker, DLQ, 3)
+
+    await parked_after_passes(settings, DLQ, 3)
+    result = await reap_once(settings)
+    assert result.ok, result.problems()
+    outcome = outcome_of(result, DLQ)
+    assert outcome is not None and outcome.unread == 0, outcome
+    gates = await dead_letter_gates(store)
+    assert sorted(g.identity or "" for g in gates) == sorted(
+        ["dead_letter:msg:deep-1", "dead_letter:msg:vibey.jobs-0", "dead_letter:msg:vibey.jobs-1"]
+    )
+    parks = [e for e in await store.events(FLEET_PROJECT_ID) if e.payload["action"] == "park"]
+    cut = [e.payload["detail"] for e in parks if "cut on reading" in str(e.payload["detail"])]
+    assert len(cut) == 1 and "a value nested past 32 levels" in str(cut[0]), cut
+    assert len(read_all(broker, DLQ)) == 3  # nothing taken from the broker
