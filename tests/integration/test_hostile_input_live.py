@@ -5,6 +5,7 @@ The shapes a real broker will not produce are fed through respx in
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,8 @@ import pytest
 
 from reaper.config import Settings
 from reaper.core.domain import FLEET_PROJECT_ID
+from reaper.edges.gate_board import clear_notes, read_board
+from reaper.edges.status_page import page_target, render_page
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once
 from tests.support.dead_letters import (
@@ -29,7 +32,7 @@ from tests.support.dead_letters import (
     wait_for_depth,
 )
 from tests.support.holders import connect
-from tests.support.services import BrokerUnderTest
+from tests.support.services import STATS_INTERVAL_SECONDS, BrokerUnderTest
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
@@ -95,3 +98,56 @@ async def test_a_thousand_deep_header_ends_no_pass_and_every_letter_is_parked(
     cut = [e.payload["detail"] for e in parks if "cut on reading" in str(e.payload["detail"])]
     assert len(cut) == 1 and "a value nested past 32 levels" in str(cut[0]), cut
     assert len(read_all(broker, DLQ)) == 3  # nothing taken from the broker
+
+
+# --------------------------------------------------------------------------- one letter, two queues
+
+
+def fanout_dead_letter(broker: BrokerUnderTest, queues: list[str], origin: str) -> None:
+    """One message dead-lettered through a fanout exchange into every one of ``queues``."""
+    exchange = f"{origin}.dlx"
+    vhost = broker.vhost_path
+    with broker.admin() as admin:
+        admin.put(
+            f"/api/exchanges/{vhost}/{exchange}", json={"type": "fanout", "durable": True}
+        ).raise_for_status()
+        for queue in queues:
+            broker.declare_queue(queue)
+            admin.post(
+                f"/api/bindings/{vhost}/e/{exchange}/q/{queue}", json={"routing_key": ""}
+            ).raise_for_status()
+    broker.declare_queue(origin, arguments={"x-dead-letter-exchange": exchange})
+    broker.publish(origin, '{"task": "fanout"}', properties={"message_id": "fanout-1"})
+    with broker.admin() as admin:
+        got = admin.post(
+            f"/api/queues/{vhost}/{origin}/get",
+            json={"count": 1, "ackmode": "reject_requeue_false", "encoding": "auto"},
+        )
+        got.raise_for_status()
+        assert len(got.json()) == 1
+
+
+async def test_a_letter_fanned_into_two_queues_makes_neither_safe_to_clear_while_its_gate_is_open(
+    broker: BrokerUnderTest, settings: Settings, store: PostgresStore
+) -> None:
+    first, second = "vibey.fan.a.dead", "vibey.fan.b.dead"
+    fanout_dead_letter(broker, [first, second], "vibey.fan")
+    await wait_for_depth(broker, first, 1)
+    await wait_for_depth(broker, second, 1)
+    parked = 0
+    for _ in range(40):
+        result = await reap_once(settings)
+        parked += sum(d.parked_new for d in result.dead_letters)
+        both = [outcome_of(result, q) for q in (first, second)]
+        if parked and all(o is not None and o.read_blocked is None for o in both):
+            break
+        await asyncio.sleep(STATS_INTERVAL_SECONDS)
+    [gate] = await dead_letter_gates(store)
+    assert gate.is_open
+    for _ in range(3):  # the passes after: neither queue is said safe to clear
+        result = await reap_once(settings)
+        assert await clear_notes(settings, result) == []
+        board = await read_board(settings)
+        page = render_page(result, board, page_target(settings))
+        assert "Safe to clear" not in page, page
+    assert len(read_all(broker, first)) == 1 and len(read_all(broker, second)) == 1
