@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
+import time
+import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ from reaper.edges.gate_board import clear_notes, read_board
 from reaper.edges.status_page import page_target, render_page
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once
+from tests.support.cli import reaper_env, run_cli
 from tests.support.dead_letters import (
     DLQ,
     dead_letter_gates,
@@ -33,6 +38,7 @@ from tests.support.dead_letters import (
 )
 from tests.support.holders import connect
 from tests.support.services import STATS_INTERVAL_SECONDS, BrokerUnderTest
+from tests.support.store import insert_jobs, leased
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
@@ -151,3 +157,72 @@ async def test_a_letter_fanned_into_two_queues_makes_neither_safe_to_clear_while
         page = render_page(result, board, page_target(settings))
         assert "Safe to clear" not in page, page
     assert len(read_all(broker, first)) == 1 and len(read_all(broker, second)) == 1
+
+
+# --------------------------------------------------------------------------- the terminal
+
+#: One name for each class of character that drives a terminal: the screen cleared (ESC [2J),
+#: the window's title set (OSC ... BEL), a line overwritten (backspaces), the text after it
+#: reversed (U+202E), a C1 control (CSI, U+009B) and DEL.
+HOSTILE_NAMES = (
+    "celery\x1b[2J",
+    "title\x1b]0;F\x07",
+    "foreign\x08\x08NOT OK fake",
+    "bidi\u202egnp.exe",
+    "c1\x9b31m\x7f",
+    "vibey.stale\x1b[31mRED\x1b[0m",
+)
+#: Every character no text output may carry raw (the newline ends its lines).
+DRIVES = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+async def test_no_name_or_answer_drives_the_terminal_in_any_text_output(
+    broker: BrokerUnderTest,
+    pg_dsn: str,
+    store: PostgresStore,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    old = int(time.time()) - 3 * 3600
+    for name in HOSTILE_NAMES:
+        broker.declare_queue(name)
+        broker.publish(name, "{}", properties={"timestamp": old})
+    await wait_for_depth(broker, HOSTILE_NAMES[0], 1)
+    poison = replace(leased(uuid.uuid4(), attempts=7, max_attempts=7), kind="render\x1b[2J")
+    await insert_jobs(pg_dsn, [poison])
+    env = reaper_env(pg_dsn, broker.management_url, broker.vhost)
+
+    shown: dict[str, str] = {}
+
+    async def run(*argv: str) -> str:
+        await run_cli(monkeypatch, tmp_path, env, *argv)
+        captured = capsys.readouterr()
+        shown[" ".join(argv)] = captured.out + captured.err
+        return captured.out
+
+    for _ in range(20):  # until the listing shows every queue's head timestamp
+        report = json.loads(await run("reap", "--json"))
+        named = {v["object"] for v in report["verdicts"]}
+        if all(any(n in o for o in named) for n in HOSTILE_NAMES[:5]):
+            break
+        await asyncio.sleep(STATS_INTERVAL_SECONDS)
+    # JSON keeps each name exactly
+    assert all(any(n in o for o in named) for n in HOSTILE_NAMES[:5]), named
+    [gate] = await store.list_gates(kind="delivery_exhausted")
+    await run("gates", "answer", str(gate.id), "--choice", "retry", "--by", "ana\x1b[2J\u202e")
+    await run("reap")
+    await run("reap", "-o", "wide")
+    await run("policies", "plan")
+    await run("doctor")
+    await run("gates", "list", "--all")
+    await run("gates", "show", str(gate.id))
+    await run("events")
+    for command, text in shown.items():
+        assert not DRIVES.search(text), (command, DRIVES.findall(text))
+    everything = "\n".join(shown.values())
+    for escaped in ("celery\\x1b[2J", "\\x1b]0;F\\x07", "foreign\\x08\\x08NOT OK", "bidi\\u202e"):
+        assert escaped in shown["reap"], (escaped, shown["reap"])
+    assert "c1\\x9b31m\\x7f" in shown["reap -o wide"]
+    assert "ana\\x1b[2J\\u202e" in shown["events"] and "ana\\x1b[2J\\u202e" in everything
+    assert "render\\x1b[2J" in shown[f"gates show {gate.id}"]
