@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from reaper.config import LoadedConfig, load_config, show
+from reaper.core.terminal import for_terminal
 from reaper.edges import commands, completion, doctor, gate_commands, logs, production
 from reaper.edges.arguments import build_parser
 from reaper.edges.commands import EXIT_NOT_OK, EXIT_OK, EXIT_USAGE
@@ -116,7 +118,31 @@ async def _run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     raise AssertionError(f"unhandled command {args.command}")
 
 
+class TerminalText(io.TextIOBase):
+    """A text stream whose every write goes through :func:`for_terminal`: whatever a line
+    carries (a queue name, a header, an answer's ``--by``), nothing in it drives the
+    terminal. JSON is written with its non-ASCII escaped, so it passes unchanged."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(for_terminal(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = TerminalText(out), TerminalText(err)
     try:
         return _main(argv)
     except BrokenPipeError:
@@ -125,6 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+    finally:
+        sys.stdout, sys.stderr = out, err
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -3,8 +3,9 @@ open gates by kind (count, oldest), the oldest open gates themselves, and how ma
 wait on each dead-letter queue. Read from the open-gate index, so its cost is what is open.
 
 A dead-letter queue is **safe to clear** when the last pass read it safely and every letter on
-it is parked (none new, none unread), and no open gate waits on any of them: every letter
-has been answered. Clearing it stays a person's act; the reaper only says so, and how.
+it is parked from it (none new, none unread, none parked from another queue), and no open
+gate waits on any of them: every letter has been answered. Clearing it stays a person's act;
+the reaper only says so, and how.
 """
 
 from __future__ import annotations
@@ -87,7 +88,10 @@ def safe_to_clear(
     for d in outcomes:
         handled = d.already_parked + d.stale_pointers
         whole = d.read_blocked is None and d.unread == 0 and d.parked_new == 0
-        if d.depth > 0 and whole and handled >= d.depth and waiting.get(d.queue, 0) == 0:
+        # Only gates raised for letters read from this queue are counted in ``waiting``: a
+        # letter parked from another queue (a copy a fanout made) would pass unanswered.
+        here = d.parked_here is not None and d.parked_here >= d.depth
+        if d.depth > 0 and whole and here and handled >= d.depth and waiting.get(d.queue, 0) == 0:
             found.append(SafeToClear(d.queue, d.depth, purge_command(d.queue, vhost)))
     return sorted(found, key=lambda s: s.queue)
 

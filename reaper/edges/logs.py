@@ -10,6 +10,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Final
 
+from reaper.core.terminal import for_terminal
+
 __all__ = ["LOG_FORMATS", "THIRD_PARTY_LOGGERS", "configure"]
 
 LOG_FORMATS: Final = ("text", "json")
@@ -24,18 +26,20 @@ def _utc(record: logging.LogRecord) -> str:
 
 
 class TextFormatter(logging.Formatter):
-    """``<UTC time> <LEVEL> <logger>: <message>``, a traceback below when there is one."""
+    """``<UTC time> <LEVEL> <logger>: <message>``, a traceback below when there is one, shown
+    as a terminal may (:func:`~reaper.core.terminal.for_terminal`)."""
 
     def format(self, record: logging.LogRecord) -> str:
         line = f"{_utc(record)} {record.levelname} {record.name}: {record.getMessage()}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
-        return line
+        return for_terminal(line)
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: ``time``, ``level``, ``logger``, ``message`` (and
-    ``exception``), the message's text exact (a shipper escapes what it shows)."""
+    ``exception``), the message's text exact, every character past ASCII as a JSON escape
+    (nothing in the line drives a terminal)."""
 
     def format(self, record: logging.LogRecord) -> str:
         line = {
@@ -46,7 +50,7 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, ensure_ascii=False)
+        return json.dumps(line, ensure_ascii=True)
 
 
 def configure(verbose: int, quiet: bool, log_format: str = "text") -> None:

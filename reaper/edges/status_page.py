@@ -10,11 +10,12 @@ whatever came from a dead letter's headers is quoted and cut as well.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from html import escape
+from html import escape as escape_markup
 from typing import Final
 
 from reaper.config import Settings
 from reaper.core.dead_letters import quote_untrusted
+from reaper.core.terminal import for_terminal
 from reaper.edges.gate_board import GateBoard, safe_to_clear
 from reaper.edges.gate_views import format_age, view_of
 from reaper.errors import scrub
@@ -42,6 +43,12 @@ class PageTarget:
     management_urls: tuple[str, ...]
     owned_queue_pattern: str
     dead_letter_queue_pattern: str
+
+
+def escape(text: str) -> str:
+    """Text for the page: markup escaped, and what would drive a terminal shown escaped too
+    (``\x1b``, ``\u202e``), as every text output shows it."""
+    return escape_markup(for_terminal(text))
 
 
 def page_target(settings: Settings) -> PageTarget:

@@ -47,6 +47,10 @@ class DeadLetterOutcome:
     #: None when the pass fetched from the queue (or could not); else why it did not: nothing
     #: arrived since a pass found every letter on it parked.
     not_fetched: str | None = None
+    #: How many letters read from this very queue the ledger holds (parked or stale pointers),
+    #: None when not known. A letter parked from another queue (a fanout dead-lettered it into
+    #: both) counts in ``already_parked`` but not here: its gate is not this queue's.
+    parked_here: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -74,6 +78,8 @@ class _Step:
     now: datetime
     writable: bool
     dispatch: Dispatch
+    #: Per queue, how many letters read from it the ledger held as the pass came to it.
+    held: dict[str, int] = field(default_factory=dict)
 
 
 async def park_dead_letters(
@@ -102,6 +108,9 @@ async def park_dead_letters(
         found += said
         if outcome is None:
             continue
+        if outcome.queue in step.held:
+            here = step.held[outcome.queue] + outcome.parked_new
+            outcome = replace(outcome, parked_here=here)
         outcomes.append(outcome)
         surfaced.extend(_remainder(verdict, outcome, config))
     return DeadLettersOutcome(tuple(outcomes), tuple(surfaced), found)
@@ -142,7 +151,7 @@ async def _park_queue(step: _Step, name: str) -> tuple[DeadLetterOutcome | None,
             blocked = "the ledger (PostgreSQL) could not be read, so nothing read could be parked"
             return DeadLetterOutcome(name, depth, 0, 0, depth, blocked), found
         store = step.store
-        hint = await store.count_parked_dead_letters(name)
+        hint = step.held[name] = await store.count_parked_dead_letters(name)
         plan = dead_letters.read_plan(
             queue, step.facts, step.config.thresholds.dead_letter_peek_limit, hint
         )

@@ -19,10 +19,11 @@ def outcome(
     parked: int | None = None,
     unread: int = 0,
     blocked: str | None = None,
+    here: int | None = None,
 ) -> DeadLetterOutcome:
-    return DeadLetterOutcome(
-        queue, depth, new, depth - new if parked is None else parked, unread, blocked
-    )
+    already = depth - new if parked is None else parked
+    held = already + new if here is None else here
+    return DeadLetterOutcome(queue, depth, new, already, unread, blocked, parked_here=held)
 
 
 def test_only_queues_whose_every_letter_is_parked_and_answered_are_safe() -> None:
@@ -33,6 +34,9 @@ def test_only_queues_whose_every_letter_is_parked_and_answered_are_safe() -> Non
         outcome("unread.dead", 5, parked=3, unread=2),
         outcome("blocked.dead", 2, parked=0, blocked="would drop"),
         outcome("empty.dead", 0),
+        # its one letter is parked from the queue a fanout also dead-lettered it into
+        outcome("copy.elsewhere.dead", 1, here=0),
+        DeadLetterOutcome("not.known.dead", 1, 0, 1, 0, None, parked_here=None),
     ]
     waiting = {"one.waiting.dead": 1}
 

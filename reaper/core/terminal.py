@@ -1,0 +1,33 @@
+"""Text for a terminal (SPEC §11): the one function every text output goes through. Pure.
+
+A queue name, a header, an answer's ``--by`` reach a person's screen inside the reaper's own
+lines. A character that drives the terminal instead of showing (ESC and every other C0 and C1
+control, DEL, the bidirectional controls that reorder what follows, a lone surrogate a
+terminal cannot encode) is shown escaped, ``\\x1b`` and ``\\u202e``: nobody who may declare a
+queue can clear the on-call person's screen or forge a line of a report. JSON keeps the exact
+value; HTML escapes markup and these alike.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+__all__ = ["for_terminal"]
+
+#: C0 controls but the newline that ends a line, DEL and C1, the bidi embeddings, overrides
+#: and isolates (U+202A to U+202E, U+2066 to U+2069), and lone surrogates.
+_DRIVES_THE_TERMINAL: Final = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def for_terminal(text: str) -> str:
+    """``text`` with every character that would drive a terminal shown escaped; newlines
+    kept (they end the lines the caller wrote)."""
+    return _DRIVES_THE_TERMINAL.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"

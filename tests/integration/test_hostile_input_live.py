@@ -1,0 +1,228 @@
+"""Hostile input on every supported RabbitMQ version and a real PostgreSQL (SPEC §11): what a
+publisher or a tenant of the broker writes never ends a pass, never misleads and never floods.
+The shapes a real broker will not produce are fed through respx in
+``tests/unit/test_hostile_answers.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+
+from reaper.config import Settings
+from reaper.core.domain import FLEET_PROJECT_ID
+from reaper.edges.gate_board import clear_notes, read_board
+from reaper.edges.status_page import page_target, render_page
+from reaper.jobqueue.postgres import PostgresStore
+from reaper.reap.run import reap_once
+from tests.support.cli import reaper_env, run_cli
+from tests.support.dead_letters import (
+    DLQ,
+    dead_letter_gates,
+    dead_letter_through,
+    outcome_of,
+    parked_after_passes,
+    read_all,
+    settings_for,
+    wait_for_depth,
+)
+from tests.support.holders import connect
+from tests.support.services import STATS_INTERVAL_SECONDS, BrokerUnderTest
+from tests.support.store import insert_jobs, leased
+
+pytestmark = [pytest.mark.broker, pytest.mark.postgres]
+
+DEEP = 1_000
+
+
+@pytest.fixture
+def settings(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path) -> Settings:
+    return settings_for(broker, pg_dsn, tmp_path)
+
+
+@pytest.fixture
+def deep_recursion() -> Iterator[None]:
+    """pika encodes a header table by recursion: a 1,000-deep one needs the room."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20 * DEEP))
+    yield
+    sys.setrecursionlimit(limit)
+
+
+def publish_amqp(
+    broker: BrokerUnderTest, queue: str, body: bytes, headers: dict[str, Any], message_id: str
+) -> None:
+    """Publish one message with a real AMQP client, as a publisher with publish rights would."""
+    connection = connect(broker)
+    try:
+        channel = connection.channel()
+        channel.basic_publish(
+            "",
+            queue,
+            body,
+            pika.BasicProperties(message_id=message_id, headers=headers, delivery_mode=2),
+        )
+    finally:
+        connection.close()
+
+
+def nested(depth: int) -> dict[str, Any]:
+    table: dict[str, Any] = {"bottom": 1}
+    for _ in range(depth - 1):
+        table = {"t": table}
+    return table
+
+
+async def test_a_thousand_deep_header_ends_no_pass_and_every_letter_is_parked(
+    broker: BrokerUnderTest, settings: Settings, store: PostgresStore, deep_recursion: None
+) -> None:
+    broker.declare_queue(DLQ)
+    dead_letter_through(broker, DLQ, [json.dumps({"task": i}) for i in range(2)])
+    publish_amqp(broker, DLQ, b'{"task": "deep"}', {"deep": nested(DEEP)}, "deep-1")
+    await wait_for_depth(broker, DLQ, 3)
+
+    await parked_after_passes(settings, DLQ, 3)
+    result = await reap_once(settings)
+    assert result.ok, result.problems()
+    outcome = outcome_of(result, DLQ)
+    assert outcome is not None and outcome.unread == 0, outcome
+    gates = await dead_letter_gates(store)
+    assert sorted(g.identity or "" for g in gates) == sorted(
+        ["dead_letter:msg:deep-1", "dead_letter:msg:vibey.jobs-0", "dead_letter:msg:vibey.jobs-1"]
+    )
+    parks = [e for e in await store.events(FLEET_PROJECT_ID) if e.payload["action"] == "park"]
+    cut = [e.payload["detail"] for e in parks if "cut on reading" in str(e.payload["detail"])]
+    assert len(cut) == 1 and "a value nested past 32 levels" in str(cut[0]), cut
+    assert len(read_all(broker, DLQ)) == 3  # nothing taken from the broker
+
+
+# --------------------------------------------------------------------------- one letter, two queues
+
+
+def fanout_dead_letter(broker: BrokerUnderTest, queues: list[str], origin: str) -> None:
+    """One message dead-lettered through a fanout exchange into every one of ``queues``."""
+    exchange = f"{origin}.dlx"
+    vhost = broker.vhost_path
+    with broker.admin() as admin:
+        admin.put(
+            f"/api/exchanges/{vhost}/{exchange}", json={"type": "fanout", "durable": True}
+        ).raise_for_status()
+        for queue in queues:
+            broker.declare_queue(queue)
+            admin.post(
+                f"/api/bindings/{vhost}/e/{exchange}/q/{queue}", json={"routing_key": ""}
+            ).raise_for_status()
+    broker.declare_queue(origin, arguments={"x-dead-letter-exchange": exchange})
+    broker.publish(origin, '{"task": "fanout"}', properties={"message_id": "fanout-1"})
+    with broker.admin() as admin:
+        got = admin.post(
+            f"/api/queues/{vhost}/{origin}/get",
+            json={"count": 1, "ackmode": "reject_requeue_false", "encoding": "auto"},
+        )
+        got.raise_for_status()
+        assert len(got.json()) == 1
+
+
+async def test_a_letter_fanned_into_two_queues_makes_neither_safe_to_clear_while_its_gate_is_open(
+    broker: BrokerUnderTest, settings: Settings, store: PostgresStore
+) -> None:
+    first, second = "vibey.fan.a.dead", "vibey.fan.b.dead"
+    fanout_dead_letter(broker, [first, second], "vibey.fan")
+    await wait_for_depth(broker, first, 1)
+    await wait_for_depth(broker, second, 1)
+    parked = 0
+    for _ in range(40):
+        result = await reap_once(settings)
+        parked += sum(d.parked_new for d in result.dead_letters)
+        both = [outcome_of(result, q) for q in (first, second)]
+        if parked and all(o is not None and o.read_blocked is None for o in both):
+            break
+        await asyncio.sleep(STATS_INTERVAL_SECONDS)
+    [gate] = await dead_letter_gates(store)
+    assert gate.is_open
+    for _ in range(3):  # the passes after: neither queue is said safe to clear
+        result = await reap_once(settings)
+        assert await clear_notes(settings, result) == []
+        board = await read_board(settings)
+        page = render_page(result, board, page_target(settings))
+        assert "Safe to clear" not in page, page
+    assert len(read_all(broker, first)) == 1 and len(read_all(broker, second)) == 1
+
+
+# --------------------------------------------------------------------------- the terminal
+
+#: One name for each class of character that drives a terminal: the screen cleared (ESC [2J),
+#: the window's title set (OSC ... BEL), a line overwritten (backspaces), the text after it
+#: reversed (U+202E), a C1 control (CSI, U+009B) and DEL.
+HOSTILE_NAMES = (
+    "celery\x1b[2J",
+    "title\x1b]0;F\x07",
+    "foreign\x08\x08NOT OK fake",
+    "bidi\u202egnp.exe",
+    "c1\x9b31m\x7f",
+    "vibey.stale\x1b[31mRED\x1b[0m",
+)
+#: Every character no text output may carry raw (the newline ends its lines).
+DRIVES = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+async def test_no_name_or_answer_drives_the_terminal_in_any_text_output(
+    broker: BrokerUnderTest,
+    pg_dsn: str,
+    store: PostgresStore,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    old = int(time.time()) - 3 * 3600
+    for name in HOSTILE_NAMES:
+        broker.declare_queue(name)
+        broker.publish(name, "{}", properties={"timestamp": old})
+    await wait_for_depth(broker, HOSTILE_NAMES[0], 1)
+    poison = replace(leased(uuid.uuid4(), attempts=7, max_attempts=7), kind="render\x1b[2J")
+    await insert_jobs(pg_dsn, [poison])
+    env = reaper_env(pg_dsn, broker.management_url, broker.vhost)
+
+    shown: dict[str, str] = {}
+
+    async def run(*argv: str) -> str:
+        await run_cli(monkeypatch, tmp_path, env, *argv)
+        captured = capsys.readouterr()
+        shown[" ".join(argv)] = captured.out + captured.err
+        return captured.out
+
+    for _ in range(20):  # until the listing shows every queue's head timestamp
+        report = json.loads(await run("reap", "--json"))
+        named = {v["object"] for v in report["verdicts"]}
+        if all(any(n in o for o in named) for n in HOSTILE_NAMES[:5]):
+            break
+        await asyncio.sleep(STATS_INTERVAL_SECONDS)
+    # JSON keeps each name exactly
+    assert all(any(n in o for o in named) for n in HOSTILE_NAMES[:5]), named
+    [gate] = await store.list_gates(kind="delivery_exhausted")
+    await run("gates", "answer", str(gate.id), "--choice", "retry", "--by", "ana\x1b[2J\u202e")
+    await run("reap")
+    await run("reap", "-o", "wide")
+    await run("policies", "plan")
+    await run("doctor")
+    await run("gates", "list", "--all")
+    await run("gates", "show", str(gate.id))
+    await run("events")
+    for command, text in shown.items():
+        assert not DRIVES.search(text), (command, DRIVES.findall(text))
+    everything = "\n".join(shown.values())
+    for escaped in ("celery\\x1b[2J", "\\x1b]0;F\\x07", "foreign\\x08\\x08NOT OK", "bidi\\u202e"):
+        assert escaped in shown["reap"], (escaped, shown["reap"])
+    assert "c1\\x9b31m\\x7f" in shown["reap -o wide"]
+    assert "ana\\x1b[2J\\u202e" in shown["events"] and "ana\\x1b[2J\\u202e" in everything
+    assert "render\\x1b[2J" in shown[f"gates show {gate.id}"]
