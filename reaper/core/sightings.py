@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Final
 from uuid import UUID
 
 from reaper.core.domain import (
@@ -163,3 +164,24 @@ def _number(value: object) -> float | int | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return value
+
+
+#: Sightings locked, read and written per transaction by the store.
+SIGHTING_BATCH: Final = 1000
+
+
+def batches(refs: Iterable[SightingRef], size: int = SIGHTING_BATCH) -> list[list[SightingRef]]:
+    """The refs in ascending batches of about ``size``, for a store to lock, read and write one
+    transaction each: one advisory lock per sighting in one transaction fills PostgreSQL's
+    lock table at some 20,000. The buckets of one measure stay in one batch (the rule of
+    :func:`records_to_write` weighs them together)."""
+    measures: dict[tuple[object, ...], list[SightingRef]] = {}
+    for r in sorted(refs):
+        measure = (r.stream, r.key.source, r.key.condition, r.key.scope.split("#")[0])
+        measures.setdefault(measure, []).append(r)
+    grouped: list[list[SightingRef]] = [[]]
+    for group in measures.values():
+        if grouped[-1] and len(grouped[-1]) + len(group) > size:
+            grouped.append([])
+        grouped[-1].extend(group)
+    return [sorted(b) for b in grouped if b]

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Final
 from uuid import UUID
 
 from reaper.core import sightings
@@ -27,10 +26,7 @@ from reaper.jobqueue.database import Connection, Database, Record
 from reaper.jobqueue.port import SightingsRecorded
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["SIGHTING_BATCH", "record_sightings", "sightings_open_since"]
-
-#: Sightings locked, read and written per transaction.
-SIGHTING_BATCH: Final = 1000
+__all__ = ["record_sightings", "sightings_open_since"]
 
 
 async def record_sightings(
@@ -60,18 +56,15 @@ async def record_sightings(
         latest: dict[sightings.SightingRef, Verdict] = {}
         opened_at: dict[sightings.SightingRef, datetime] = {}
         records: list[Verdict] = []
-        for batch in _batches(candidates):
+        for batch in sightings.batches(candidates):
             async with conn.transaction():
                 await conn.fetchval(QUERIES["lock_sightings"], [_lock_key(r) for r in batch])
                 rows = await conn.fetch(QUERIES["latest_sightings"], *_columns(batch))
                 found = {batch[row["ord"] - 1]: _record_verdict(row) for row in rows}
                 opened_at.update({batch[row["ord"] - 1]: row["created_at"] for row in rows})
+                mine = {r: seen[r] for r in batch if r in seen}
                 written = sightings.records_to_write(
-                    {r: seen[r] for r in batch if r in seen},
-                    found,
-                    sources_read,
-                    project_id,
-                    unread_queues,
+                    mine, found, sources_read, project_id, unread_queues
                 )
                 events = [ledger.event_of(v) for v in written]
                 await ledger.append(conn, events, now)
@@ -124,23 +117,6 @@ async def _index(
         await conn.execute(
             QUERIES["open_sightings_closed"], *_columns([sightings.ref_of(v) for v in closed])
         )
-
-
-def _batches(refs: Iterable[sightings.SightingRef]) -> list[list[sightings.SightingRef]]:
-    """The sightings in question in batches of about ``SIGHTING_BATCH``, each locked, read and
-    written in its own transaction: one advisory lock per sighting in one transaction would
-    fill PostgreSQL's lock table (64 per connection by default) at some 20,000 sightings. The
-    buckets of one measure stay in one batch (the rule weighs them together)."""
-    measures: dict[tuple[object, ...], list[sightings.SightingRef]] = {}
-    for ref in sorted(refs):
-        measure = (ref.stream, ref.key.source, ref.key.condition, ref.key.scope.split("#")[0])
-        measures.setdefault(measure, []).append(ref)
-    batches: list[list[sightings.SightingRef]] = [[]]
-    for group in measures.values():
-        if batches[-1] and len(batches[-1]) + len(group) > SIGHTING_BATCH:
-            batches.append([])
-        batches[-1].extend(group)
-    return [sorted(b) for b in batches if b]
 
 
 def _columns(refs: Sequence[sightings.SightingRef]) -> list[list[object]]:

@@ -17,9 +17,13 @@ from reaper.core.domain import (
     Unit,
     Verdict,
 )
+from reaper.core.domain import Condition as _Condition
+from reaper.core.domain import SightingKey as _Key
+from reaper.core.domain import Source as _Source
 from reaper.core.sightings import (
     CLEARED_DETAIL,
     SightingRef,
+    batches,
     cleared,
     is_read,
     observed_sightings,
@@ -27,6 +31,7 @@ from reaper.core.sightings import (
     ref_of,
     verdict_from_record,
 )
+from reaper.core.sightings import SightingRef as _Ref
 
 P1, P2 = uuid.UUID(int=1), uuid.UUID(int=2)
 BOTH = frozenset({Source.JOB_QUEUE, Source.BROKER})
@@ -160,3 +165,21 @@ def test_a_stored_record_rebuilds_to_the_same_ref(
     rebuilt = verdict_from_record(v.stream, v.payload(), v.trusted)
     assert ref_of(rebuilt) == ref_of(v)
     assert rebuilt.payload() == v.payload()
+
+
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), unique=True), st.integers(1, 7))
+def test_batches_hold_every_ref_once_and_keep_a_measures_buckets_together(
+    queues: list[tuple[int, int]], size: int
+) -> None:
+    stream = uuid.UUID(int=7)
+    refs = [
+        _Ref(stream, _Key(_Source.BROKER, _Condition.DEAD_LETTER, f"q{q}#{b}")) for q, b in queues
+    ]
+    grouped = batches(refs, size)
+    assert sorted(r for batch in grouped for r in batch) == sorted(refs)
+    where = {r.key.scope.split("#")[0]: i for i, batch in enumerate(grouped) for r in batch}
+    for i, batch in enumerate(grouped):
+        assert batch == sorted(batch)
+        assert all(where[r.key.scope.split("#")[0]] == i for r in batch)
+        measures = {r.key.scope.split("#")[0] for r in batch}
+        assert len(batch) <= size or len(measures) == 1
