@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -19,7 +20,7 @@ from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.report import render_text, write_json
 from reaper.edges.serve import serve as serve_http
 from reaper.edges.status_page import page_target
-from reaper.errors import GateError, MigrationStopped, PassFailed, ReaperError
+from reaper.errors import GateError, MigrationStopped, PassFailed, ReaperError, scrub
 from reaper.jobqueue.database import Database
 from reaper.policies.report import plan_json, plan_text
 from reaper.reap.dispatch import dispatch_in_force
@@ -56,6 +57,9 @@ async def reap(
     if isinstance(project_id, str):
         project_id = await _project(loaded, project_id)
     result = await reap_once(loaded.settings, dry_run=dry_run, project_id=project_id)
+    if metrics_textfile or pushgateway:  # before the report: a failed export is in its header
+        failed = await _export(loaded, result, metrics_textfile, pushgateway)
+        result = dataclasses.replace(result, not_exported=failed)
     if output == "json":
         write_json(result, sys.stdout)  # every verdict, streamed from the pass's log
     elif quiet:
@@ -64,23 +68,36 @@ async def reap(
         print(render_text(result, wide=output == "wide"))
         for line in await clear_notes(loaded.settings, result):  # what waits for a person
             print(line)
-    code = EXIT_OK if result.ok else EXIT_NOT_OK
-    if metrics_textfile or pushgateway:
-        metrics = ReaperMetrics()
-        metrics.observe(result)
-        try:  # what waits for a person, as `reaper serve` exports it after each pass
-            metrics.observe_gates(await read_board(loaded.settings))
-        except ReaperError as exc:
-            print(f"reaper: the open gates were not read for the metrics: {exc}", file=sys.stderr)
+    return EXIT_OK if result.ok else EXIT_NOT_OK
+
+
+async def _export(
+    loaded: LoadedConfig, result: PassResult, textfile: Path | None, pushgateway: str | None
+) -> tuple[tuple[str, str, str], ...]:
+    """Export the pass's metrics where asked; each export that failed: where, why, fix."""
+    metrics = ReaperMetrics()
+    metrics.observe(result)
+    try:  # what waits for a person, as `reaper serve` exports it after each pass
+        metrics.observe_gates(await read_board(loaded.settings))
+    except ReaperError as exc:
+        print(f"reaper: the open gates were not read for the metrics: {exc}", file=sys.stderr)
+    failed: list[tuple[str, str, str]] = []
+    if textfile:
         try:
-            if metrics_textfile:
-                metrics.write_textfile(metrics_textfile)
-            if pushgateway:
-                metrics.push(pushgateway)
+            metrics.write_textfile(textfile)
         except ReaperError as exc:
-            print(f"reaper: metrics not exported: {exc}", file=sys.stderr)
-            code = EXIT_NOT_OK
-    return code
+            fix = (
+                f"create {textfile.parent} (node-exporter's textfile directory) and let the "
+                "reaper's user write to it, or point --metrics-textfile at that directory"
+            )
+            failed.append((f"--metrics-textfile {textfile}", str(exc), fix))
+    if pushgateway:
+        try:
+            metrics.push(pushgateway)
+        except ReaperError as exc:
+            fix = "check that the Pushgateway runs and that --pushgateway is its URL"
+            failed.append((f"--pushgateway {scrub(pushgateway)}", str(exc), fix))
+    return tuple(failed)
 
 
 async def _project(loaded: LoadedConfig, named: str) -> UUID:

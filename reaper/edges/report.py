@@ -158,7 +158,7 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
             if wide and v.detail:
                 lines.append(f"  {'':<12} {v.detail}")
 
-    moves = _LeaseMoves(wide, result.gates)
+    moves = _LeaseMoves(wide, result.gates, result.dry_run)
     acted: list[RecordedVerdict] = []
     not_done = 0
     for r in result.verdicts:
@@ -359,8 +359,11 @@ class _LeaseMoves:
     per project, and the first few (all of them while there are no more than
     :data:`LISTED_MOVES`)."""
 
-    def __init__(self, wide: bool = False, gates: Mapping[str, UUID] | None = None) -> None:
+    def __init__(
+        self, wide: bool = False, gates: Mapping[str, UUID] | None = None, dry_run: bool = False
+    ) -> None:
         self.wide = wide
+        self.dry_run = dry_run
         self.gates = gates or {}
         self.count = 0
         self.per_condition: dict[Condition, int] = {}
@@ -373,7 +376,7 @@ class _LeaseMoves:
         self.per_condition[v.condition] = self.per_condition.get(v.condition, 0) + 1
         self.projects.setdefault(v.condition, Counter())[v.project_id] += 1
         first = self.first.setdefault(v.condition, [])
-        if len(first) < LISTED_MOVES:
+        if self.wide or len(first) < LISTED_MOVES:  # wide: every move, one line each
             first.append(v)
 
     def lines(self) -> list[str]:
@@ -383,7 +386,9 @@ class _LeaseMoves:
             if not count:
                 continue
             first = self.first[condition]
-            if count <= LISTED_MOVES and (self.wide or count == 1 or condition is Condition.POISON):
+            if self.wide or (
+                count <= LISTED_MOVES and (count == 1 or condition is Condition.POISON)
+            ):
                 out += [_acted_line(v, self.wide, self.gates) for v in first]
                 continue
             if count <= LISTED_MOVES:
@@ -410,11 +415,24 @@ class _LeaseMoves:
             out += [
                 f"  {'':<22} {where(v, wide=self.wide)}: {measure(v)}" for v in first[:SUMMARY_JOBS]
             ]
-            out.append(
-                f"  {'':<22} {count - SUMMARY_JOBS} more not listed here: each is a QueueReaped "
-                f"event in the ledger ({LEDGER_POINTER})"
-            )
+            out.append(f"  {'':<22} {self._rest(condition, count)}")
         return out
+
+    def _rest(self, condition: Condition, count: int) -> str:
+        """What is said of the moves a summary does not list: where to see each."""
+        rest = count - SUMMARY_JOBS
+        if self.dry_run:
+            return (
+                f"{rest} more not listed here: `reaper reap --dry-run -o wide` lists every one; "
+                "a real pass would record each as a QueueReaped event"
+            )
+        gates = "; `reaper gates list --kind poison` lists their gates" * (
+            condition is Condition.POISON and bool(self.gates)
+        )
+        return (
+            f"{rest} more not listed here{gates}; each is a QueueReaped event in the ledger: "
+            f"reaper events --condition {condition.value} --limit {count}"
+        )
 
 
 #: Where every verdict of a pass is kept: the ledger, never a new pass.

@@ -35,7 +35,8 @@ class Problem:
     """One thing that made a pass not ok, for a person (:meth:`line`) and a machine (the
     report's ``problems``). ``kind``: ``unreadable``, ``row_not_moved`` (a write that did not
     commit: NOT DONE), ``outcome_unknown``, ``policy``, ``dead_letter`` or ``would_drop`` (an
-    owned queue whose broker would drop messages). ``fix``: what a person does, when known."""
+    owned queue whose broker would drop messages) or ``not_exported`` (the pass's metrics not
+    written or pushed). ``fix``: what a person does, when known."""
 
     kind: str
     subject: str
@@ -58,6 +59,7 @@ _LABELS: Final = {
     "policy": "POLICY",
     "dead_letter": "DEAD LETTER",
     "would_drop": "WOULD DROP",
+    "not_exported": "NOT EXPORTED",
 }
 
 #: How a kind of problem is counted in the header's ``NOT OK: <why>`` (singular, plural).
@@ -68,6 +70,7 @@ _WHY: Final = {
     "policy": ("policy not in force", "policies not in force"),
     "dead_letter": ("dead-letter queue not read", "dead-letter queues not read"),
     "would_drop": ("queue would drop messages", "queues would drop messages"),
+    "not_exported": ("metrics export failed", "metrics exports failed"),
 }
 
 #: Findings worst first: what holds work now, then what loses it later, then what waits.
@@ -151,6 +154,9 @@ class PassResult:
     leases_remaining: int = 0
     #: When each finding already on record (``seen``) opened its sighting, by sighting key.
     since: Mapping[SightingKey, datetime] = field(default_factory=dict)
+    #: Exports of this pass's metrics that failed (``--metrics-textfile``, ``--pushgateway``):
+    #: each (where, why, fix), added once the export was tried, before the report is printed.
+    not_exported: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -245,6 +251,7 @@ class PassResult:
             for r in self.surfaced()
             if r.verdict.drops
         ]
+        found += [Problem("not_exported", *export) for export in self.not_exported]
         return found
 
 
