@@ -65,6 +65,7 @@ _LABELS: Final = {
 #: How a kind of problem is counted in the header's ``NOT OK: <why>`` (singular, plural).
 _WHY: Final = {
     "unreadable": ("source unreadable", "sources unreadable"),
+    "unreadable_queue": ("queue unreadable", "queues unreadable"),
     "row_not_moved": ("write not done", "writes not done"),
     "outcome_unknown": ("write outcome unknown", "write outcomes unknown"),
     "policy": ("policy not in force", "policies not in force"),
@@ -170,7 +171,7 @@ class PassResult:
         """``OK``, ``OK, N findings`` or ``NOT OK: <why>``, as the header says it."""
         problems = self.problems()
         if problems:
-            kinds = Counter(p.kind for p in problems)
+            kinds = Counter(_counted(kind, subject) for kind, subject in _once(problems))
             why = ", ".join(f"{n} {_WHY.get(k, (k, k))[n != 1]}" for k, n in kinds.items())
             return f"NOT OK: {why}"
         n = len(self.findings())
@@ -253,6 +254,16 @@ class PassResult:
         ]
         found += [Problem("not_exported", *export) for export in self.not_exported]
         return found
+
+
+def _once(problems: list[Problem]) -> dict[tuple[str, str], None]:
+    """Each (kind, subject) once: a source whose reads failed twice is one source unreadable."""
+    return dict.fromkeys((p.kind, p.subject) for p in problems)
+
+
+def _counted(kind: str, subject: str) -> str:
+    """How a problem is counted in the header: an unreadable queue is not a source."""
+    return "unreadable_queue" if kind == "unreadable" and subject.startswith("queue ") else kind
 
 
 def _fix(detail: str) -> tuple[str, str]:

@@ -299,3 +299,15 @@ def test_text_and_json_list_the_same_findings_worst_first_and_a_drop_is_not_ok()
     assert "              fix: declare it" in lines
     # the threshold is said once per condition: on the first stale_ready line only
     assert "(threshold 15 m)" in lines[start + 2] and "threshold" not in lines[start + 3]
+
+
+def test_the_header_counts_what_it_says() -> None:
+    # one source whose reads failed twice is one source; a queue on a lost node is a queue
+    twice = (
+        Unreadable("job_queue", 'relation "job" does not exist'),
+        Unreadable("job_queue", 'relation "event" does not exist'),
+        Unreadable("broker", "node down", queue="vibey.jobs"),
+        Unreadable("broker", "node down", queue="vibey.mail"),
+    )
+    status = result(unreadable=twice).status()
+    assert status == "NOT OK: 1 source unreadable, 2 queues unreadable"
