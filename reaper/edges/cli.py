@@ -102,7 +102,7 @@ async def _run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     if args.command == "db" and args.db_command == "grants":
         return await production.grants(loaded, args.role, apply=args.apply)
     if args.command == "doctor":
-        return await doctor.run(loaded, as_json=args.json)
+        return await doctor.run(loaded, output="json" if args.json else args.output)
     if args.command == "db":
         return await commands.migrate(loaded, dry_run=args.dry_run, outbox=args.outbox)
     if args.command == "policies":
