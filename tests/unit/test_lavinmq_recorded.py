@@ -534,7 +534,7 @@ def test_the_doctor_names_lavinmqs_version_and_asks_for_no_broker_wide_snippet()
     assert reachable(name, load("overview.json")).detail == "reachable, LavinMQ 2.9.1"
 
     snippet = snippet_check(name, load("nodes.json"), FACTS)
-    assert snippet.status == "ok" and snippet.fix is None
+    assert snippet.status == "ok" and snippet.fix == ""
     assert snippet.detail.startswith("not needed: LavinMQ 2.9.1 enforces no broker-wide")
     assert "only the queue argument x-consumer-timeout" in snippet.detail
 
