@@ -20,8 +20,9 @@ from uuid import UUID
 
 from reaper.core.cluster import node_summary
 from reaper.core.domain import Action, Condition, Verdict
+from reaper.edges.report_findings import finding_lines
 from reaper.edges.report_json import gate_json, iso, render_json, to_json, verdict_json, write_json
-from reaper.edges.wording import LEASE_CONDITIONS, age, measure, next_step, plural, short, where
+from reaper.edges.wording import LEASE_CONDITIONS, age, measure, plural, short, where
 from reaper.reap.progress import SIGHTINGS_WRITE, RecordedVerdict
 from reaper.reap.result import PassResult, Problem
 
@@ -141,22 +142,7 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
     findings = result.findings()
     if findings:
         lines += ["", f"Findings ({len(findings)}), worst first:"]
-        steps = [next_step(r.verdict) for r in findings]
-        thresholds: set[object] = set()
-        for n, (r, step) in enumerate(zip(findings, steps, strict=True)):
-            v = r.verdict
-            # a next step, and a condition's threshold, said once: on the first that has it
-            said = step and step in steps[:n]
-            shown = "" if not step or said else f"; {step}"
-            bound = (v.condition, v.threshold, v.unit)
-            first = wide or bound not in thresholds
-            thresholds.add(bound)
-            lines.append(
-                f"  {v.condition.value:<12} {where(v, wide=wide)}: "
-                f"{measure(v, threshold=first)}{shown}  [{_state(r, result)}]"
-            )
-            if wide and v.detail:
-                lines.append(f"  {'':<12} {v.detail}")
+        lines += finding_lines(findings, lambda r: _state(r, result), wide=wide)
 
     moves = _LeaseMoves(wide, result.gates, result.dry_run)
     acted: list[RecordedVerdict] = []
@@ -259,13 +245,14 @@ def _policy_lines(result: PassResult, wide: bool) -> list[str]:
     said: set[str] = set()
     for p in result.policies:
         verified = {True: "in force", False: "NOT in force", None: "nothing to check"}[p.verified]
-        if p.unenforceable:
-            verified = "in force where the broker enforces it"
         failing = f"; failing: {', '.join(p.queues_failing)}" if p.queues_failing else ""
-        lines.append(
-            f"  {p.name}: {p.action}, {verified} on {plural(p.queues_checked, 'queue')} "
-            f"[{p.reason}]" + failing
-        )
+        where_ = f"on {plural(p.queues_checked, 'queue')}"
+        if p.unenforceable:  # how many it bounds; the rest are unbounded findings
+            bounded = p.queues_checked - len(p.queues_failing)
+            verified = f"bounds {bounded} of {plural(p.queues_checked, 'queue')};"
+            where_ = f"not enforced on {len(p.queues_failing)} (unbounded findings)"
+            failing = failing if wide else ""
+        lines.append(f"  {p.name}: {p.action}, {verified} {where_} [{p.reason}]" + failing)
         if wide:
             lines.append(f"    {p.detail}")
             continue

@@ -426,7 +426,8 @@ async def test_a_pass_on_43_reports_the_classic_queue_in_text_and_json() -> None
 
     text = render_text(result)
     assert (
-        "vibey-reap-classic: created, in force where the broker enforces it on 1 queue "
-        "[NotEnforced]; failing: vibey.jobs.c1"
+        "vibey-reap-classic: created, bounds 0 of 1 queue; not enforced on 1 (unbounded "
+        "findings) [NotEnforced]"
     ) in text
+    assert "failing: vibey.jobs.c1" in render_text(result, wide=True)
     assert "unbounded    queue vibey.jobs.c1: 1 message; the broker cannot bound it here" in text
