@@ -94,6 +94,13 @@ def to_json(result: PassResult, *, verdicts: bool = True) -> dict[str, object]:
         "management_urls": [
             {"url": e.url, "answered": e.answered, "error": e.error} for e in result.management
         ],
+        # SPEC §5's `failed`: each write the pass meant to make and did not (or cannot know
+        # whether it did), and each metrics export that failed
+        "failed": [
+            {"kind": p.kind, "subject": p.subject, "reason": p.detail, "fix": p.fix}
+            for p in result.problems()
+            if p.kind in ("row_not_moved", "outcome_unknown", "not_exported")
+        ],
         "problems": [
             {"kind": p.kind, "subject": p.subject, "detail": p.detail, "fix": p.fix}
             for p in result.problems()

@@ -20,7 +20,7 @@ from reaper.policies.reconcile import PolicyOutcome, reconcile
 from reaper.policies.render import render
 from reaper.reap.dead_letters import DeadLetterOutcome
 from reaper.reap.lease_log import VerdictLog
-from reaper.reap.progress import RecordedVerdict, Unreadable
+from reaper.reap.progress import RecordedVerdict, RowNotMoved, Unreadable
 from reaper.reap.result import PassResult
 from tests.support.cli import validate_report
 from tests.support.fake_broker import FakeBroker
@@ -317,3 +317,18 @@ def test_the_header_counts_what_it_says() -> None:
     )
     status = result(unreadable=twice).status()
     assert status == "NOT OK: 1 source unreadable, 2 queues unreadable"
+
+
+def test_the_json_report_has_every_key_spec_5_names_failed_among_them() -> None:
+    r = result(not_moved=(RowNotMoved("job 1", "permission denied (SQLSTATE 42501)"),))
+    report = to_json(r)
+    validate_report(report)
+    spec = (
+        "ok dry_run started_at finished_at target inventory broker verdicts policies "
+        "dead_letters unreadable failed notes"
+    )
+    assert set(spec.split()) <= set(report)
+    [failed] = report["failed"]  # type: ignore[misc]
+    assert failed["kind"] == "row_not_moved" and failed["subject"] == "job 1"
+    assert failed["reason"] == "permission denied (SQLSTATE 42501)"
+    assert to_json(result())["failed"] == []
