@@ -175,14 +175,19 @@ def render_migration(run: MigrationRun) -> str:
     return "\n".join(lines)
 
 
-async def policies_plan(loaded: LoadedConfig, *, as_json: bool) -> int:
+async def policies_plan(loaded: LoadedConfig, *, output: str = "text") -> int:
     sources = await open_sources(loaded.settings, store=False)
     try:
         assert sources.broker is not None  # opening the broker's client never fails
         plan = await policy_plan(sources.broker, loaded.settings)
     finally:
         await sources.close()
-    print(json.dumps(plan_json(plan), indent=2) if as_json else plan_text(plan))
+    if output == "json":
+        print(json.dumps(plan_json(plan), indent=2))
+    elif output == "name":
+        print("\n".join(pp.name for pp in plan.policies))
+    else:
+        print(plan_text(plan, wide=output == "wide"))
     return EXIT_OK
 
 
