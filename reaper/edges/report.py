@@ -21,8 +21,8 @@ from uuid import UUID
 from reaper.core.cluster import node_summary
 from reaper.core.domain import Action, Condition, Verdict
 from reaper.edges.report_findings import finding_lines
-from reaper.edges.report_json import gate_json, iso, render_json, to_json, verdict_json, write_json
-from reaper.edges.wording import LEASE_CONDITIONS, age, measure, plural, short, where
+from reaper.edges.report_json import gate_json, render_json, to_json, verdict_json, write_json
+from reaper.edges.wording import LEASE_CONDITIONS, age, measure, plural, short, utc, where
 from reaper.reap.progress import SIGHTINGS_WRITE, RecordedVerdict
 from reaper.reap.result import PassResult, Problem
 
@@ -83,7 +83,7 @@ def _endpoints(result: PassResult) -> str:
 def _header(result: PassResult, wide: bool) -> list[str]:
     mode = "dry-run audit (nothing written)" if result.dry_run else "pass"
     lines = [
-        f"queue-reaper {mode}: {result.status()}   {iso(result.started_at)}  "
+        f"queue-reaper {mode}: {result.status()}   {utc(result.started_at)}  "
         f"({result.duration_seconds:.2f} s)"
     ]
     t = result.target
