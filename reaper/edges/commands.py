@@ -14,6 +14,7 @@ from uuid import UUID
 from reaper.config import LoadedConfig
 from reaper.core.domain import Dispatch
 from reaper.demo.run import DemoPass, Said, run_demo
+from reaper.edges import colour
 from reaper.edges.gate_board import clear_notes, read_board
 from reaper.edges.hook import QueueReaper
 from reaper.edges.metrics import ReaperMetrics
@@ -63,9 +64,9 @@ async def reap(
     if output == "json":
         write_json(result, sys.stdout)  # every verdict, streamed from the pass's log
     elif quiet:
-        print(render_text(result).splitlines()[0])
+        print(colour.report(render_text(result).splitlines()[0], sys.stdout))
     else:
-        print(render_text(result, wide=output == "wide"))
+        print(colour.report(render_text(result, wide=output == "wide"), sys.stdout))
         for line in await clear_notes(loaded.settings, result):  # what waits for a person
             print(line)
     return EXIT_OK if result.ok else EXIT_NOT_OK

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal
@@ -24,6 +25,7 @@ from reaper.broker.http import BrokerTls, segment, tags_fix
 from reaper.config import LoadedConfig
 from reaper.core.domain import BrokerFacts
 from reaper.core.enforcement import TimeoutSetting
+from reaper.edges import colour
 from reaper.edges.commands import dispatch_of
 from reaper.edges.doctor_fixes import broker_fix, database_fix, vhost_fix
 from reaper.edges.production import open_database
@@ -55,10 +57,6 @@ class Check:
     #: What to do: never empty on a check that is not ok (the doctor's own test holds it).
     fix: str = ""
 
-    def line(self) -> str:
-        fix = f" -> fix: {self.fix}" if self.fix else ""
-        return f"{self.status.upper():<4}  {self.name}: {self.detail}{fix}"
-
 
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     doctor = commands.add_parser(
@@ -87,11 +85,10 @@ async def run(loaded: LoadedConfig, *, output: str = "text") -> int:
         print(json.dumps({"ok": ok, "checks": [asdict(c) for c in found]}, indent=2))
     else:
         for check in found:
-            if output != "wide":
-                print(check.line())
-                continue
-            print(f"{check.status.upper():<4}  {check.name}: {check.detail}")
-            if check.fix:
+            word = colour.standing(check.status.upper(), sys.stdout)
+            line = f"{word}{' ' * (6 - len(check.status))}{check.name}: {check.detail}"
+            print(line if output == "wide" or not check.fix else f"{line} -> fix: {check.fix}")
+            if output == "wide" and check.fix:
                 print(f"      fix: {check.fix}")
         failed = sum(1 for c in found if c.status == "fail")
         print(f"doctor: {len(found)} checks, {failed} failed" + ("" if failed else ": ready"))
