@@ -362,7 +362,9 @@ def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
         "-v",
         "--verbose",
         action="count",
-        help="-v: the reaper's own debug lines; -vv: the HTTP client's and asyncio's too",
+        help="-v: what the reaper reads (each broker request, each PostgreSQL session, with "
+        "what came back and how long it took) and what a pass decided; -vv: the HTTP "
+        "client's and asyncio's lines too",
         **({"default": 0} if defaults else keep),
     )
     group.add_argument(

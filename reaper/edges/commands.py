@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Final
 from uuid import UUID
@@ -21,6 +22,7 @@ from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.report import render_text, write_json
 from reaper.edges.serve import serve as serve_http
 from reaper.edges.status_page import page_target
+from reaper.edges.wording import LEASE_CONDITIONS, where
 from reaper.errors import GateError, MigrationStopped, PassFailed, ReaperError, scrub
 from reaper.jobqueue.database import Database
 from reaper.policies.report import plan_json, plan_text
@@ -58,6 +60,9 @@ async def reap(
     if isinstance(project_id, str):
         project_id = await _project(loaded, project_id)
     result = await reap_once(loaded.settings, dry_run=dry_run, project_id=project_id)
+    if log.isEnabledFor(logging.DEBUG):  # -v: what the pass decided, beside what it read
+        for line in decisions(result):
+            log.debug("decided: %s", line)
     if metrics_textfile or pushgateway:  # before the report: a failed export is in its header
         failed = await _export(loaded, result, metrics_textfile, pushgateway)
         result = dataclasses.replace(result, not_exported=failed)
@@ -70,6 +75,22 @@ async def reap(
         for line in await clear_notes(loaded.settings, result):  # what waits for a person
             print(line)
     return EXIT_OK if result.ok else EXIT_NOT_OK
+
+
+def decisions(result: PassResult) -> list[str]:
+    """What a pass decided, for ``-v``: each verdict that is not a lease move, the lease moves
+    counted per condition and action, each policy's action and reason."""
+    moves: Counter[str] = Counter()
+    lines: list[str] = []
+    for r in result.verdicts:
+        v = r.verdict
+        if v.lease is not None and v.condition in LEASE_CONDITIONS:
+            moves[f"{v.action.value} {v.condition.value}"] += 1
+        else:
+            lines.append(f"{v.condition.value} {where(v, wide=True)}: {v.action.value}")
+    lines += [f"{what}: {n} job(s)" for what, n in moves.items()]
+    lines += [f"policy {p.name}: {p.action} ({p.reason})" for p in result.policies]
+    return lines
 
 
 async def _export(

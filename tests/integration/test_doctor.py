@@ -5,6 +5,9 @@ exist, a user without tags, a role without grants. The pass says the same words.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -331,3 +334,29 @@ async def test_healthy_as_the_least_privileged_user(
         f"{name!r} has permissions on {broker.vhost!r} (their patterns are shown only to an "
         "administrator)"
     )
+
+
+async def test_verbose_shows_what_the_doctor_and_a_pass_read_and_decide(
+    pg_dsn: str, broker: BrokerUnderTest, tmp_path: Path
+) -> None:
+    """``-v``: each request to the broker and each PostgreSQL session, with what came back
+    and how long it took, and for a pass what it decided; on stderr, the output unchanged."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
+    env.update(reaper_env(pg_dsn, broker.management_url, broker.vhost))
+
+    def reaper(*argv: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "reaper", "--config-dir", str(tmp_path), *argv]
+        return subprocess.run(
+            command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+        )
+
+    quiet, verbose = reaper("doctor"), reaper("doctor", "-v")
+    assert quiet.returncode == verbose.returncode == 0 and quiet.stderr == ""
+    assert "DEBUG reaper.broker: broker GET " in verbose.stderr
+    assert "/api/overview: HTTP 200, " in verbose.stderr
+    assert "DEBUG reaper.postgresql: postgresql 127.0.0.1:5432/" in verbose.stderr
+    assert "DEBUG" not in verbose.stdout
+    run = reaper("reap", "--dry-run", "-v")
+    assert run.returncode in (0, 1), run.stderr
+    assert "decided: policy vibey-reap-" in run.stderr
+    assert "/api/queues/" in run.stderr and "reading" in run.stderr
