@@ -12,8 +12,10 @@ is never sent elsewhere (``docs/brokers.md``, "A clustered broker").
 
 from __future__ import annotations
 
+import logging
 import re
 import ssl
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -24,6 +26,9 @@ import httpx
 from reaper.broker.bounded import Answer, AnswerTooLarge, BoundedAnswer, decoded
 from reaper.broker.failures import connect_words, not_http_words, reason_words, tags_fix
 from reaper.errors import BrokerRefused, BrokerUnavailable, scrub
+
+#: ``-v``: each request the pass makes, what came back and how long it took.
+_log = logging.getLogger("reaper.broker")
 
 __all__ = [
     "BrokerRejected",
@@ -279,15 +284,26 @@ class ManagementApi:
         would be unknown."""
         write = method in _WRITE_METHODS
         self._count(write)
+        started = time.monotonic()
         try:
-            return await self._read(method, url + path, params=params, json=json)
+            answer = await self._read(method, url + path, params=params, json=json)
         except (httpx.RemoteProtocolError, httpx.ReadError):
             if method not in _RESENDABLE_METHODS:
                 raise
-        self._count(write)
-        if write:
-            self.writes_resent += 1
-        return await self._read(method, url + path, params=params, json=json)
+            self._count(write)
+            if write:
+                self.writes_resent += 1
+            answer = await self._read(method, url + path, params=params, json=json)
+        _log.debug(
+            "broker %s %s%s: HTTP %d, %d bytes (%.1f ms)",
+            method,
+            scrub(url),
+            path,
+            answer.status_code,
+            answer.received,
+            1e3 * (time.monotonic() - started),
+        )
+        return answer
 
     async def _read(
         self, method: str, url: str, *, params: Mapping[str, str | int] | None, json: object

@@ -220,7 +220,15 @@ def _add_config(commands: Commands) -> None:
         description="Print every key in force, secrets masked, with the file or variable it "
         "came from, the dispatch in force and the management URLs in order of preference.",
     )
-    config_show.add_argument("--json", action="store_true", help="print it as one JSON object")
+    config_show.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "wide", "json", "name"),
+        default="text",
+        help="text (default: a table, secrets masked), wide (each key's description too), "
+        "json, or name (the keys alone)",
+    )
+    config_show.add_argument("--json", action="store_true", help="the same as -o json")
 
 
 def _add_db(commands: Commands) -> Commands:
@@ -266,7 +274,15 @@ def _add_policies(commands: Commands) -> None:
         description="Desired policies, rendered for this broker, against what it holds, and "
         "each owned queue's bounds in force. Writes nothing.",
     )
-    plan.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    plan.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "wide", "json", "name"),
+        default="text",
+        help="text (default), wide (each policy's desired and actual definitions too), json, "
+        "or name (the declared policies' names)",
+    )
+    plan.add_argument("--json", action="store_true", help="the same as -o json")
 
 
 def _add_serve(commands: Commands) -> None:
@@ -346,7 +362,9 @@ def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
         "-v",
         "--verbose",
         action="count",
-        help="-v: the reaper's own debug lines; -vv: the HTTP client's and asyncio's too",
+        help="-v: what the reaper reads (each broker request, each PostgreSQL session, with "
+        "what came back and how long it took) and what a pass decided; -vv: the HTTP "
+        "client's and asyncio's lines too",
         **({"default": 0} if defaults else keep),
     )
     group.add_argument(

@@ -26,6 +26,7 @@ from reaper.edges import commands, completion, doctor, gate_commands, logs, prod
 from reaper.edges.arguments import build_parser
 from reaper.edges.commands import EXIT_NOT_OK, EXIT_OK, EXIT_USAGE
 from reaper.edges.manpage import manpage
+from reaper.edges.wording import table
 from reaper.errors import ConfigError, GateError, ReaperError, scrub
 
 log = logging.getLogger("reaper")
@@ -35,10 +36,15 @@ def _print_json(value: object) -> None:
     print(json.dumps(value, indent=2, default=str))
 
 
-def _config_show(loaded: LoadedConfig, as_json: bool) -> int:
+def _config_show(loaded: LoadedConfig, output: str) -> int:
+    """``config show``: every key in force under a header row, secrets masked, with its
+    origin (``wide``: and the variable that sets it); or JSON, or the keys alone."""
     values = show(loaded)
+    if output == "name":
+        print("\n".join(v.key for v in values))
+        return EXIT_OK
     in_force, why = asyncio.run(commands.dispatch_of(loaded))
-    if as_json:
+    if output == "json":
         _print_json(
             {
                 "config_dir": str(loaded.config_dir) if loaded.config_dir else None,
@@ -57,9 +63,13 @@ def _config_show(loaded: LoadedConfig, as_json: bool) -> int:
     print(f"config dir: {where}")
     for f in loaded.files:
         print(f"  file: {f}")
-    width = max((len(v.key) for v in values), default=0)
-    for v in values:
-        print(f"{v.key:<{width}}  {json.dumps(v.value, default=str):<24}  {v.origin}")
+    header = ("KEY", "VALUE", "ORIGIN") + (("VARIABLE",) if output == "wide" else ())
+    rows = [
+        (v.key, json.dumps(v.value, default=str), v.origin)
+        + ((f"REAPER_{v.key.upper().replace('.', '__')}",) if output == "wide" else ())
+        for v in values
+    ]
+    print("\n".join(table(header, rows)))
     print(f"dispatch in force: {in_force or 'not known'} ({why})")
     management = _management_urls(loaded)
     print(f"management API in force, in order of preference ({management['key']}):")
@@ -104,11 +114,11 @@ async def _run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     if args.command == "db" and args.db_command == "grants":
         return await production.grants(loaded, args.role, apply=args.apply)
     if args.command == "doctor":
-        return await doctor.run(loaded, as_json=args.json)
+        return await doctor.run(loaded, output="json" if args.json else args.output)
     if args.command == "db":
         return await commands.migrate(loaded, dry_run=args.dry_run, outbox=args.outbox)
     if args.command == "policies":
-        return await commands.policies_plan(loaded, as_json=args.json)
+        return await commands.policies_plan(loaded, output="json" if args.json else args.output)
     if args.command in gate_commands.COMMANDS:
         return await gate_commands.run(args, loaded)
     if args.command == "serve":
@@ -180,7 +190,7 @@ def _main(argv: Sequence[str] | None) -> int:
             where = loaded.config_dir or "environment only"
             print(f"configuration is valid ({len(loaded.files)} file(s) from {where})")
             return EXIT_OK
-        return _config_show(loaded, args.json)
+        return _config_show(loaded, "json" if args.json else args.output)
     try:
         return asyncio.run(_run(args, loaded))
     except GateError as exc:

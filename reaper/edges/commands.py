@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Final
 from uuid import UUID
@@ -13,13 +15,15 @@ from uuid import UUID
 from reaper.config import LoadedConfig
 from reaper.core.domain import Dispatch
 from reaper.demo.run import DemoPass, Said, run_demo
+from reaper.edges import colour
 from reaper.edges.gate_board import clear_notes, read_board
 from reaper.edges.hook import QueueReaper
 from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.report import render_text, write_json
 from reaper.edges.serve import serve as serve_http
 from reaper.edges.status_page import page_target
-from reaper.errors import GateError, MigrationStopped, PassFailed, ReaperError
+from reaper.edges.wording import LEASE_CONDITIONS, where
+from reaper.errors import GateError, MigrationStopped, PassFailed, ReaperError, scrub
 from reaper.jobqueue.database import Database
 from reaper.policies.report import plan_json, plan_text
 from reaper.reap.dispatch import dispatch_in_force
@@ -56,31 +60,66 @@ async def reap(
     if isinstance(project_id, str):
         project_id = await _project(loaded, project_id)
     result = await reap_once(loaded.settings, dry_run=dry_run, project_id=project_id)
+    if log.isEnabledFor(logging.DEBUG):  # -v: what the pass decided, beside what it read
+        for line in decisions(result):
+            log.debug("decided: %s", line)
+    if metrics_textfile or pushgateway:  # before the report: a failed export is in its header
+        failed = await _export(loaded, result, metrics_textfile, pushgateway)
+        result = dataclasses.replace(result, not_exported=failed)
     if output == "json":
         write_json(result, sys.stdout)  # every verdict, streamed from the pass's log
     elif quiet:
-        print(render_text(result).splitlines()[0])
+        print(colour.report(render_text(result).splitlines()[0], sys.stdout))
     else:
-        print(render_text(result, wide=output == "wide"))
+        print(colour.report(render_text(result, wide=output == "wide"), sys.stdout))
         for line in await clear_notes(loaded.settings, result):  # what waits for a person
             print(line)
-    code = EXIT_OK if result.ok else EXIT_NOT_OK
-    if metrics_textfile or pushgateway:
-        metrics = ReaperMetrics()
-        metrics.observe(result)
-        try:  # what waits for a person, as `reaper serve` exports it after each pass
-            metrics.observe_gates(await read_board(loaded.settings))
-        except ReaperError as exc:
-            print(f"reaper: the open gates were not read for the metrics: {exc}", file=sys.stderr)
+    return EXIT_OK if result.ok else EXIT_NOT_OK
+
+
+def decisions(result: PassResult) -> list[str]:
+    """What a pass decided, for ``-v``: each verdict that is not a lease move, the lease moves
+    counted per condition and action, each policy's action and reason."""
+    moves: Counter[str] = Counter()
+    lines: list[str] = []
+    for r in result.verdicts:
+        v = r.verdict
+        if v.lease is not None and v.condition in LEASE_CONDITIONS:
+            moves[f"{v.action.value} {v.condition.value}"] += 1
+        else:
+            lines.append(f"{v.condition.value} {where(v, wide=True)}: {v.action.value}")
+    lines += [f"{what}: {n} job(s)" for what, n in moves.items()]
+    lines += [f"policy {p.name}: {p.action} ({p.reason})" for p in result.policies]
+    return lines
+
+
+async def _export(
+    loaded: LoadedConfig, result: PassResult, textfile: Path | None, pushgateway: str | None
+) -> tuple[tuple[str, str, str], ...]:
+    """Export the pass's metrics where asked; each export that failed: where, why, fix."""
+    metrics = ReaperMetrics()
+    metrics.observe(result)
+    try:  # what waits for a person, as `reaper serve` exports it after each pass
+        metrics.observe_gates(await read_board(loaded.settings))
+    except ReaperError as exc:
+        print(f"reaper: the open gates were not read for the metrics: {exc}", file=sys.stderr)
+    failed: list[tuple[str, str, str]] = []
+    if textfile:
         try:
-            if metrics_textfile:
-                metrics.write_textfile(metrics_textfile)
-            if pushgateway:
-                metrics.push(pushgateway)
+            metrics.write_textfile(textfile)
         except ReaperError as exc:
-            print(f"reaper: metrics not exported: {exc}", file=sys.stderr)
-            code = EXIT_NOT_OK
-    return code
+            fix = (
+                f"create {textfile.parent} (node-exporter's textfile directory) and let the "
+                "reaper's user write to it, or point --metrics-textfile at that directory"
+            )
+            failed.append((f"--metrics-textfile {textfile}", str(exc), fix))
+    if pushgateway:
+        try:
+            metrics.push(pushgateway)
+        except ReaperError as exc:
+            fix = "check that the Pushgateway runs and that --pushgateway is its URL"
+            failed.append((f"--pushgateway {scrub(pushgateway)}", str(exc), fix))
+    return tuple(failed)
 
 
 async def _project(loaded: LoadedConfig, named: str) -> UUID:
@@ -158,14 +197,19 @@ def render_migration(run: MigrationRun) -> str:
     return "\n".join(lines)
 
 
-async def policies_plan(loaded: LoadedConfig, *, as_json: bool) -> int:
+async def policies_plan(loaded: LoadedConfig, *, output: str = "text") -> int:
     sources = await open_sources(loaded.settings, store=False)
     try:
         assert sources.broker is not None  # opening the broker's client never fails
         plan = await policy_plan(sources.broker, loaded.settings)
     finally:
         await sources.close()
-    print(json.dumps(plan_json(plan), indent=2) if as_json else plan_text(plan))
+    if output == "json":
+        print(json.dumps(plan_json(plan), indent=2))
+    elif output == "name":
+        print("\n".join(pp.name for pp in plan.policies))
+    else:
+        print(plan_text(plan, wide=output == "wide"))
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal
@@ -24,7 +25,9 @@ from reaper.broker.http import BrokerTls, segment, tags_fix
 from reaper.config import LoadedConfig
 from reaper.core.domain import BrokerFacts
 from reaper.core.enforcement import TimeoutSetting
+from reaper.edges import colour
 from reaper.edges.commands import dispatch_of
+from reaper.edges.doctor_fixes import broker_fix, database_fix, vhost_fix
 from reaper.edges.production import open_database
 from reaper.errors import BrokerUnavailable, ReaperError
 from reaper.jobqueue.database import Database
@@ -51,11 +54,8 @@ class Check:
     name: str
     status: Status
     detail: str
-    fix: str | None = None
-
-    def line(self) -> str:
-        fix = f" -> fix: {self.fix}" if self.fix else ""
-        return f"{self.status.upper():<4}  {self.name}: {self.detail}{fix}"
+    #: What to do: never empty on a check that is not ok (the doctor's own test holds it).
+    fix: str = ""
 
 
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,17 +67,29 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "rights, the conf.d snippet on every node), and the dispatch mode. Exit 0 when all "
         "pass, 1 otherwise.",
     )
-    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    doctor.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "wide", "json"),
+        default="text",
+        help="text (default: one line each, the fix after it), wide (the fix on a line of its "
+        "own under each) or json",
+    )
+    doctor.add_argument("--json", action="store_true", help="the same as -o json")
 
 
-async def run(loaded: LoadedConfig, *, as_json: bool) -> int:
+async def run(loaded: LoadedConfig, *, output: str = "text") -> int:
     found = await checks(loaded)
     ok = all(c.status != "fail" for c in found)
-    if as_json:
+    if output == "json":
         print(json.dumps({"ok": ok, "checks": [asdict(c) for c in found]}, indent=2))
     else:
         for check in found:
-            print(check.line())
+            word = colour.standing(check.status.upper(), sys.stdout)
+            line = f"{word}{' ' * (6 - len(check.status))}{check.name}: {check.detail}"
+            print(line if output == "wide" or not check.fix else f"{line} -> fix: {check.fix}")
+            if output == "wide" and check.fix:
+                print(f"      fix: {check.fix}")
         failed = sum(1 for c in found if c.status == "fail")
         print(f"doctor: {len(found)} checks, {failed} failed" + ("" if failed else ": ready"))
     return 0 if ok else 1
@@ -87,11 +99,8 @@ async def checks(loaded: LoadedConfig) -> list[Check]:
     settings = loaded.settings
     where = str(loaded.config_dir) if loaded.config_dir else "the environment only"
     found = [Check("configuration", "ok", f"valid ({len(loaded.files)} file(s) from {where})")]
-    warning = settings.bus.tls_warning()
-    if warning is not None:
-        found.append(
-            Check("configuration", "warn", warning, "set bus.ca_file and remove bus.verify")
-        )
+    if (warning := settings.bus.tls_warning()) is not None:
+        found.append(Check("configuration", "warn", warning, broker_fix("tls", "", "")))
     found.extend(await _database(loaded))
     for url in settings.bus.urls_in_force():
         found.extend(await _broker(loaded, url))
@@ -99,7 +108,9 @@ async def checks(loaded: LoadedConfig) -> list[Check]:
     found.append(
         Check("dispatch", "ok", f"{in_force} ({why})")
         if in_force is not None
-        else Check("dispatch", "fail", why, "make PostgreSQL reachable (see above)")
+        else Check(
+            "dispatch", "fail", why, "fix the postgresql line above: the dispatch is read there"
+        )
     )
     return found
 
@@ -109,22 +120,23 @@ async def checks(loaded: LoadedConfig) -> list[Check]:
 
 async def _database(loaded: LoadedConfig) -> list[Check]:
     db = loaded.settings.database
+    dsn = db.dsn_in_force()
     try:
         database = await open_database(loaded)
     except ReaperError as exc:
-        return [Check("postgresql", "fail", exc.reason, "see the reason; then run reaper doctor")]
+        return [Check("postgresql", "fail", exc.reason, database_fix(exc.reason, dsn))]
     try:
-        return await _database_checks(database, db.tls())
+        return await _database_checks(database, db.tls(), dsn)
     finally:
         await database.close()
 
 
-async def _database_checks(database: Database, tls: dict[str, str]) -> list[Check]:
+async def _database_checks(database: Database, tls: dict[str, str], dsn: str) -> list[Check]:
     found: list[Check] = []
     try:
         facts = await session_facts(database)
     except ReaperError as exc:
-        return [Check("postgresql", "fail", exc.reason)]
+        return [Check("postgresql", "fail", exc.reason, database_fix(exc.reason, dsn))]
     found.append(
         Check(
             "postgresql",
@@ -133,8 +145,8 @@ async def _database_checks(database: Database, tls: dict[str, str]) -> list[Chec
         )
     )
     found.append(_database_tls(database.where, facts.ssl, facts.tls_version, tls))
-    found.extend(await _schema(database, facts.recorded))
-    found.append(await _privileges(database, facts.role))
+    found.extend(await _schema(database, facts.recorded, dsn))
+    found.append(await _privileges(database, facts.role, dsn))
     skew = facts.now.timestamp() - time.time()
     if abs(skew) <= MAX_SKEW_SECONDS:
         found.append(
@@ -163,7 +175,7 @@ def _database_tls(where: str, ssl: bool, version: str | None, tls: dict[str, str
             "verify-ca": "the CA verified, not the host name",
         }.get(mode or "", "encrypted, the certificate NOT verified")
         status: Status = "ok" if mode == "verify-full" else "warn"
-        fix = None if status == "ok" else "set sslmode=verify-full and sslrootcert to the CA"
+        fix = "" if status == "ok" else "set sslmode=verify-full and sslrootcert to the CA"
         return Check(
             "postgresql tls", status, f"{version}, sslmode={mode or 'prefer'}: {verified}", fix
         )
@@ -177,7 +189,7 @@ def _database_tls(where: str, ssl: bool, version: str | None, tls: dict[str, str
     )
 
 
-async def _schema(database: Database, recorded: bool) -> list[Check]:
+async def _schema(database: Database, recorded: bool, dsn: str) -> list[Check]:
     fix = "run `reaper db migrate` as the tables' owner (online: it never holds a long lock)"
     if not recorded:
         return [
@@ -186,7 +198,7 @@ async def _schema(database: Database, recorded: bool) -> list[Check]:
     try:
         applied = await applied_migrations(database)
     except ReaperError as exc:
-        return [Check("schema", "fail", exc.reason)]
+        return [Check("schema", "fail", exc.reason, database_fix(exc.reason, dsn))]
     missing = [name for name in shipped_migrations() if name not in applied]
     if missing:
         return [
@@ -200,12 +212,12 @@ async def _schema(database: Database, recorded: bool) -> list[Check]:
     return [Check("schema", "ok", f"current ({len(applied)} migrations applied)")]
 
 
-async def _privileges(database: Database, role: str) -> Check:
+async def _privileges(database: Database, role: str, dsn: str) -> Check:
     try:
         needed = [p for g in await grants_for(database, role) for p in g.privileges]
         held = await privileges_held(database, role, needed)
     except ReaperError as exc:
-        return Check("privileges", "fail", exc.reason)
+        return Check("privileges", "fail", exc.reason, database_fix(exc.reason, dsn))
     lacking = [f"{p.privilege} on {p.object}" for p, ok in held if not ok]
     if lacking:
         return Check(
@@ -249,14 +261,15 @@ async def _broker_checks(
     try:
         overview = await _get(client, "/api/overview")
     except ReaperError as exc:
-        return [Check(name, "fail", exc.reason)]
+        return [Check(name, "fail", exc.reason, broker_fix(exc.reason, url, user))]
     listed = overview if isinstance(overview, dict) else {}
     facts = capabilities_for(*product_and_version(listed))
     found = [reachable(name, listed)]
     host = urlsplit(url).hostname or ""
     if url.startswith("https:"):
         how = "certificate and name verified" if verify else "certificate NOT verified"
-        found.append(Check(f"{name} tls", "ok" if verify else "warn", how))
+        fix = "" if verify else "set bus.ca_file to the CA that signed it and remove bus.verify"
+        found.append(Check(f"{name} tls", "ok" if verify else "warn", how, fix))
     elif host not in _LOOPBACK:
         found.append(
             Check(
@@ -273,25 +286,37 @@ async def _broker_checks(
             client, f"/api/queues/{segment(vhost)}", {"page": 1, "page_size": 1, "columns": "name"}
         )
         found.append(Check(f"{name} vhost", "ok", f"{vhost!r} exists"))
-    except ReaperError as exc:
-        found.append(Check(f"{name} vhost", "fail", exc.reason))
-    found.extend(await _user(client, name, user, vhost))
-    found.append(await _snippet(client, name, facts))
+    except BrokerUnavailable as exc:
+        if exc.status != 404:
+            found.append(
+                Check(f"{name} vhost", "fail", exc.reason, broker_fix(exc.reason, url, user))
+            )
+        else:  # the user's permissions on it are checked once it exists
+            said = f"{vhost!r} does not exist on this broker (the permissions of {user!r} on "
+            found.append(
+                Check(
+                    f"{name} vhost", "fail", f"{said}it are checked once it does)", vhost_fix(vhost)
+                )
+            )
+            vhost = ""
+    found.extend(await _user(client, name, user, vhost, url))
+    found.append(await _snippet(client, name, facts, user))
     return found
 
 
 def reachable(name: str, overview: dict[str, Any]) -> Check:
-    """The broker's first line: the product and version ``GET /api/overview`` names (LavinMQ
-    names its version ``lavinmq_version``, not ``rabbitmq_version``)."""
+    """The product and version ``GET /api/overview`` names (LavinMQ: ``lavinmq_version``)."""
     product, version = product_and_version(overview)
     return Check(name, "ok", f"reachable, {product} {version}")
 
 
-async def _user(client: ManagementClient, name: str, user: str, vhost: str) -> list[Check]:
+async def _user(
+    client: ManagementClient, name: str, user: str, vhost: str, url: str
+) -> list[Check]:
     try:
         whoami = await _get(client, "/api/whoami")
     except ReaperError as exc:
-        return [Check(f"{name} user", "fail", exc.reason)]
+        return [Check(f"{name} user", "fail", exc.reason, broker_fix(exc.reason, url, user))]
     tags = whoami.get("tags") or []
     tags = tags.split(",") if isinstance(tags, str) else list(tags)
     reads = {"monitoring", "administrator"} & set(tags)
@@ -318,7 +343,8 @@ async def _user(client: ManagementClient, name: str, user: str, vhost: str) -> l
             tags_fix(user),
         ),
     ]
-    found.append(await _permissions(client, name, user, vhost, admin="administrator" in tags))
+    if vhost:  # "": it does not exist, said on its own line
+        found.append(await _permissions(client, name, user, vhost, admin="administrator" in tags))
     return found
 
 
@@ -360,13 +386,13 @@ async def _permissions(
     return Check(f"{name} permissions", "ok", detail)
 
 
-async def _snippet(client: ManagementClient, name: str, facts: BrokerFacts) -> Check:
+async def _snippet(client: ManagementClient, name: str, facts: BrokerFacts, user: str) -> Check:
     if _snippet_not_needed(facts) is not None:
         return snippet_check(name, [], facts)  # no node need be asked
     try:
         nodes = await _get(client, "/api/nodes", {"memory": "false", "binary": "false"})
-    except ReaperError as exc:
-        return Check(f"{name} conf.d", "fail", f"not checked: {exc.reason}")
+    except ReaperError as exc:  # the user may not read the nodes: the fix is the tag
+        return Check(f"{name} conf.d", "fail", f"not checked: {exc.reason}", tags_fix(user))
     return snippet_check(name, nodes, facts)
 
 

@@ -20,8 +20,9 @@ from uuid import UUID
 
 from reaper.core.cluster import node_summary
 from reaper.core.domain import Action, Condition, Verdict
-from reaper.edges.report_json import gate_json, iso, render_json, to_json, verdict_json, write_json
-from reaper.edges.wording import LEASE_CONDITIONS, age, measure, next_step, plural, short, where
+from reaper.edges.report_findings import finding_lines
+from reaper.edges.report_json import gate_json, render_json, to_json, verdict_json, write_json
+from reaper.edges.wording import LEASE_CONDITIONS, age, measure, plural, short, utc, where
 from reaper.reap.progress import SIGHTINGS_WRITE, RecordedVerdict
 from reaper.reap.result import PassResult, Problem
 
@@ -82,7 +83,7 @@ def _endpoints(result: PassResult) -> str:
 def _header(result: PassResult, wide: bool) -> list[str]:
     mode = "dry-run audit (nothing written)" if result.dry_run else "pass"
     lines = [
-        f"queue-reaper {mode}: {result.status()}   {iso(result.started_at)}  "
+        f"queue-reaper {mode}: {result.status()}   {utc(result.started_at)}  "
         f"({result.duration_seconds:.2f} s)"
     ]
     t = result.target
@@ -141,24 +142,9 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
     findings = result.findings()
     if findings:
         lines += ["", f"Findings ({len(findings)}), worst first:"]
-        steps = [next_step(r.verdict) for r in findings]
-        thresholds: set[object] = set()
-        for n, (r, step) in enumerate(zip(findings, steps, strict=True)):
-            v = r.verdict
-            # a next step, and a condition's threshold, said once: on the first that has it
-            said = step and step in steps[:n]
-            shown = "" if not step or said else f"; {step}"
-            bound = (v.condition, v.threshold, v.unit)
-            first = wide or bound not in thresholds
-            thresholds.add(bound)
-            lines.append(
-                f"  {v.condition.value:<12} {where(v, wide=wide)}: "
-                f"{measure(v, threshold=first)}{shown}  [{_state(r, result)}]"
-            )
-            if wide and v.detail:
-                lines.append(f"  {'':<12} {v.detail}")
+        lines += finding_lines(findings, lambda r: _state(r, result), wide=wide)
 
-    moves = _LeaseMoves(wide, result.gates)
+    moves = _LeaseMoves(wide, result.gates, result.dry_run)
     acted: list[RecordedVerdict] = []
     not_done = 0
     for r in result.verdicts:
@@ -259,13 +245,14 @@ def _policy_lines(result: PassResult, wide: bool) -> list[str]:
     said: set[str] = set()
     for p in result.policies:
         verified = {True: "in force", False: "NOT in force", None: "nothing to check"}[p.verified]
-        if p.unenforceable:
-            verified = "in force where the broker enforces it"
         failing = f"; failing: {', '.join(p.queues_failing)}" if p.queues_failing else ""
-        lines.append(
-            f"  {p.name}: {p.action}, {verified} on {plural(p.queues_checked, 'queue')} "
-            f"[{p.reason}]" + failing
-        )
+        where_ = f"on {plural(p.queues_checked, 'queue')}"
+        if p.unenforceable:  # how many it bounds; the rest are unbounded findings
+            bounded = p.queues_checked - len(p.queues_failing)
+            verified = f"bounds {bounded} of {plural(p.queues_checked, 'queue')};"
+            where_ = f"not enforced on {len(p.queues_failing)} (unbounded findings)"
+            failing = failing if wide else ""
+        lines.append(f"  {p.name}: {p.action}, {verified} {where_} [{p.reason}]" + failing)
         if wide:
             lines.append(f"    {p.detail}")
             continue
@@ -359,8 +346,11 @@ class _LeaseMoves:
     per project, and the first few (all of them while there are no more than
     :data:`LISTED_MOVES`)."""
 
-    def __init__(self, wide: bool = False, gates: Mapping[str, UUID] | None = None) -> None:
+    def __init__(
+        self, wide: bool = False, gates: Mapping[str, UUID] | None = None, dry_run: bool = False
+    ) -> None:
         self.wide = wide
+        self.dry_run = dry_run
         self.gates = gates or {}
         self.count = 0
         self.per_condition: dict[Condition, int] = {}
@@ -373,7 +363,7 @@ class _LeaseMoves:
         self.per_condition[v.condition] = self.per_condition.get(v.condition, 0) + 1
         self.projects.setdefault(v.condition, Counter())[v.project_id] += 1
         first = self.first.setdefault(v.condition, [])
-        if len(first) < LISTED_MOVES:
+        if self.wide or len(first) < LISTED_MOVES:  # wide: every move, one line each
             first.append(v)
 
     def lines(self) -> list[str]:
@@ -383,7 +373,9 @@ class _LeaseMoves:
             if not count:
                 continue
             first = self.first[condition]
-            if count <= LISTED_MOVES and (self.wide or count == 1 or condition is Condition.POISON):
+            if self.wide or (
+                count <= LISTED_MOVES and (count == 1 or condition is Condition.POISON)
+            ):
                 out += [_acted_line(v, self.wide, self.gates) for v in first]
                 continue
             if count <= LISTED_MOVES:
@@ -410,11 +402,24 @@ class _LeaseMoves:
             out += [
                 f"  {'':<22} {where(v, wide=self.wide)}: {measure(v)}" for v in first[:SUMMARY_JOBS]
             ]
-            out.append(
-                f"  {'':<22} {count - SUMMARY_JOBS} more not listed here: each is a QueueReaped "
-                f"event in the ledger ({LEDGER_POINTER})"
-            )
+            out.append(f"  {'':<22} {self._rest(condition, count)}")
         return out
+
+    def _rest(self, condition: Condition, count: int) -> str:
+        """What is said of the moves a summary does not list: where to see each."""
+        rest = count - SUMMARY_JOBS
+        if self.dry_run:
+            return (
+                f"{rest} more not listed here: `reaper reap --dry-run -o wide` lists every one; "
+                "a real pass would record each as a QueueReaped event"
+            )
+        gates = "; `reaper gates list --kind poison` lists their gates" * (
+            condition is Condition.POISON and bool(self.gates)
+        )
+        return (
+            f"{rest} more not listed here{gates}; each is a QueueReaped event in the ledger: "
+            f"reaper events --condition {condition.value} --limit {count}"
+        )
 
 
 #: Where every verdict of a pass is kept: the ledger, never a new pass.

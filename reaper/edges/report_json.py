@@ -5,7 +5,7 @@ read from the pass's verdict log (:func:`write_json`: the same bytes as
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TextIO
 
 from reaper.core.domain import Verdict
@@ -19,7 +19,8 @@ __all__ = ["gate_json", "iso", "render_json", "to_json", "verdict_json", "write_
 
 
 def iso(moment: datetime) -> str:
-    return moment.isoformat().replace("+00:00", "Z")
+    """A time in the JSON: UTC, ``Z``, to the millisecond (the text says it to the second)."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def verdict_json(
@@ -93,6 +94,13 @@ def to_json(result: PassResult, *, verdicts: bool = True) -> dict[str, object]:
         ],
         "management_urls": [
             {"url": e.url, "answered": e.answered, "error": e.error} for e in result.management
+        ],
+        # SPEC §5's `failed`: each write the pass meant to make and did not (or cannot know
+        # whether it did), and each metrics export that failed
+        "failed": [
+            {"kind": p.kind, "subject": p.subject, "reason": p.detail, "fix": p.fix}
+            for p in result.problems()
+            if p.kind in ("row_not_moved", "outcome_unknown", "not_exported")
         ],
         "problems": [
             {"kind": p.kind, "subject": p.subject, "detail": p.detail, "fix": p.fix}

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
@@ -25,6 +27,9 @@ import asyncpg
 from reaper.core.tls import tls_words
 from reaper.errors import ReaperError, StoreUnavailable, scrub
 from reaper.jobqueue.sql import QUERIES
+
+#: ``-v``: each session's work, as the pass reads and writes.
+_log = logging.getLogger("reaper.postgresql")
 
 __all__ = [
     "CONNECT_TIMEOUT_SECONDS",
@@ -192,8 +197,12 @@ class Database:
     async def session(self, doing: str) -> AsyncIterator[Connection]:
         """A pooled connection for ``doing`` (words for a person: "reading expired leases"),
         with every failure inside turned into :class:`StoreUnavailable`."""
+        started = time.monotonic()
         async with self.seam(doing), self.connection() as conn:
             yield conn
+        _log.debug(
+            "postgresql %s: %s (%.1f ms)", self.where, doing, 1e3 * (time.monotonic() - started)
+        )
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:

@@ -69,29 +69,38 @@ def plan_json(p: Plan) -> dict[str, object]:
     }
 
 
-def plan_text(p: Plan) -> str:
-    """The plan for a person (``reaper policies plan``)."""
+def plan_text(p: Plan, *, wide: bool = False) -> str:
+    """The plan for a person (``reaper policies plan``): each policy and its change, the owned
+    queues as a table under a header row (a failing one's problem under it), the outcomes;
+    ``wide``: each policy's desired and actual definitions too."""
     lines = [f"{p.broker}, vhost {p.vhost if p.vhost is not None else '(default)'}"]
     for pp in p.policies:
         lines.append(f"policy {pp.name} ({pp.source}): {pp.change}")
-        if pp.desired is not None:
+        if wide and pp.desired is not None:
             lines.append(f"  desired: {compact(pp.desired)}")
-        lines.append(f"  actual:  {compact(pp.actual) if pp.actual is not None else 'none'}")
+        if wide or pp.actual is None:
+            lines.append(f"  actual:  {compact(pp.actual) if pp.actual is not None else 'none'}")
         lines.extend(f"  change:  {d}" for d in pp.differences if pp.actual is not None)
         lines.extend(f"  unsupported: {u.detail}" for u in pp.unsupported)
         lines.extend(f"  not enforced: {u.detail}" for u in pp.unenforced)
     lines.append("queues:")
     if not p.queues:
         lines.append("  no owned queue")
+    rows = [("QUEUE", "TYPE", "POLICY", "CARRIES", "IN FORCE", "STATE")]
     for c in p.queues:
-        state = "ok" if c.ok else f"{c.reason}: {c.problem}"
         bounds = ", ".join(
             f"{k} {'none' if v is None else v}" for k, v in sorted(c.in_force.items())
         )
-        lines.append(
-            f"  {c.queue} ({c.queue_type or 'untyped'}) for {c.policy}: carries "
-            f"{c.carries or 'no policy'}; in force: {bounds or '-'}; {state}"
+        state = "ok" if c.ok else str(c.reason)
+        rows.append(
+            (c.queue, c.queue_type or "untyped", c.policy, c.carries or "-", bounds or "-", state)
         )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for n, row in enumerate(rows if p.queues else []):
+        cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=False)]
+        lines.append("  " + "  ".join([*cells, row[-1]]))
+        if n and not p.queues[n - 1].ok:
+            lines.append(f"    {p.queues[n - 1].problem}")
     lines.append("outcomes:")
     for o in p.outcomes:
         verified = {True: "verified", False: "NOT verified", None: "nothing to verify"}

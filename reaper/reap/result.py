@@ -36,7 +36,8 @@ class Problem:
     """One thing that made a pass not ok, for a person (:meth:`line`) and a machine (the
     report's ``problems``). ``kind``: ``unreadable``, ``row_not_moved`` (a write that did not
     commit: NOT DONE), ``outcome_unknown``, ``policy``, ``dead_letter`` or ``would_drop`` (an
-    owned queue whose broker would drop messages). ``fix``: what a person does, when known."""
+    owned queue whose broker would drop messages) or ``not_exported`` (the pass's metrics not
+    written or pushed). ``fix``: what a person does, when known."""
 
     kind: str
     subject: str
@@ -59,16 +60,19 @@ _LABELS: Final = {
     "policy": "POLICY",
     "dead_letter": "DEAD LETTER",
     "would_drop": "WOULD DROP",
+    "not_exported": "NOT EXPORTED",
 }
 
 #: How a kind of problem is counted in the header's ``NOT OK: <why>`` (singular, plural).
 _WHY: Final = {
     "unreadable": ("source unreadable", "sources unreadable"),
+    "unreadable_queue": ("queue unreadable", "queues unreadable"),
     "row_not_moved": ("write not done", "writes not done"),
     "outcome_unknown": ("write outcome unknown", "write outcomes unknown"),
     "policy": ("policy not in force", "policies not in force"),
     "dead_letter": ("dead-letter queue not read", "dead-letter queues not read"),
     "would_drop": ("queue would drop messages", "queues would drop messages"),
+    "not_exported": ("metrics export failed", "metrics exports failed"),
 }
 
 #: Findings worst first: what holds work now, then what loses it later, then what waits.
@@ -154,6 +158,9 @@ class PassResult:
     leases_remaining: int = 0
     #: When each finding already on record (``seen``) opened its sighting, by sighting key.
     since: Mapping[SightingKey, datetime] = field(default_factory=dict)
+    #: Exports of this pass's metrics that failed (``--metrics-textfile``, ``--pushgateway``):
+    #: each (where, why, fix), added once the export was tried, before the report is printed.
+    not_exported: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -167,7 +174,7 @@ class PassResult:
         """``OK``, ``OK, N findings`` or ``NOT OK: <why>``, as the header says it."""
         problems = self.problems()
         if problems:
-            kinds = Counter(p.kind for p in problems)
+            kinds = Counter(_counted(kind, subject) for kind, subject in _once(problems))
             why = ", ".join(f"{n} {_WHY.get(k, (k, k))[n != 1]}" for k, n in kinds.items())
             return f"NOT OK: {why}"
         n = len(self.findings())
@@ -248,7 +255,18 @@ class PassResult:
             for r in self.surfaced()
             if r.verdict.drops
         ]
+        found += [Problem("not_exported", *export) for export in self.not_exported]
         return found
+
+
+def _once(problems: list[Problem]) -> dict[tuple[str, str], None]:
+    """Each (kind, subject) once: a source whose reads failed twice is one source unreadable."""
+    return dict.fromkeys((p.kind, p.subject) for p in problems)
+
+
+def _counted(kind: str, subject: str) -> str:
+    """How a problem is counted in the header: an unreadable queue is not a source."""
+    return "unreadable_queue" if kind == "unreadable" and subject.startswith("queue ") else kind
 
 
 def _fix(detail: str) -> tuple[str, str]:

@@ -5,6 +5,9 @@ exist, a user without tags, a role without grants. The pass says the same words.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,7 +17,7 @@ import asyncpg
 import pytest
 
 from reaper.schema.grants import NEEDED
-from tests.support.cli import reaper_env, run_cli
+from tests.support.cli import CLOSED_PG_DSN, reaper_env, run_cli
 from tests.support.services import PG_ADMIN_DSN, BrokerUnderTest, on_one_broker
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
@@ -33,6 +36,12 @@ async def doctor(
     text = capsys.readouterr().out
     assert text_code == code
     assert report["ok"] is (code == 0)
+    # every line that is not ok carries a fix, in both forms; an ok line's fix is empty
+    for check in report["checks"]:
+        assert isinstance(check["fix"], str)
+        assert bool(check["fix"]) or check["status"] == "ok", check
+        assert "see the reason" not in check["fix"]
+    assert all(" -> fix: " in line for line in text.splitlines() if line[:4] in ("FAIL", "WARN"))
     return code, report, text
 
 
@@ -107,11 +116,41 @@ async def test_a_vhost_that_does_not_exist(
     env = reaper_env(pg_dsn, broker.management_url, "qr-doctor-no-such-vhost")
     code, report, text = await doctor(monkeypatch, tmp_path, capsys, env)
     assert code == 1
-    vhost = by_name(report)[f"broker {broker.management_url} vhost"]
+    checks = by_name(report)
+    vhost = checks[f"broker {broker.management_url} vhost"]
     assert vhost["status"] == "fail"
-    assert "has no vhost 'qr-doctor-no-such-vhost'" in vhost["detail"]
-    assert "set bus.vhost to one that exists" in vhost["detail"]
+    assert vhost["detail"].startswith("'qr-doctor-no-such-vhost' does not exist on this broker")
+    assert vhost["fix"].endswith("or create it: rabbitmqctl add_vhost qr-doctor-no-such-vhost")
     assert f"FAIL  broker {broker.management_url} vhost: " in text
+    # its permissions are not checked, and no fix names a vhost that does not exist to grant on
+    assert f"broker {broker.management_url} permissions" not in checks
+    assert "set_permissions" not in text
+    # -o wide: the fix on a line of its own
+    assert await run_cli(monkeypatch, tmp_path, env, "doctor", "-o", "wide") == 1
+    wide = capsys.readouterr().out.splitlines()
+    at = next(
+        i
+        for i, line in enumerate(wide)
+        if line.startswith(f"FAIL  broker {broker.management_url} vhost")
+    )
+    assert wide[at + 1] == f"      fix: {vhost['fix']}"
+
+
+async def test_postgresql_down_names_the_fix_for_that(
+    broker: BrokerUnderTest,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    env = reaper_env(CLOSED_PG_DSN, broker.management_url, broker.vhost)
+    code, report, _ = await doctor(monkeypatch, tmp_path, capsys, env)
+    assert code == 1
+    checks = by_name(report)
+    assert checks["postgresql"]["fix"] == (
+        "start PostgreSQL on 127.0.0.1:1 (systemctl start postgresql), or set [database] dsn "
+        "(REAPER_DATABASE__DSN) to the server that runs"
+    )
+    assert checks["dispatch"]["fix"] == "fix the postgresql line above: the dispatch is read there"
 
 
 async def test_a_user_without_the_monitoring_and_policymaker_tags(
@@ -144,7 +183,7 @@ async def test_a_user_without_the_monitoring_and_policymaker_tags(
     assert (
         conf["detail"].startswith("not checked: ") and "rabbitmqctl set_user_tags" in conf["detail"]
     )
-    assert conf["fix"] is None  # the snippet may well be in place: only the tag is missing
+    assert conf["fix"] == tags["fix"]  # the snippet may well be in place: the tag is missing
 
 
 async def test_a_user_without_any_tag_and_the_pass_says_the_same(
@@ -235,7 +274,7 @@ async def test_healthy_over_tls_to_both_sources(
         "name": "broker https://localhost:15671 tls",
         "status": "ok",
         "detail": "certificate and name verified",
-        "fix": None,
+        "fix": "",
     }
 
 
@@ -295,3 +334,29 @@ async def test_healthy_as_the_least_privileged_user(
         f"{name!r} has permissions on {broker.vhost!r} (their patterns are shown only to an "
         "administrator)"
     )
+
+
+async def test_verbose_shows_what_the_doctor_and_a_pass_read_and_decide(
+    pg_dsn: str, broker: BrokerUnderTest, tmp_path: Path
+) -> None:
+    """``-v``: each request to the broker and each PostgreSQL session, with what came back
+    and how long it took, and for a pass what it decided; on stderr, the output unchanged."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
+    env.update(reaper_env(pg_dsn, broker.management_url, broker.vhost))
+
+    def reaper(*argv: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "reaper", "--config-dir", str(tmp_path), *argv]
+        return subprocess.run(
+            command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+        )
+
+    quiet, verbose = reaper("doctor"), reaper("doctor", "-v")
+    assert quiet.returncode == verbose.returncode == 0 and quiet.stderr == ""
+    assert "DEBUG reaper.broker: broker GET " in verbose.stderr
+    assert "/api/overview: HTTP 200, " in verbose.stderr
+    assert "DEBUG reaper.postgresql: postgresql 127.0.0.1:5432/" in verbose.stderr
+    assert "DEBUG" not in verbose.stdout
+    run = reaper("reap", "--dry-run", "-v")
+    assert run.returncode in (0, 1), run.stderr
+    assert "decided: policy vibey-reap-" in run.stderr
+    assert "/api/queues/" in run.stderr and "reading" in run.stderr

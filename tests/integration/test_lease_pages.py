@@ -95,7 +95,7 @@ async def test_a_paged_pass_moves_each_lease_once_with_one_event_and_lists_every
         text = render_text(result)
         assert f"requeue  lease_expired {LEASES - len(poison)} job(s) in {PROJECTS}" in text
         # the rest are pointed at where they are, the ledger, never at a new pass
-        assert "more not listed here: each is a QueueReaped event in the ledger" in text
+        assert "more not listed here; each is a QueueReaped event in the ledger: " in text
         assert "reaper reap --json" not in text
         assert len(text.splitlines()) < 40  # summarised, not one line per move
     finally:

@@ -270,3 +270,29 @@ async def test_a_one_shot_pass_exports_what_waits_for_a_person(
     assert parked > 0
     assert samples[("reaper_gates_open", "delivery_exhausted")] == parked
     assert samples[("reaper_gate_oldest_open_age_seconds", "delivery_exhausted")] >= 0
+
+
+@on_one_broker  # the export is the reaper's own
+async def test_a_failed_export_is_in_the_header_and_the_exit_code(
+    seeded: Seeded,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The header and the exit code agree: a metrics textfile that cannot be written makes the
+    pass NOT OK, named in the header and under NOT OK with its fix, in text and JSON."""
+    textfile = tmp_path / "nonexistent" / "x.prom"
+    argv = ("reap", "--dry-run", "--metrics-textfile", str(textfile))
+    assert await run_cli(monkeypatch, tmp_path, seeded.env, *argv) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "NOT OK: 1 metrics export failed" in out[0]
+    at = out.index("NOT OK (1):")
+    assert out[at + 1].split()[:3] == ["NOT", "EXPORTED", "--metrics-textfile"]
+    assert "could not write the metrics textfile" in out[at + 1]
+    assert out[at + 2].strip().startswith(f"fix: create {textfile.parent}")
+    assert await run_cli(monkeypatch, tmp_path, seeded.env, *argv, "--json") == 1
+    report = json.loads(capsys.readouterr().out)
+    validate_report(report)
+    assert report["ok"] is False
+    [problem] = report["problems"]
+    assert problem["kind"] == "not_exported" and problem["fix"].startswith("create ")

@@ -416,9 +416,14 @@ async def test_a_dry_run_and_a_plan_write_nothing(
     per_queue = {(q["queue"], q["policy"]) for q in as_json["queues"]}
     assert ("vibey.jobs.p1", "vibey-reap-quorum") in per_queue
     assert not {q for q, _ in per_queue} & set(FOREIGN)
-    text = plan_text(the_plan)
-    assert "vibey.jobs.p1 (quorum) for vibey-reap-quorum" in text
-    assert f"RabbitMQ {broker.version}" in text
+    text = plan_text(the_plan).splitlines()
+    header = next(n for n, line in enumerate(text) if line.split()[:1] == ["QUEUE"])
+    assert text[header].split() == ["QUEUE", "TYPE", "POLICY", "CARRIES", "IN", "FORCE", "STATE"]
+    rows = [line.split()[:3] for line in text[header:]]
+    assert ["vibey.jobs.p1", "quorum", "vibey-reap-quorum"] in rows
+    assert text[0].startswith(f"RabbitMQ {broker.version}")
+    wide = plan_text(the_plan, wide=True)
+    assert all(f"policy {d.name} " in wide for d in desired) and "  desired: " in wide
 
 
 async def test_a_vhost_with_no_owned_queue_has_nothing_to_verify(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,23 @@ def test_config_show_masks_secrets(
     out = capsys.readouterr().out
     assert "hunter2-very-secret" not in out
     assert "env:REAPER_BUS__PASSWORD" in out
+
+
+def test_config_show_in_each_output(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "show"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.startswith("KEY"))
+    assert header.split() == ["KEY", "VALUE", "ORIGIN"]
+    assert main(["config", "show", "-o", "wide"]) == 0
+    wide = capsys.readouterr().out.splitlines()
+    assert next(line for line in wide if line.startswith("KEY")).split()[-1] == "VARIABLE"
+    [dsn] = [line for line in wide if line.startswith("database.dsn ")]
+    assert dsn.split()[-1] == "REAPER_DATABASE__DSN"
+    assert main(["config", "show", "-o", "name"]) == 0
+    keys = capsys.readouterr().out.split()
+    assert "database.dsn" in keys and "queue.reap.stale_ready_seconds" in keys
+    assert main(["config", "show", "-o", "json"]) == 0
+    assert {v["key"] for v in json.loads(capsys.readouterr().out)["values"]} == set(keys)
 
 
 def test_every_subcommand_has_help() -> None:

@@ -5,6 +5,7 @@ exit 2 for every usage error, and a worker's log gets one reaper line per pass."
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from reaper.edges import logs
+from reaper.edges import colour, logs
 from reaper.edges.arguments import _subcommands, build_parser
 from reaper.edges.cli import main
 from reaper.reap.ids import gate_kind
@@ -243,3 +244,45 @@ def test_a_worker_logging_at_info_gets_one_reaper_line_per_pass(
         "a warning still shows",
         "the host's own request",
     ]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    text = "queue-reaper pass: NOT OK: 1 source unreadable   2026-12-01T09:00:00Z  (0.10 s)\nx"
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    painted = colour.report(text, _Terminal())
+    assert painted.startswith("queue-reaper pass: \033[31mNOT OK\033[0m: 1 source")
+    assert painted.endswith("\nx")
+    assert colour.standing("WARN", _Terminal()) == "\033[33mWARN\033[0m"
+    # a pipe, a file, a test's capture: no colour
+    assert colour.report(text, io.StringIO()) == text
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert colour.report(text, _Terminal()) == text
+    assert colour.standing("OK", _Terminal()) == "OK"
+    monkeypatch.delenv("NO_COLOR")
+    monkeypatch.setenv("TERM", "dumb")
+    assert colour.report(text, _Terminal()) == text
+
+
+def test_a_report_through_a_pipe_has_no_colour(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REAPER_", "NO_COLOR"))}
+    env["REAPER_DATABASE__DSN"] = "postgresql://postgres@127.0.0.1:1/none"
+    env["REAPER_BUS__MANAGEMENT_URL"] = "http://127.0.0.1:9"
+    env["TERM"] = "xterm-256color"
+    done = subprocess.run(
+        [sys.executable, "-m", "reaper", "--config-dir", str(tmp_path), "doctor"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 1 and "\033[" not in done.stdout + done.stderr
+    assert done.stdout.startswith("OK    configuration: ")

@@ -34,13 +34,17 @@ from reaper.core.domain import (
 from reaper.core.judge import judge
 from reaper.core.observation import ChannelStats, ConsumerSeen, Observed, QueueFlow, observe
 from reaper.edges.doctor import reachable, snippet_check
+from reaper.edges.report import render_text
 from reaper.edges.wording import next_step
 from reaper.policies.declarations import Declaration, PolicyParameters, load_declarations
 from reaper.policies.reconcile import plan
 from reaper.policies.render import render
 from reaper.policies.verify import PolicyReason
 from reaper.reap.dead_letters import DeadLetterOutcome, _remainder
+from reaper.reap.lease_log import VerdictLog
 from reaper.reap.pass_config import PassConfig
+from reaper.reap.progress import RecordedVerdict
+from reaper.reap.result import PassResult
 from tests.support.lavinmq_recorded import VHOST, RecordedLavinMQ, load, project
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -534,7 +538,7 @@ def test_the_doctor_names_lavinmqs_version_and_asks_for_no_broker_wide_snippet()
     assert reachable(name, load("overview.json")).detail == "reachable, LavinMQ 2.9.1"
 
     snippet = snippet_check(name, load("nodes.json"), FACTS)
-    assert snippet.status == "ok" and snippet.fix is None
+    assert snippet.status == "ok" and snippet.fix == ""
     assert snippet.detail.startswith("not needed: LavinMQ 2.9.1 enforces no broker-wide")
     assert "only the queue argument x-consumer-timeout" in snippet.detail
 
@@ -546,3 +550,35 @@ def test_the_doctor_names_lavinmqs_version_and_asks_for_no_broker_wide_snippet()
     # and a version never measured keeps the check
     unmeasured = snippet_check(name, load("nodes.json"), capabilities_for("LavinMQ", "2.1.0"))
     assert unmeasured.status == "fail"
+
+
+async def test_the_report_says_how_many_queues_the_policy_bounds_and_groups_one_fix(
+    read: tuple[ManagementClient, RecordedLavinMQ],
+) -> None:
+    """Measured by hand on LavinMQ 2.9.1: the report said "in force where the broker enforces
+    it on 8 queues" where it bounded 1, and printed seven unbounded lines sharing one fix."""
+    client, _ = read
+    desired = render(load_declarations(ROOT / "policies"), PolicyParameters(), FACTS)
+    planned = await plan(client, desired, vhost=VHOST)
+    queues = await client.list_queues()
+    verdicts = judge(Measurements(queues=tuple(queues), broker=FACTS), THRESHOLDS, T0).verdicts
+    result = PassResult(
+        dry_run=False,
+        started_at=T0,
+        finished_at=T0,
+        broker=FACTS,
+        verdicts=VerdictLog(others=tuple(RecordedVerdict(v, True) for v in verdicts)),
+        policies=tuple(planned.outcomes),
+    )
+    lines = render_text(result).splitlines()
+    assert (
+        "  vibey-reap-classic: unsupported, bounds 1 of 8 queues; not enforced on 7 (unbounded "
+        "findings) [NotEnforced]"
+    ) in lines
+    [unbounded] = [line for line in lines if line.startswith("  unbounded")]
+    assert unbounded.startswith("  unbounded    7 queues: vibey.jobs.held 2 messages, ")
+    assert unbounded.endswith(
+        "; declare the queue with the argument x-consumer-timeout: 21600000  [new]"
+    )
+    wide = render_text(result, wide=True).splitlines()
+    assert len([line for line in wide if line.startswith("  unbounded")]) == 7

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -19,7 +20,7 @@ from reaper.policies.reconcile import PolicyOutcome, reconcile
 from reaper.policies.render import render
 from reaper.reap.dead_letters import DeadLetterOutcome
 from reaper.reap.lease_log import VerdictLog
-from reaper.reap.progress import RecordedVerdict, Unreadable
+from reaper.reap.progress import RecordedVerdict, RowNotMoved, Unreadable
 from reaper.reap.result import PassResult
 from tests.support.cli import validate_report
 from tests.support.fake_broker import FakeBroker
@@ -205,19 +206,29 @@ def test_many_lease_moves_are_summarised_and_the_summary_says_what_it_left_out()
     assert " ".join(lines[summary].split()) == "requeue lease_expired 40 job(s) in 3 project(s)"
     # the per-project counts add up to every move, the project with the most first
     assert len(lines[summary + 1].split("by project: ")[1].split(", ")) == 3
-    wide = render_text(r, wide=True).splitlines()
-    parts = wide[summary + 1].split("by project: ")[1].split(", ")
-    named = {UUID(p): int(n) for p, n in (part.rsplit(" ", 1) for part in parts)}
-    assert sum(named.values()) == 40 and named[UUID(int=1)] == max(named.values())
+    parts = lines[summary + 1].split("by project: ")[1].split(", ")
+    counts = [int(part.rsplit(" ", 1)[1]) for part in parts]
+    assert sum(counts) == 40 and counts == sorted(counts, reverse=True)
     first = lines[summary + 2 : summary + 7]
     assert [line.split()[1] for line in first] == [str(UUID(int=1000 + n))[:8] for n in range(5)]
     # every verdict is in the ledger: the summary points there, never at a new pass
-    assert (
-        "35 more not listed here: each is a QueueReaped event in the ledger (reaper events"
-        in (lines[summary + 7])
+    assert lines[summary + 7].strip() == (
+        "35 more not listed here; each is a QueueReaped event in the ledger: "
+        "reaper events --condition lease_expired --limit 40"
     )
-    listed = wide[summary + 2 : summary + 7]
-    assert [line.split()[1] for line in listed] == [str(UUID(int=1000 + n)) for n in range(5)]
+    # -o wide: every move on a line of its own, whole ids, nothing "not listed"
+    wide = render_text(r, wide=True)
+    assert "not listed" not in wide
+    listed = [
+        line for line in wide.splitlines() if line.split()[:2] == ["requeue", "lease_expired"]
+    ]
+    assert [line.split()[3] for line in listed] == [str(UUID(int=1000 + n)) for n in range(40)]
+    # a dry run wrote nothing: it says what a real pass would do
+    dry = render_text(replace(r, dry_run=True)).splitlines()
+    assert dry[summary + 7].strip() == (
+        "35 more not listed here: `reaper reap --dry-run -o wide` lists every one; "
+        "a real pass would record each as a QueueReaped event"
+    )
     # a condition with few moves is listed in full, one line each
     parks = [line for line in lines if line.split()[:2] == ["park", "poison"]]
     assert len(parks) == 3
@@ -280,11 +291,44 @@ def test_text_and_json_list_the_same_findings_worst_first_and_a_drop_is_not_ok()
 
     lines = render_text(r).splitlines()
     start = lines.index("Findings (3), worst first:")
-    listed = [line.split()[2].rstrip(":") for line in lines[start + 1 : start + 4]]
-    assert listed == subjects
+    # worst first; the two stale queues share a next step: one line, each with its age, the
+    # threshold once
+    assert lines[start + 1].split()[2].rstrip(":") == "vibey.c"
+    assert lines[start + 2] == (
+        "  stale_ready  2 queues: vibey.b 1 h 23 m, vibey.a 16 m (threshold 15 m); no consumer "
+        "takes it: start the queue's consumer  [not recorded]"
+    )
+    wide = render_text(r, wide=True).splitlines()
+    listed = [line.split()[2].rstrip(":") for line in wide if line.startswith("  stale_ready")]
+    assert listed == ["vibey.b", "vibey.a"]  # -o wide: each on its own line
     assert (
         "  WOULD DROP  queue vibey.jobs.main: a delivery limit of 20 would drop, not dead-letter"
     ) in lines
     assert "              fix: declare it" in lines
-    # the threshold is said once per condition: on the first stale_ready line only
-    assert "(threshold 15 m)" in lines[start + 2] and "threshold" not in lines[start + 3]
+
+
+def test_the_header_counts_what_it_says() -> None:
+    # one source whose reads failed twice is one source; a queue on a lost node is a queue
+    twice = (
+        Unreadable("job_queue", 'relation "job" does not exist'),
+        Unreadable("job_queue", 'relation "event" does not exist'),
+        Unreadable("broker", "node down", queue="vibey.jobs"),
+        Unreadable("broker", "node down", queue="vibey.mail"),
+    )
+    status = result(unreadable=twice).status()
+    assert status == "NOT OK: 1 source unreadable, 2 queues unreadable"
+
+
+def test_the_json_report_has_every_key_spec_5_names_failed_among_them() -> None:
+    r = result(not_moved=(RowNotMoved("job 1", "permission denied (SQLSTATE 42501)"),))
+    report = to_json(r)
+    validate_report(report)
+    spec = (
+        "ok dry_run started_at finished_at target inventory broker verdicts policies "
+        "dead_letters unreadable failed notes"
+    )
+    assert set(spec.split()) <= set(report)
+    [failed] = report["failed"]  # type: ignore[misc]
+    assert failed["kind"] == "row_not_moved" and failed["subject"] == "job 1"
+    assert failed["reason"] == "permission denied (SQLSTATE 42501)"
+    assert to_json(result())["failed"] == []

@@ -134,7 +134,7 @@ def test_a_finding_already_on_record_says_since_when_in_text_and_json() -> None:
     assert _line(text, "vibey.new").endswith("[new]")
     found = {f["subject"]: f["since"] for f in to_json(result)["findings"]}  # type: ignore[attr-defined]
     assert found == {
-        "vibey.webhooks": "2026-12-01T20:00:00Z",
-        "vibey.old": "2026-11-28T22:00:00Z",
+        "vibey.webhooks": "2026-12-01T20:00:00.000Z",
+        "vibey.old": "2026-11-28T22:00:00.000Z",
         "vibey.new": None,
     }
