@@ -12,7 +12,6 @@ alone: :func:`reaper.core.judge.judge` judges the rest of a pass's measurements.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,40 +27,9 @@ from reaper.core.domain import (
     Unit,
     Verdict,
 )
-from reaper.core.judge_queues import num
+from reaper.core.judge_queues import num, quote
 
-__all__ = [
-    "HOLDER_LIMIT",
-    "RULING_KINDS",
-    "LeaseColumns",
-    "LeaseRulings",
-    "judge_lease_page",
-    "quote_holder",
-]
-
-#: The most characters of a holder's name a detail or a gate's question quotes.
-HOLDER_LIMIT: Final = 200
-
-#: What :func:`quote_holder` writes as ``\\uXXXX``: C0 and C1 controls, DEL, the bidi
-#: controls; and the two characters it writes after a backslash.
-_HOLDER_ESCAPED: Final = re.compile('[\x00-\x1f"\\\\\x7f-\x9f\u202a-\u202e\u2066-\u2069]')
-
-
-def _escape_holder(match: re.Match[str]) -> str:
-    char = match.group()
-    return "\\" + char if char in '"\\' else f"\\u{ord(char):04x}"
-
-
-def quote_holder(text: str) -> str:
-    """A lease holder's name as a lease's detail and a park's gate quote it: its first
-    :data:`HOLDER_LIMIT` characters between double quotes, ``"`` and ``\\`` after a backslash,
-    controls (C0, DEL, C1) and bidi controls as ``\\uXXXX``, then ``…`` if it was cut. A rule
-    PostgreSQL applies to the same bytes (the lease reap's statement), which no rule resting on
-    a Unicode database (``repr``'s) could promise."""
-    cut = text[:HOLDER_LIMIT]
-    more = "…" if len(text) > HOLDER_LIMIT else ""
-    return '"' + _HOLDER_ESCAPED.sub(_escape_holder, cut) + '"' + more
-
+__all__ = ["RULING_KINDS", "LeaseColumns", "LeaseRulings", "judge_lease_page"]
 
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -201,7 +169,7 @@ def judge_lease_page(page: LeaseColumns, thresholds: Thresholds, now: datetime) 
             continue
         held = owners.get(owner)
         if held is None:
-            held = owners[owner] = "no recorded owner" if owner is None else quote_holder(owner)
+            held = owners[owner] = quote(owner) if owner is not None else "no recorded owner"
         attempts, limit = attempts_of[i], max_of[i]
         rows.append(i)
         past_text = num(past)

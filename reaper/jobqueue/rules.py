@@ -12,7 +12,7 @@ from operator import ge
 from typing import Final
 
 from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, HeldLease
-from reaper.core.judge_leases import HOLDER_LIMIT, LeaseColumns, LeaseRulings, quote_holder
+from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 
 __all__ = [
     "DEAD_LETTER_KEY_PREFIX",
@@ -61,11 +61,10 @@ def park_identity(lease: HeldLease) -> str:
 
 def park_prompt(lease: HeldLease) -> str:
     """The ``delivery_exhausted`` gate's question, for a person."""
-    owner = "an unknown holder" if lease.lease_owner is None else quote_holder(lease.lease_owner)
+    owner = "an unknown holder" if lease.lease_owner is None else repr(lease.lease_owner[:200])
     expired = lease.lease_expires_at.astimezone(UTC).isoformat()
-    kind = lease.kind[:HOLDER_LIMIT]
     return (
-        f"Job {lease.job_id} ({kind}) has been delivered {lease.attempts} times, "
+        f"Job {lease.job_id} ({lease.kind[:200]}) has been delivered {lease.attempts} times, "
         f"its limit of {lease.max_attempts}, and its last lease, held by {owner}, expired at "
         f"{expired} without the job finishing. It is parked and will not be delivered again "
         f"on its own. Answer 'retry' to deliver it exactly once more (one attempt was "
