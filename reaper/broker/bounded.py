@@ -12,9 +12,13 @@ ended every pass with a ``RecursionError``, and a 2 MiB header took 8 MB of memo
 from __future__ import annotations
 
 import json
+import logging
 import re
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Final
+
+_log = logging.getLogger("reaper.broker")
 
 __all__ = [
     "CUT_PREFIX",
@@ -27,6 +31,7 @@ __all__ = [
     "BoundedAnswer",
     "decoded",
     "is_cut",
+    "read_answer",
 ]
 
 #: The deepest value kept. What the reaper reads nests at most 7 deep (a ``get``: the list, a
@@ -72,6 +77,16 @@ class Answer:
     declared: int | None
     #: Why the body was not read whole (it passed a cap), else None.
     too_large: str | None = None
+
+    def log(self, request: str, took_ms: float) -> None:
+        """``-v``: the request, what came back and how long it took."""
+        _log.debug(
+            "broker %s: HTTP %d, %d bytes (%.1f ms)",
+            request,
+            self.status_code,
+            self.received,
+            took_ms,
+        )
 
     def text_start(self) -> str:
         return self.kept[:60].decode("utf-8", "replace").replace("\n", " ")
@@ -204,3 +219,21 @@ def _integer(digits: str) -> object:
     if len(digits.lstrip("-")) > _MAX_DIGITS:
         return CUT_PREFIX + f"an integer of {len(digits)} digits"
     return int(digits)
+
+
+async def read_answer(
+    chunks: AsyncIterator[bytes], headers: Mapping[str, str], status: int, phrase: str
+) -> Answer:
+    """An answer read as it arrives, only a bounded copy kept: no answer is ever held whole."""
+    bounded = BoundedAnswer()
+    too_large: str | None = None
+    try:
+        async for chunk in chunks:
+            bounded.feed(chunk)
+    except AnswerTooLarge as exc:
+        too_large = exc.why
+    size = headers.get("content-length", "")
+    identity = headers.get("content-encoding", "identity").lower() == "identity"
+    declared = int(size) if size.isdigit() and identity else None
+    kept, received = bounded.kept(), bounded.received
+    return Answer(status, phrase, kept, received, declared, too_large)

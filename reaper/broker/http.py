@@ -23,7 +23,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
-from reaper.broker.bounded import Answer, AnswerTooLarge, BoundedAnswer, decoded
+from reaper.broker.bounded import Answer, decoded, read_answer
 from reaper.broker.failures import connect_words, not_http_words, reason_words, tags_fix
 from reaper.errors import BrokerRefused, BrokerUnavailable, scrub
 
@@ -294,15 +294,7 @@ class ManagementApi:
             if write:
                 self.writes_resent += 1
             answer = await self._read(method, url + path, params=params, json=json)
-        _log.debug(
-            "broker %s %s%s: HTTP %d, %d bytes (%.1f ms)",
-            method,
-            scrub(url),
-            path,
-            answer.status_code,
-            answer.received,
-            1e3 * (time.monotonic() - started),
-        )
+        answer.log(f"{method} {scrub(url)}{path}", 1e3 * (time.monotonic() - started))
         return answer
 
     async def _read(
@@ -312,20 +304,15 @@ class ManagementApi:
         (:class:`~reaper.broker.bounded.BoundedAnswer`): no answer is ever held whole."""
         request = self._http.build_request(method, url, params=params, json=json)
         response = await self._http.send(request, stream=True)
-        bounded = BoundedAnswer()
-        too_large: str | None = None
         try:
-            async for chunk in response.aiter_bytes():
-                bounded.feed(chunk)
-        except AnswerTooLarge as exc:
-            too_large = exc.why
+            return await read_answer(
+                response.aiter_bytes(),
+                response.headers,
+                response.status_code,
+                response.reason_phrase,
+            )
         finally:
             await response.aclose()
-        size = response.headers.get("content-length", "")
-        identity = response.headers.get("content-encoding", "identity").lower() == "identity"
-        declared = int(size) if size.isdigit() and identity else None
-        status, phrase = response.status_code, response.reason_phrase
-        return Answer(status, phrase, bounded.kept(), bounded.received, declared, too_large)
 
     def _count(self, write: bool) -> None:
         self.requests_made += 1
