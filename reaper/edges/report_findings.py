@@ -7,12 +7,18 @@ its detail."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from reaper.core.domain import Condition
 from reaper.edges.wording import measure, next_step, where
 from reaper.reap.progress import RecordedVerdict
 
 __all__ = ["finding_lines"]
+
+#: A group's line names this many findings; ``-o wide`` lists each.
+_NAMED: Final = 3
+#: Past this width a group's next step goes on its own line, read at 3 a.m. on a terminal.
+_WIDTH: Final = 150
 
 #: How a finding's sighting stands (``new``, ``seen since 09:12Z``...), as the report says it.
 State = Callable[[RecordedVerdict], str]
@@ -66,7 +72,12 @@ def _group_line(group: Sequence[RecordedVerdict], step: str, standing: str) -> s
     full, bare = measure(verdicts[0]), measure(verdicts[0], threshold=False)
     threshold = full[len(bare) :] if full.startswith(bare) else ""
     what = "queues" if queues else "findings"
-    return (
-        f"  {verdicts[0].condition.value:<12} {len(group)} {what}: {', '.join(names)}"
-        f"{threshold}; {step}  [{standing}]"
+    more = len(names) - _NAMED
+    listed = ", ".join(names[:_NAMED]) + (
+        f" and {more} more (-o wide lists each)" if more > 0 else ""
     )
+    head = f"  {verdicts[0].condition.value:<12} {len(group)} {what}: {listed}{threshold}"
+    line = f"{head}; {step}  [{standing}]"
+    if len(line) <= _WIDTH:
+        return line
+    return f"{head}  [{standing}]\n  {'':<12} {step}"

@@ -577,8 +577,8 @@ async def test_the_report_says_how_many_queues_the_policy_bounds_and_groups_one_
     ) in lines
     [unbounded] = [line for line in lines if line.startswith("  unbounded")]
     assert unbounded.startswith("  unbounded    7 queues: vibey.jobs.held 2 messages, ")
-    assert unbounded.endswith(
-        "; declare the queue with the argument x-consumer-timeout: 21600000  [new]"
-    )
+    assert unbounded.endswith(" and 4 more (-o wide lists each)  [new]")
+    step = lines[lines.index(unbounded) + 1]
+    assert step == " " * 15 + "declare the queue with the argument x-consumer-timeout: 21600000"
     wide = render_text(result, wide=True).splitlines()
     assert len([line for line in wide if line.startswith("  unbounded")]) == 7
