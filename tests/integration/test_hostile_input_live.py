@@ -222,7 +222,7 @@ async def test_no_name_or_answer_drives_the_terminal_in_any_text_output(
         assert not DRIVES.search(text), (command, DRIVES.findall(text))
     everything = "\n".join(shown.values())
     for escaped in ("celery\\x1b[2J", "\\x1b]0;F\\x07", "foreign\\x08\\x08NOT OK", "bidi\\u202e"):
-        assert escaped in shown["reap"], (escaped, shown["reap"])
+        assert escaped in shown["reap -o wide"], (escaped, shown["reap -o wide"])
     assert "c1\\x9b31m\\x7f" in shown["reap -o wide"]
     assert "ana\\x1b[2J\\u202e" in shown["events"] and "ana\\x1b[2J\\u202e" in everything
     assert "render\\x1b[2J" in shown[f"gates show {gate.id}"]
