@@ -165,13 +165,13 @@ def render_show(view: GateView) -> str:
         f"  project:  {g.project_id}",
         f"  job:      {g.job_id or '-'}"
         + (f" ({quote_untrusted(g.job_kind)})" if g.job_kind else ""),
-        f"  raised:   {g.created_at.isoformat()} ({format_age(view.age_seconds)} ago)",
+        f"  raised:   {utc(g.created_at)} ({format_age(view.age_seconds)} ago)",
         f"  identity: {quote_untrusted(g.identity) if g.identity else '-'}",
     ]
     if g.is_open:
         lines.append("  state:    open")
     else:
-        at = g.answered_at.isoformat() if g.answered_at else "?"
+        at = utc(g.answered_at) if g.answered_at else "?"
         lines.append(
             f"  state:    answered {g.answer!r} at {at} by {g.answered_by or 'nobody named'}"
         )
@@ -200,7 +200,7 @@ def _letter_lines(parked: ParkedDeadLetter) -> list[str]:
         + (", cut short by the broker" if letter.body_truncated else "")
         + (", a JSON object" if letter.is_json_object else ", not a JSON object"),
         f"    body{cut}: {quote_untrusted(body, BODY_PREVIEW_BYTES)}",
-        f"    parked:     {parked.parked_at.isoformat()}; job {parked.job_state}",
+        f"    parked:     {utc(parked.parked_at)}; job {parked.job_state}",
     ]
 
 

@@ -6,6 +6,7 @@ ledger is read from its indexes whatever its age."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -38,6 +39,11 @@ async def park(store: PostgresStore, dsn: str, hours_ago: float, kind: str) -> u
     await store.move_lease_page(page, judge_lease_page(page, Thresholds(), now), now)
     [(gate_id,)] = await query(dsn, "SELECT id FROM human_gate WHERE job_id = $1", job.id)
     return gate_id  # type: ignore[no-any-return]
+
+
+def old_identity(shown: str) -> str:
+    """The identity line of ``gates show``: a gate's identity keeps its first-written form."""
+    return next(line for line in shown.splitlines() if line.startswith("  identity:"))
 
 
 async def test_a_person_works_through_the_gates(
@@ -124,6 +130,15 @@ async def test_a_person_works_through_the_gates(
         old,
     )
     assert (by, state, finished) == ("ana@ops", "cancelled", True)
+    # every time a person reads is UTC with Z, the answer's and the refusal's alike
+    assert await run_cli(monkeypatch, tmp_path, env, "gates", "show", old.hex[:8]) == 0
+    shown = capsys.readouterr().out
+    assert re.search(r"raised:   \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(3h00m ago\)", shown)
+    assert re.search(r"answered 'cancel' at \S+Z by ana@ops", shown)
+    assert "+00:00" not in shown.replace(old_identity(shown), "")
+    args = ("gates", "answer", old.hex[:8], "--choice", "retry")
+    assert await run_cli(monkeypatch, tmp_path, env, *args) == 2
+    assert re.search(r"already answered at \S+Z with 'cancel'", capsys.readouterr().err)
 
     # the default answerer is the OS user and host
     assert (
