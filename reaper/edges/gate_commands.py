@@ -17,6 +17,7 @@ from reaper.edges.gate_views import (
     by_job,
     list_json,
     parse_duration,
+    parse_since,
     render_list,
     render_show,
     view_of,
@@ -44,8 +45,8 @@ start with: reaper gates list"""
 
 ANSWER_DESCRIPTION = """\
 Answer a gate, named by its id or any unique prefix of it (the 8 characters `gates list`
-shows), or every open gate a selection names (--kind, --project, --older-than, --queue,
---all): the gates are shown with their count, and answered only with --yes (or the count
+shows), or every open gate a selection names (--kind, --project, --older-than, --since,
+--queue, --all): the gates are shown with their count, and answered only with --yes (or the count
 typed back at a terminal), each in its own transaction with its own GateAnswered event.
 delivery_exhausted: retry (the job is re-readied for exactly one more delivery) or cancel
 (the job ends cancelled and is never delivered again). bus_dead_lettered: replay (publish
@@ -96,6 +97,12 @@ def add_parsers(commands: Any) -> None:
     )
     listing.add_argument(
         "--older-than", metavar="AGE", help="only gates raised longer ago than AGE (e.g. 1h)"
+    )
+    listing.add_argument(
+        "--since",
+        metavar="AGE|ISO",
+        help="only gates raised at or after: 1h, or 2026-12-01T09:00Z (a report's parks: the "
+        "time it prints)",
     )
     show = gate_commands.add_parser(
         "show",
@@ -150,6 +157,7 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
             kind=args.kind,
             project_id=project,
             raised_before=None if older is None else now - older,
+            raised_since=None if args.since is None else parse_since(args.since, now),
         )
         views = await _views(store, loaded, gates, now)
     finally:
@@ -167,6 +175,7 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
             ("--kind", args.kind),
             ("--project", args.project),
             ("--older-than", args.older_than),
+            ("--since", args.since),
         )
         if value
     ]
@@ -201,7 +210,7 @@ async def _answer(loaded: LoadedConfig, args: argparse.Namespace) -> int:
         if not gate_bulk.has_selection(args):
             print(
                 "reaper: name a GATE, or select gates with --kind, --project, --older-than, "
-                "--queue or --all",
+                "--since, --queue or --all",
                 file=sys.stderr,
             )
             return 2

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Final
 from uuid import UUID
 
@@ -32,6 +32,7 @@ __all__ = [
     "format_age",
     "list_json",
     "parse_duration",
+    "parse_since",
     "render_list",
     "render_show",
     "view_of",
@@ -108,6 +109,22 @@ def parse_duration(text: str) -> timedelta:
     if not parts or "".join(p.group(0) for p in parts) != compact:
         raise GateError(f"not a duration: {text!r} (write e.g. 90s, 15m, 1h, 2d or 1h30m)")
     return timedelta(seconds=sum(int(p["n"]) * _SECONDS[p["unit"]] for p in parts))
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """``--since``: an age before ``now`` (``1h``) or an ISO time (``2026-12-01T09:00Z``, UTC
+    when it names no zone); ``GateError`` else."""
+    try:
+        return now - parse_duration(text)
+    except GateError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise GateError(
+            f"--since {text!r}: not an age (e.g. 1h) nor an ISO time (e.g. 2026-12-01T09:00Z)"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def format_age(seconds: float) -> str:

@@ -241,3 +241,47 @@ async def test_the_ledger_is_read_from_its_indexes(
     text = json.dumps(json.loads(plan[0][0]))
     assert index in text, text
     assert "Seq Scan" not in text, text
+
+
+async def test_a_pass_that_parks_twenty_gives_the_commands_that_list_and_answer_exactly_them(
+    pg_dsn: str,
+    store: PostgresStore,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    earlier = await park(store, pg_dsn, 1, "render.video")  # an earlier pass's gate
+    now = (await store.database_facts()).now
+    project = uuid.uuid4()
+    await insert_jobs(
+        pg_dsn,
+        [leased(project, attempts=7, max_attempts=7, now=now) for _ in range(20)],
+    )
+    env = env_of(pg_dsn)
+    # the broker is unreachable (the pass is not ok), and the parks are done all the same
+    assert await run_cli(monkeypatch, tmp_path, env, "reap") == 1
+    report = capsys.readouterr().out.splitlines()
+    assert any("park     poison        20 job(s) in 1 project(s)" in line for line in report)
+    listed = [line.strip() for line in report if line.strip().startswith("their gates: ")]
+    answer = [line.strip() for line in report if line.strip().startswith("answer them at once:")]
+    assert len(listed) == len(answer) == 1
+    command = listed[0].split(": ", 1)[1].removesuffix(" (with any raised since)").split()
+    assert command[:5] == ["reaper", "gates", "list", "--kind", "poison"]
+
+    assert await run_cli(monkeypatch, tmp_path, env, *command[1:], "-o", "name") == 0
+    names = {uuid.UUID(line) for line in capsys.readouterr().out.split()}
+    raised = await query(
+        pg_dsn, "SELECT g.id FROM human_gate g JOIN job j ON j.id = g.job_id "
+        "WHERE j.project_id = $1", project,
+    )  # fmt: skip
+    assert names == {gate_id for (gate_id,) in raised} and len(names) == 20
+    assert earlier not in names
+
+    take = answer[0].split(": ", 1)[1].removesuffix(" (or cancel)").split()
+    assert take[-2:] == ["--choice", "retry"]
+    assert await run_cli(monkeypatch, tmp_path, env, *take[1:], "--yes", "--by", "ana") == 0
+    assert "20 of 20 gate(s) answered 'retry'" in capsys.readouterr().out
+    [(still_open,)] = await query(
+        pg_dsn, "SELECT answered_at IS NULL FROM human_gate WHERE id = $1", earlier
+    )
+    assert still_open
