@@ -6,13 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
 
 from reaper.config import LoadedConfig
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED
+from reaper.desk.port import GateDesk
 from reaper.edges import events, gate_bulk
 from reaper.edges.gate_views import (
+    HISTORY_EVENTS,
     GateView,
     by_job,
     list_json,
@@ -23,7 +26,7 @@ from reaper.edges.gate_views import (
     view_of,
 )
 from reaper.edges.gates import answer_gate, default_answerer
-from reaper.jobqueue.port import JobQueue
+from reaper.jobqueue.port import EventFilter, JobQueue
 from reaper.reap.gates import find_gate
 from reaper.reap.ids import argument, gate_kind, project_text, resolve_project
 from reaper.reap.sources import open_sources
@@ -145,6 +148,7 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
             return _EXIT_NOT_OK
         if args.gates_command == "show":
             view = (await _views(store, loaded, [await find_gate(store, args.gate)]))[0]
+            view = await _with_history(store, sources.desk, view)
             print(json.dumps(list_json([view])[0], indent=2) if args.json else render_show(view))
             return _EXIT_OK
         now = (await store.database_facts()).now
@@ -203,6 +207,19 @@ async def _views(
         )
         for g in gates
     ]
+
+
+async def _with_history(store: JobQueue, desk: GateDesk | None, view: GateView) -> GateView:
+    """``view`` with the ledger's newest events of its job, and how many there are in all."""
+    job = view.gate.job_id
+    if job is None:
+        return view
+    chosen = EventFilter(object=str(job), limit=HISTORY_EVENTS)
+    found = await store.read_events(chosen)
+    total = len(found)
+    if total == chosen.limit and desk is not None:
+        total = await desk.count_events(chosen)
+    return replace(view, history=tuple(found), history_total=total)
 
 
 async def _answer(loaded: LoadedConfig, args: argparse.Namespace) -> int:
