@@ -15,6 +15,7 @@ from typing import Final
 
 from reaper.config import Settings
 from reaper.core.dead_letters import quote_untrusted
+from reaper.core.moments import utc
 from reaper.core.terminal import for_terminal
 from reaper.edges.gate_board import GateBoard, safe_to_clear
 from reaper.edges.gate_views import format_age, view_of
@@ -112,7 +113,7 @@ def _last_pass(result: PassResult | None) -> list[str]:
     lines = [
         "<h2>Last pass</h2>",
         f"<p>{status}</p>",
-        f"<p>{mode} started {escape(result.started_at.isoformat())}, took "
+        f"<p>{mode} started {escape(utc(result.started_at))}, took "
         f"{result.duration_seconds:.2f} s</p>",
     ]
     if findings:

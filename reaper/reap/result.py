@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Final
 from uuid import UUID
 
-from reaper.broker.port import ManagementEndpoint
+from reaper.broker.port import ManagementEndpoint, QueuesByVhost
 from reaper.core.bounds import is_dead_letter_queue, is_owned_queue
 from reaper.core.domain import (
     Action,
@@ -36,8 +36,9 @@ class Problem:
     """One thing that made a pass not ok, for a person (:meth:`line`) and a machine (the
     report's ``problems``). ``kind``: ``unreadable``, ``row_not_moved`` (a write that did not
     commit: NOT DONE), ``outcome_unknown``, ``policy``, ``dead_letter`` or ``would_drop`` (an
-    owned queue whose broker would drop messages) or ``not_exported`` (the pass's metrics not
-    written or pushed). ``fix``: what a person does, when known."""
+    owned queue whose broker would drop messages), ``not_exported`` (the pass's metrics not
+    written or pushed) or ``no_owned_queue`` (the vhost holds none of ours; others do).
+    ``fix``: what a person does, when known."""
 
     kind: str
     subject: str
@@ -61,6 +62,7 @@ _LABELS: Final = {
     "dead_letter": "DEAD LETTER",
     "would_drop": "WOULD DROP",
     "not_exported": "NOT EXPORTED",
+    "no_owned_queue": "NO QUEUE",
 }
 
 #: How a kind of problem is counted in the header's ``NOT OK: <why>`` (singular, plural).
@@ -73,6 +75,7 @@ _WHY: Final = {
     "dead_letter": ("dead-letter queue not read", "dead-letter queues not read"),
     "would_drop": ("queue would drop messages", "queues would drop messages"),
     "not_exported": ("metrics export failed", "metrics exports failed"),
+    "no_owned_queue": ("vhost without an owned queue", "vhosts without an owned queue"),
 }
 
 #: Findings worst first: what holds work now, then what loses it later, then what waits.
@@ -158,6 +161,9 @@ class PassResult:
     leases_remaining: int = 0
     #: When each finding already on record (``seen``) opened its sighting, by sighting key.
     since: Mapping[SightingKey, datetime] = field(default_factory=dict)
+    #: When the vhost holds no owned queue: the other vhosts that do (SPEC §5: the pass read
+    #: nothing of ours on the broker, so it is not ok).
+    owned_elsewhere: QueuesByVhost = field(default_factory=lambda: QueuesByVhost({}))
     #: Exports of this pass's metrics that failed (``--metrics-textfile``, ``--pushgateway``):
     #: each (where, why, fix), added once the export was tried, before the report is printed.
     not_exported: tuple[tuple[str, str, str], ...] = ()
@@ -256,7 +262,34 @@ class PassResult:
             if r.verdict.drops
         ]
         found += [Problem("not_exported", *export) for export in self.not_exported]
+        found += self._not_here()
         return found
+
+    def _not_here(self) -> list[Problem]:
+        """The vhost holds no owned queue and others do: the pass watched none of ours."""
+        elsewhere = self.owned_elsewhere.counts
+        if not elsewhere or self.target is None or self.thresholds is None:
+            return []
+        ranked = sorted(elsewhere.items(), key=lambda item: (-item[1], item[0]))
+        if len(ranked) == 1:
+            held = f"vhost {ranked[0][0]!r} holds {ranked[0][1]}"
+        else:
+            named = ", ".join(f"{v!r} ({n})" for v, n in ranked[:5])
+            more = f" and {len(ranked) - 5} more" if len(ranked) > 5 else ""
+            held = f"vhosts {named}{more} hold them"
+        if not self.owned_elsewhere.complete:
+            held += " (counted on the broker's first pages)"
+        best = ranked[0][0]
+        return [
+            Problem(
+                "no_owned_queue",
+                f"vhost {self.target.vhost!r}",
+                f"no queue matches the owned pattern '{self.thresholds.owned_queue_pattern}'; "
+                f"{held}",
+                f"point the reaper at the vhost that holds them: REAPER_BUS__VHOST={best} (or "
+                f'[bus] vhost = "{best}"), then run reaper doctor',
+            )
+        ]
 
 
 def _once(problems: list[Problem]) -> dict[tuple[str, str], None]:
