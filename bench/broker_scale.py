@@ -256,7 +256,7 @@ async def one_size(
                 )
             )
             passes.append(one_pass(env, wait))
-        for (l_s, l_req, listed), (mb, wall, figures) in zip(listings, passes, strict=True):
+            (l_s, l_req, listed), (mb, wall, figures) = listings[-1], passes[-1]
             print(
                 f"    listing {l_s:.2f} s ({l_req} requests, {listed:,} queues); pass "
                 f"{figures['seconds']:.2f} s in the pass, {wall:.2f} s whole process, "
