@@ -11,6 +11,7 @@ from datetime import UTC
 from operator import ge
 from typing import Final
 
+from reaper.core.canonical import quote_owner
 from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, HeldLease
 from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.core.moments import utc
@@ -63,7 +64,7 @@ def park_identity(lease: HeldLease) -> str:
 
 def park_prompt(lease: HeldLease) -> str:
     """The ``delivery_exhausted`` gate's question, for a person."""
-    owner = "an unknown holder" if lease.lease_owner is None else repr(lease.lease_owner[:200])
+    owner = quote_owner(lease.lease_owner, "an unknown holder")
     expired = utc(lease.lease_expires_at)
     return (
         f"Job {lease.job_id} ({lease.kind[:200]}) has been delivered {lease.attempts} times, "

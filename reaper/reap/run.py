@@ -20,6 +20,7 @@ from reaper.broker.port import Broker, ManagementEndpoint, QueuesByVhost
 from reaper.config import Settings
 from reaper.core.domain import Action, Condition, Dispatch, Judgement, SightingKey, Source
 from reaper.core.judge import judge
+from reaper.core.storable import stored_escaped
 from reaper.jobqueue.port import JobQueue
 from reaper.reap.dead_letters import DeadLettersOutcome, park_dead_letters
 from reaper.reap.lease_log import LeaseLog, VerdictLog
@@ -105,6 +106,7 @@ async def run_pass(
     on_record = store if reading.job_queue is not None else None  # the ledger, read
     sightings = await _record(config, on_record, reading, judgement, dead_letters, found, now)
     found += sightings.found
+    found += _stored_escaped(ledger, found, dead_letters)
     gates, listed = await gates_of_parks(ledger, lease_log, found.verdicts, now)
     endpoints = broker.endpoints() if broker is not None else ()
     found += listed + Found.noted(*_failover_notes(endpoints))
@@ -152,6 +154,19 @@ async def _record(
         unmeasured=reading.broker.unmeasured() if reading.broker else frozenset(),
         project_id=config.project_id,
     )
+
+
+def _stored_escaped(
+    ledger: JobQueue | None,
+    found: Found,
+    dead_letters: DeadLettersOutcome,
+) -> Found:
+    """A note for each queue name this pass wrote escaped (:mod:`reaper.core.storable`)."""
+    if ledger is None:
+        return Found()
+    names = [r.verdict.subject for r in found.verdicts if r.verdict.source is Source.BROKER]
+    names += [d.queue for d in dead_letters.queues]
+    return Found.noted(*stored_escaped(names))
 
 
 def _opened(
