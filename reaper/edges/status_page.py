@@ -317,7 +317,7 @@ def _passes(result: PassResult | None, passes: Sequence[PassLine], now: datetime
     for p in reversed(shown):
         when = "-" if p.started_at is None else f"{age((now - p.started_at).total_seconds())} ago"
         at = "" if p.started_at is None else f" <small>{escape(utc(p.started_at))}</small>"
-        tone = "ok" if p.ok else "bad"
+        tone = "bad" if not p.ok else ("warn" if p.findings else "ok")
         took = "-" if p.took_seconds is None else _took(p.took_seconds)
         lines.append(
             f'<tr><td>{escape(when)}{at}</td><td><span class="tag {tone}">{escape(p.status)}'
