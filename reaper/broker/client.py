@@ -11,7 +11,6 @@ message read is a requeueing ``get``.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
@@ -34,14 +33,10 @@ from reaper.broker.records import (
     policy_of,
     queue_of,
 )
+from reaper.broker.vhosts import queues_by_vhost
 from reaper.core.domain import BrokerFacts, QueueStats
 from reaper.core.observation import ChannelStats, ConsumerSeen
 from reaper.core.values import whole
-from reaper.errors import BrokerUnavailable
-
-#: The vhosts :meth:`ManagementClient.queues_by_vhost` counts at most (a request each), read
-#: only when the pass's vhost holds none of ours.
-VHOSTS_COUNTED: Final = 200
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -259,47 +254,9 @@ class ManagementClient:
         return items
 
     async def queues_by_vhost(self, pattern: str) -> QueuesByVhost:
-        """``GET /api/vhosts``, then each vhost's queues filtered by the broker (``use_regex``,
-        one page of names): its ``filtered_count`` where every name on the page matches here
-        too, else the names that do (a broker that ignores the filter, or reads the pattern
-        otherwise, counts no queue the pattern does not match). At most
-        :data:`VHOSTS_COUNTED` vhosts; one the user may not read counts nothing."""
-        listed = await self.api.request("GET", "/api/vhosts", params={"columns": "name"})
-        names = (
-            [v.get("name") for v in listed if isinstance(v, Mapping)]
-            if isinstance(listed, list)
-            else []
-        )
-        vhosts = [n for n in names if isinstance(n, str)]
-        counts: dict[str, int] = {}
-        complete = len(vhosts) <= VHOSTS_COUNTED
-        matches = re.compile(pattern).search
-        for vhost in vhosts[:VHOSTS_COUNTED]:
-            path = f"/api/queues/{segment(vhost)}"
-            params: dict[str, str | int] = {
-                "page": 1,
-                "page_size": self.page_size,
-                "columns": "name",
-                "name": pattern,
-                "use_regex": "true",
-            }
-            try:
-                answer = await self.api.request("GET", path, params=params)
-            except BrokerUnavailable as exc:
-                if exc.status in (401, 403):  # a vhost the user may not read: not named
-                    continue
-                raise
-            page = answer if isinstance(answer, list) else self._page_items(answer, path)
-            named = [i.get("name") for i in page if isinstance(i, Mapping)]
-            found = sum(isinstance(n, str) and matches(n) is not None for n in named)
-            filtered = whole(answer.get("filtered_count")) if isinstance(answer, Mapping) else None
-            if found == len(named) and filtered is not None:
-                found = filtered  # the broker filtered as we do: its count is every page's
-            elif isinstance(answer, Mapping) and (whole(answer.get("page_count")) or 1) > 1:
-                complete = False
-            if found:
-                counts[vhost] = found
-        return QueuesByVhost(counts, complete)
+        """How many queues matching ``pattern`` each vhost the user may read holds
+        (:func:`reaper.broker.vhosts.queues_by_vhost`)."""
+        return await queues_by_vhost(self.api, pattern)
 
     async def queue(self, name: str, vhost: str | None = None) -> QueueStats:
         """One queue, column-projected (for verification). A missing queue is a

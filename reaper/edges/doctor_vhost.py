@@ -45,7 +45,7 @@ async def owned_queues(client: ManagementClient, settings: Settings) -> Said:
     return (
         "warn",
         f"no queue on {vhost!r} matches the owned pattern '{pattern}'; {named}{more} hold such "
-        f"queues: a pass on {vhost!r} is NOT OK",
-        f"point the reaper at the vhost that holds them: REAPER_BUS__VHOST={best} "
+        f"queues: a pass on {vhost!r} watches none of them",
+        f"if the reaper is meant for them, point it there: REAPER_BUS__VHOST={best} "
         f'(or [bus] vhost = "{best}")',
     )

@@ -130,9 +130,11 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
                 fixes.add(fix)
                 lines.append(f"  {'':<11} fix: {fix}")
 
-    findings = result.findings()
-    if findings:
-        lines += ["", f"Findings ({len(findings)}), worst first:"]
+    findings, aimed = result.findings(), result.target_findings()
+    if findings or aimed:
+        lines += ["", f"Findings ({len(findings) + len(aimed)}), worst first:"]
+        for t in aimed:
+            lines += [f"  {t.condition} {t.subject}: {t.detail}", f"  {'':<14} {t.next_step}"]
         lines += finding_lines(findings, lambda r: _state(r, result), wide=wide)
 
     since = raised_since(result.started_at)
@@ -170,7 +172,7 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
     elif result.notes:
         lines += ["", "Notes:"]
         lines += [f"  - {n}" for n in result.notes]
-    if not problems and not findings and not count:
+    if not problems and not findings and not aimed and not count:
         lines += ["", "Nothing found, nothing to do."]
     if not result.dry_run and _ledger_read(result) and len(result.verdicts):
         lines += [f"Every verdict is a QueueReaped event in the ledger: {LEDGER_POINTER}."]

@@ -161,7 +161,22 @@ def _dead_letters_json(result: PassResult) -> list[dict[str, object]]:
 
 
 def _findings_json(result: PassResult) -> list[dict[str, object]]:
-    return [
+    aimed: list[dict[str, object]] = [
+        {
+            "condition": t.condition,
+            "subject": t.subject,
+            "project_id": None,
+            "measured": 0,
+            "threshold": None,
+            "unit": "queues",
+            "next_step": t.next_step,
+            "recorded": False,
+            "since": None,
+            "detail": t.detail,
+        }
+        for t in result.target_findings()
+    ]
+    return aimed + [
         {
             "condition": r.verdict.condition.value,
             "subject": r.verdict.subject,

@@ -158,7 +158,8 @@ def _bar(result: PassResult | None, now: datetime) -> str:
     if result is None:
         tone, status, when = "none", "no pass yet", "the first pass is running"
     else:
-        tone = "bad" if not result.ok else ("warn" if result.findings() else "ok")
+        found = result.findings() or result.target_findings()
+        tone = "bad" if not result.ok else ("warn" if found else "ok")
         status = result.status()
         ago = age((now - result.finished_at).total_seconds())
         mode = "dry-run audit" if result.dry_run else "last pass"
@@ -197,7 +198,8 @@ def _tile(n: object, label: str, tone: str = "") -> str:
 def _tiles(result: PassResult | None, board: GateBoard | None, target: PageTarget) -> list[str]:
     tiles = []
     if result is not None:
-        problems, findings = len(result.problems()), len(result.findings())
+        problems = len(result.problems())
+        findings = len(result.findings()) + len(result.target_findings())
         if problems:
             tiles.append(_tile(problems, "not ok", "bad"))
         tiles.append(_tile(findings, "findings", "warn" if findings else ""))
@@ -234,12 +236,18 @@ def _problems(result: PassResult | None) -> list[str]:
 def _findings(result: PassResult | None) -> list[str]:
     if result is None:
         return []
-    findings = result.findings()
-    if not findings:
+    findings, aimed = result.findings(), result.target_findings()
+    if not findings and not aimed:
         return ["<h2>Findings</h2>", "<p>None: nothing holds work or waits too long.</p>"]
     lines = [
         "<h2>Findings</h2>",
         "<table><tr><th>condition</th><th>what</th><th>measured</th><th>next step</th></tr>",
+    ]
+    lines += [
+        f'<tr><td><span class="tag warn">{escape(t.condition)}</span></td>'
+        f"<td><code>{escape(t.subject)}</code></td><td>{escape(t.detail)}</td>"
+        f"<td>{escape(t.next_step)}</td></tr>"
+        for t in aimed
     ]
     for r in findings[:FINDINGS_SHOWN]:
         v = r.verdict
@@ -309,7 +317,7 @@ def _passes(result: PassResult | None, passes: Sequence[PassLine], now: datetime
     for p in reversed(shown):
         when = "-" if p.started_at is None else f"{age((now - p.started_at).total_seconds())} ago"
         at = "" if p.started_at is None else f" <small>{escape(utc(p.started_at))}</small>"
-        tone = "ok" if p.ok else "bad"
+        tone = "bad" if not p.ok else ("warn" if p.findings else "ok")
         took = "-" if p.took_seconds is None else _took(p.took_seconds)
         lines.append(
             f'<tr><td>{escape(when)}{at}</td><td><span class="tag {tone}">{escape(p.status)}'

@@ -28,7 +28,7 @@ from reaper.reap.lease_log import VerdictLog
 from reaper.reap.listing import QuietQueues
 from reaper.reap.progress import RecordedVerdict, RowNotMoved, Unreadable
 
-__all__ = ["SEVERITY", "Inventory", "PassResult", "Problem", "Target"]
+__all__ = ["SEVERITY", "Inventory", "PassResult", "Problem", "Target", "TargetFinding"]
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,7 @@ class Problem:
     report's ``problems``). ``kind``: ``unreadable``, ``row_not_moved`` (a write that did not
     commit: NOT DONE), ``outcome_unknown``, ``policy``, ``dead_letter`` or ``would_drop`` (an
     owned queue whose broker would drop messages), ``not_exported`` (the pass's metrics not
-    written or pushed) or ``no_owned_queue`` (the vhost holds none of ours; others do).
-    ``fix``: what a person does, when known."""
+    written or pushed). ``fix``: what a person does, when known."""
 
     kind: str
     subject: str
@@ -53,6 +52,18 @@ class Problem:
         return f"{self.label:<11} {self.subject}: {self.detail}"
 
 
+@dataclass(frozen=True)
+class TargetFinding:
+    """A finding about where the pass was pointed, not a verdict on what it measured (it is
+    not on the ledger): ``condition`` (``no_owned_queue``), the subject, what was seen, and
+    the next step."""
+
+    condition: str
+    subject: str
+    detail: str
+    next_step: str
+
+
 #: How each kind of problem is labelled in the human report.
 _LABELS: Final = {
     "unreadable": "UNREADABLE",
@@ -62,7 +73,6 @@ _LABELS: Final = {
     "dead_letter": "DEAD LETTER",
     "would_drop": "WOULD DROP",
     "not_exported": "NOT EXPORTED",
-    "no_owned_queue": "NO QUEUE",
 }
 
 #: How a kind of problem is counted in the header's ``NOT OK: <why>`` (singular, plural).
@@ -75,7 +85,6 @@ _WHY: Final = {
     "dead_letter": ("dead-letter queue not read", "dead-letter queues not read"),
     "would_drop": ("queue would drop messages", "queues would drop messages"),
     "not_exported": ("metrics export failed", "metrics exports failed"),
-    "no_owned_queue": ("vhost without an owned queue", "vhosts without an owned queue"),
 }
 
 #: Findings worst first: what holds work now, then what loses it later, then what waits.
@@ -161,8 +170,7 @@ class PassResult:
     leases_remaining: int = 0
     #: When each finding already on record (``seen``) opened its sighting, by sighting key.
     since: Mapping[SightingKey, datetime] = field(default_factory=dict)
-    #: When the vhost holds no owned queue: the other vhosts that do (SPEC §5: the pass read
-    #: nothing of ours on the broker, so it is not ok).
+    #: When the vhost holds no owned queue: the other vhosts that do (a finding).
     owned_elsewhere: QueuesByVhost = field(default_factory=lambda: QueuesByVhost({}))
     #: Exports of this pass's metrics that failed (``--metrics-textfile``, ``--pushgateway``):
     #: each (where, why, fix), added once the export was tried, before the report is printed.
@@ -183,7 +191,7 @@ class PassResult:
             kinds = Counter(_counted(kind, subject) for kind, subject in _once(problems))
             why = ", ".join(f"{n} {_WHY.get(k, (k, k))[n != 1]}" for k, n in kinds.items())
             return f"NOT OK: {why}"
-        n = len(self.findings())
+        n = len(self.findings()) + len(self.target_findings())
         return "OK" if not n else f"OK, {n} finding{'s' if n != 1 else ''}"
 
     def findings(self) -> list[RecordedVerdict]:
@@ -262,11 +270,12 @@ class PassResult:
             if r.verdict.drops
         ]
         found += [Problem("not_exported", *export) for export in self.not_exported]
-        found += self._not_here()
         return found
 
-    def _not_here(self) -> list[Problem]:
-        """The vhost holds no owned queue and others do: the pass watched none of ours."""
+    def target_findings(self) -> list[TargetFinding]:
+        """Findings about where the pass was pointed, before the verdicts': the vhost holds
+        no owned queue and vhosts the user may read do. A finding, not a failure: a vhost
+        whose queues are not declared yet is a deployment's first day."""
         elsewhere = self.owned_elsewhere.counts
         if not elsewhere or self.target is None or self.thresholds is None:
             return []
@@ -278,15 +287,15 @@ class PassResult:
             more = f" and {len(ranked) - 5} more" if len(ranked) > 5 else ""
             held = f"vhosts {named}{more} hold them"
         if not self.owned_elsewhere.complete:
-            held += " (counted on the broker's first pages)"
+            held += " (a count cut short: not every vhost was counted)"
         best = ranked[0][0]
         return [
-            Problem(
+            TargetFinding(
                 "no_owned_queue",
                 f"vhost {self.target.vhost!r}",
                 f"no queue matches the owned pattern '{self.thresholds.owned_queue_pattern}'; "
                 f"{held}",
-                f"point the reaper at the vhost that holds them: REAPER_BUS__VHOST={best} (or "
+                f"if the reaper is meant for them, point it there: REAPER_BUS__VHOST={best} (or "
                 f'[bus] vhost = "{best}"), then run reaper doctor',
             )
         ]

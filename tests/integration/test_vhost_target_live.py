@@ -1,6 +1,8 @@
 """A reaper pointed at a vhost that holds none of our queues, on every broker version: the
-pass is NOT OK and names the vhosts that do hold them with the fix, and ``reaper doctor``
-warns the same; pointed at the right vhost, neither says a word of it."""
+pass says "OK, 1 finding", never a bare OK, and the finding names the vhosts that do hold
+them with the fix; ``reaper doctor`` warns the same; pointed at the right vhost, neither says
+a word of it. A finding, not a failure: a vhost whose queues are not declared yet is a
+deployment's first day."""
 
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ def elsewhere(broker: BrokerUnderTest) -> Iterator[tuple[BrokerUnderTest, str]]:
             admin.delete(f"/api/vhosts/{quote(other.vhost, safe='')}")
 
 
-async def test_a_vhost_without_our_queues_is_not_ok_and_names_the_vhost_that_holds_them(
+async def test_a_vhost_without_our_queues_is_a_finding_naming_the_vhost_that_holds_them(
     pg_dsn: str,
     broker: BrokerUnderTest,
     elsewhere: tuple[BrokerUnderTest, str],
@@ -53,27 +55,33 @@ async def test_a_vhost_without_our_queues_is_not_ok_and_names_the_vhost_that_hol
     env = reaper_env(
         pg_dsn, broker.management_url, broker.vhost, REAPER_QUEUE__REAP__OWNED_QUEUE_PATTERN=pattern
     )
-    assert await run_cli(monkeypatch, tmp_path, env, "reap", "--dry-run") == 1
+    assert await run_cli(monkeypatch, tmp_path, env, "reap", "--dry-run") == 0
     text = capsys.readouterr().out.splitlines()
-    assert "NOT OK: 1 vhost without an owned queue" in text[0]
-    assert f"vhost {broker.vhost!r}: no queue matches the owned pattern '{pattern}'; " in text[5]
-    assert text[5].endswith(f"vhost {other.vhost!r} holds 2")
+    assert "): OK, 1 finding   " in text[0]
+    assert "0 owned queues, 1 foreign" in text[2]
+    assert text[4] == "Findings (1), worst first:"
+    assert text[5] == (
+        f"  no_owned_queue vhost {broker.vhost!r}: no queue matches the owned pattern "
+        f"'{pattern}'; vhost {other.vhost!r} holds 2"
+    )
     assert text[6].strip() == (
-        f"fix: point the reaper at the vhost that holds them: REAPER_BUS__VHOST={other.vhost} "
+        f"if the reaper is meant for them, point it there: REAPER_BUS__VHOST={other.vhost} "
         f'(or [bus] vhost = "{other.vhost}"), then run reaper doctor'
     )
-    assert await run_cli(monkeypatch, tmp_path, env, "reap", "--dry-run", "--json") == 1
+    assert await run_cli(monkeypatch, tmp_path, env, "reap", "--dry-run", "--json") == 0
     report = json.loads(capsys.readouterr().out)
     validate_report(report)
-    [problem] = [p for p in report["problems"] if p["kind"] == "no_owned_queue"]
-    assert problem["subject"] == f"vhost {broker.vhost!r}" and other.vhost in problem["fix"]
+    assert report["status"] == "OK, 1 finding"
+    [found] = [f for f in report["findings"] if f["condition"] == "no_owned_queue"]
+    assert found["subject"] == f"vhost {broker.vhost!r}" and other.vhost in found["next_step"]
+    assert found["recorded"] is False  # no verdict: nothing of it is on the ledger
 
     assert await run_cli(monkeypatch, tmp_path, env, "doctor", "--json") == 0  # a warning
     checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
     queues = checks[f"broker {broker.management_url} queues"]
     assert queues["status"] == "warn"
     assert f"{other.vhost!r} (2) hold such queues" in queues["detail"]
-    assert queues["fix"].startswith(f"point the reaper at the vhost that holds them: "
+    assert queues["fix"].startswith(f"if the reaper is meant for them, point it there: "
                                     f"REAPER_BUS__VHOST={other.vhost} ")  # fmt: skip
 
     # pointed at the vhost that holds them, neither says a word of it
@@ -81,7 +89,7 @@ async def test_a_vhost_without_our_queues_is_not_ok_and_names_the_vhost_that_hol
     await run_cli(monkeypatch, tmp_path, right, "reap", "--dry-run", "--json")
     report = json.loads(capsys.readouterr().out)
     assert report["inventory"]["queues_owned"] == 2
-    assert [p for p in report["problems"] if p["kind"] == "no_owned_queue"] == []
+    assert [f for f in report["findings"] if f["condition"] == "no_owned_queue"] == []
     assert await run_cli(monkeypatch, tmp_path, right, "doctor", "--json") in (0, 1)
     checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
     queues = checks[f"broker {broker.management_url} queues"]
