@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -93,6 +94,10 @@ def _stop_on_signals(stop: StopRequest) -> Iterator[None]:
     signals = (signal.SIGTERM, signal.SIGINT)
 
     def first(signum: signal.Signals) -> None:
+        if stop.by is not None:  # a second one, delivered before the first was handled
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         stop.request(signum.name)
         for sig in signals:
             loop.remove_signal_handler(sig)
