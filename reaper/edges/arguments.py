@@ -72,7 +72,9 @@ REAP_EPILOG = """the report, top to bottom:
                Nothing is moved for a finding; unbounded = no bound the broker enforces
                (the reaper's own observation is the guard)
   Done / Would do   what committed (a dry run: what it would do): moves, parks and policy
-               writes; a park names its gate and the command that answers it
+               writes; each park names its gate and the command that answers it (past 10:
+               the first five, and the one command that lists every gate the pass raised
+               and the one that answers them all; -o wide: every park, its gate whole)
   Policies     one line each: action (unchanged, created, updated, deleted, refused,
                unsupported, planned), in force or not, and the reason code: InSync, Created,
                Updated, Deleted, WouldCreate, WouldUpdate, WouldDelete, KeyUnsupported (the

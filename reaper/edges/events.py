@@ -9,7 +9,6 @@ import argparse
 import functools
 import json
 import sys
-from datetime import UTC, datetime
 from typing import Any, Final
 from uuid import UUID
 
@@ -18,9 +17,8 @@ from reaper.core.dead_letters import quote_untrusted
 from reaper.core.domain import EVENT_KIND
 from reaper.core.records import LedgerEvent
 from reaper.desk.port import GateDesk
-from reaper.edges.gate_views import parse_duration
+from reaper.edges.gate_views import parse_since
 from reaper.edges.wording import utc
-from reaper.errors import GateError
 from reaper.jobqueue.port import EventFilter, JobQueue
 from reaper.reap.ids import (
     VOCABULARY,
@@ -113,7 +111,7 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
 async def _filter(store: JobQueue, desk: GateDesk, args: argparse.Namespace) -> EventFilter:
     since = None
     if args.since:
-        since = _since(args.since, (await store.database_facts()).now)
+        since = parse_since(args.since, (await store.database_facts()).now)
     chosen = EventFilter(
         since=since,
         project_id=None if args.project is None else await resolve_project(desk, args.project),
@@ -195,20 +193,6 @@ def _id(value: object, wide: bool) -> str:
         return str(value) if wide else str(UUID(str(value)))[:8]
     except ValueError:
         return str(value)
-
-
-def _since(text: str, now: datetime) -> datetime:
-    try:
-        return now - parse_duration(text)
-    except GateError:
-        pass
-    try:
-        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise GateError(
-            f"--since {text!r}: not an age (e.g. 1h) nor an ISO time (e.g. 2026-12-01T09:00Z)"
-        ) from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def _plain(value: object) -> str:

@@ -5,10 +5,11 @@ read from the pass's verdict log (:func:`write_json`: the same bytes as
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TextIO
 
 from reaper.core.domain import Verdict
+from reaper.core.moments import utc
 from reaper.core.records import Gate
 from reaper.core.values import display_number
 from reaper.edges.wording import next_step
@@ -20,7 +21,7 @@ __all__ = ["gate_json", "iso", "render_json", "to_json", "verdict_json", "write_
 
 def iso(moment: datetime) -> str:
     """A time in the JSON: UTC, ``Z``, to the millisecond (the text says it to the second)."""
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return utc(moment, "milliseconds")
 
 
 def verdict_json(
@@ -160,7 +161,22 @@ def _dead_letters_json(result: PassResult) -> list[dict[str, object]]:
 
 
 def _findings_json(result: PassResult) -> list[dict[str, object]]:
-    return [
+    aimed: list[dict[str, object]] = [
+        {
+            "condition": t.condition,
+            "subject": t.subject,
+            "project_id": None,
+            "measured": 0,
+            "threshold": None,
+            "unit": "queues",
+            "next_step": t.next_step,
+            "recorded": False,
+            "since": None,
+            "detail": t.detail,
+        }
+        for t in result.target_findings()
+    ]
+    return aimed + [
         {
             "condition": r.verdict.condition.value,
             "subject": r.verdict.subject,
@@ -218,6 +234,6 @@ def gate_json(gate: Gate) -> dict[str, object]:
         "prompt": gate.prompt,
         "choices": list(gate.choices),
         "answer": gate.answer,
-        "answered_at": gate.answered_at.isoformat() if gate.answered_at else None,
-        "created_at": gate.created_at.isoformat() if gate.created_at else None,
+        "answered_at": iso(gate.answered_at) if gate.answered_at else None,
+        "created_at": iso(gate.created_at) if gate.created_at else None,
     }

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
 
-from reaper.broker.port import Broker, ManagementEndpoint
+from reaper.broker.port import Broker, ManagementEndpoint, QueuesByVhost
 from reaper.config import Settings
 from reaper.core.domain import Action, Condition, Dispatch, Judgement, SightingKey, Source
 from reaper.core.judge import judge
@@ -309,6 +309,7 @@ def _result(
         notes=tuple(dict.fromkeys(found.notes)),
         queues=br.queues if br else (),
         quiet=br.quiet if br else QuietQueues(),
+        owned_elsewhere=br.owned_elsewhere if br else QueuesByVhost({}),
         claimable=(jq.claimable or ()) if jq else (),
         project_id=config.project_id,
         not_moved=found.not_moved,
