@@ -15,6 +15,7 @@ from reaper.config import Settings
 from reaper.core.domain import FLEET_PROJECT_ID, Action, Condition, Source
 from reaper.core.judge_leases import LeaseRulings
 from reaper.edges.report import render_text, to_json
+from reaper.errors import BrokerUnavailable
 from reaper.jobqueue.port import LeaseMoves, MovesInterrupted
 from reaper.reap.run import run_pass
 from reaper.reap.stopping import StopRequest
@@ -340,3 +341,32 @@ async def test_a_pass_asked_to_stop_ends_its_moves_in_flight_and_runs_no_later_s
     assert stopped.detail.startswith("stopped by SIGTERM before its end")
     assert not result.ok and result.status() == "NOT OK: 1 stopped early"
     assert any("3 more expired lease(s) left unread when the pass" in n for n in result.notes)
+
+
+class SlowToRead(FakeBroker):
+    """A broker whose read of a dead-letter queue times out (letters with large headers)."""
+
+    async def get_messages(self, queue, count, **kwargs):  # type: ignore[no-untyped-def]
+        raise BrokerUnavailable(
+            "RabbitMQ management API at http://broker timed out after 10 s on POST "
+            f"/api/queues/v/{queue}/get (ReadTimeout): not sent to another node, whether it "
+            "took effect is unknown"
+        )
+
+
+async def test_a_dead_letter_read_that_times_out_is_that_queues_problem_with_its_fix() -> None:
+    store = MemoryJobQueue(clock=lambda: NOW)
+    broker = SlowToRead()
+    broker.declare("vibey.jobs.dead", "quorum")
+    broker.put_letters("vibey.jobs.dead", [letter("m-1"), letter("m-2")])
+
+    result = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW)
+
+    assert result.unreadable == ()  # the rest of the broker was read and judged
+    [problem] = result.problems()
+    assert (problem.kind, problem.subject) == ("dead_letter", "vibey.jobs.dead")
+    assert (
+        "timed out after 10 s" in problem.detail and "raise bus.timeout_seconds" in problem.detail
+    )
+    [outcome] = result.dead_letters
+    assert (outcome.parked_new, outcome.unread) == (0, 2)
