@@ -133,6 +133,7 @@ class ScratchVhosts:
                     answer = self.admin.delete(_path(vhost), timeout=left)
                 except httpx.HTTPError as e:
                     print(f"  DELETE {_path(vhost)} stopped ({type(e).__name__}): asking again")
+                    time.sleep(2)  # a broker that refuses connections is not asked in a loop
                     continue
                 if answer.status_code not in (204, 404):
                     print(f"  DELETE {_path(vhost)} answered {answer.status_code}: asking again")

@@ -1,7 +1,8 @@
 """A broker of many queues (SPEC §8): at each size, one paginated listing with the reaper's
 columns against one whole pass over the same vhost, the pass's requests and its peak RSS.
 
-    python bench/broker_scale.py [--sizes 1000,10000,50000] [--url http://127.0.0.1:15673]
+    python bench/broker_scale.py [--sizes 1000,10000] [--url http://127.0.0.1:15673]
+    python bench/broker_scale.py --sizes 1000,10000,50000 --own-broker --url URL
 
 For each size a vhost of this run's own is filled by ``POST /api/definitions`` imports of
 5,000 queues each: a tenth quorum queues owned by the reaper (``vibey.jobs.*``, a dead-letter
@@ -50,6 +51,8 @@ TARGET_RATIO = 1.1
 TARGET_MB = 100.0
 FLAT_MB = 10.0
 OWNED_CLASSIC = 20
+#: The largest size run on a broker others use (the test brokers of scripts/services).
+SHARED_BROKER_LIMIT = 20_000
 #: Queues per definitions import: each import is one request, which the broker must finish
 #: before it closes the request.
 IMPORT_BATCH = 5000
@@ -295,7 +298,7 @@ async def one_size(
 
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="1000,10000,50000", help="comma-separated")
+    parser.add_argument("--sizes", default="1000,10000", help="comma-separated")
     parser.add_argument("--url", default="http://127.0.0.1:15673", help="management API")
     parser.add_argument("--user", default="guest")
     parser.add_argument("--password", default="guest")
@@ -305,6 +308,11 @@ def arguments() -> argparse.Namespace:
         type=float,
         default=WAIT_SECONDS,
         help="bound of each wait: the import, statistics, policies, one listing, one pass",
+    )
+    parser.add_argument(
+        "--own-broker",
+        action="store_true",
+        help=f"the broker serves only this bench: sizes above {SHARED_BROKER_LIMIT:,} allowed",
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -356,6 +364,13 @@ def main() -> int:
     if args.child:
         asyncio.run(child())
         return 0
+    if max(int(n) for n in args.sizes.split(",")) > SHARED_BROKER_LIMIT and not args.own_broker:
+        print(
+            f"a size above {SHARED_BROKER_LIMIT:,} queues is refused on a shared test broker: "
+            "at 40,000 RabbitMQ 4.0 slowed to a crawl for every user of it and could not delete "
+            "the vhost (docs/benchmarks.md). Pass --own-broker for a broker of the bench's own."
+        )
+        return 2
     exit_on_signals()
     with httpx.Client(base_url=args.url, auth=(args.user, args.password), timeout=120) as admin:
         vhosts = ScratchVhosts(admin, "qr-bench-scale-", args.user, "bench/broker_scale.py")
