@@ -29,6 +29,7 @@ from reaper.edges import colour
 from reaper.edges.commands import dispatch_of
 from reaper.edges.doctor_fixes import broker_fix, database_fix, vhost_fix
 from reaper.edges.doctor_vhost import owned_queues
+from reaper.edges.output_option import add_output
 from reaper.edges.production import open_database
 from reaper.errors import BrokerUnavailable, ReaperError
 from reaper.jobqueue.database import Database
@@ -68,15 +69,12 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "rights, the conf.d snippet on every node), and the dispatch mode. Exit 0 when all "
         "pass, 1 otherwise.",
     )
-    doctor.add_argument(
-        "-o",
-        "--output",
-        choices=("text", "wide", "json"),
-        default="text",
-        help="text (default: one line each, the fix after it), wide (the fix on a line of its "
+    add_output(
+        doctor,
+        ("text", "wide", "json"),
+        "text (default: one line each, the fix after it), wide (the fix on a line of its "
         "own under each) or json",
     )
-    doctor.add_argument("--json", action="store_true", help="the same as -o json")
 
 
 async def run(loaded: LoadedConfig, *, output: str = "text") -> int:

@@ -18,6 +18,7 @@ from reaper.core.domain import EVENT_KIND
 from reaper.core.records import LedgerEvent
 from reaper.desk.port import GateDesk
 from reaper.edges.gate_views import parse_since
+from reaper.edges.output_option import add_output, output_of
 from reaper.edges.wording import utc
 from reaper.jobqueue.port import EventFilter, JobQueue
 from reaper.reap.ids import (
@@ -67,14 +68,9 @@ def add_parser(commands: Any) -> None:
             help=f"one of {', '.join(VOCABULARY[word])} (e.g. {example})",
         )
     events.add_argument("--object", metavar="ID", help="a job (id or prefix) or a queue name")
-    events.add_argument(
-        "-o",
-        "--output",
-        choices=OUTPUTS,
-        default="text",
-        help="text (default: short ids), wide (whole ids), json, or name (PROJECT#SEQ)",
+    add_output(
+        events, OUTPUTS, "text (default: short ids), wide (whole ids), json, or name (PROJECT#SEQ)"
     )
-    events.add_argument("--json", action="store_true", help="the same as -o json")
     events.add_argument(
         "--limit", type=_positive, default=100, help="the newest N (default %(default)s)"
     )
@@ -82,7 +78,7 @@ def add_parser(commands: Any) -> None:
 
 async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     """``reaper events``; an argument that names nothing raises GateError (exit 2)."""
-    output = "json" if args.json else args.output
+    output = output_of(args)
     sources = await open_sources(loaded.settings, broker=False)
     try:
         store, desk = sources.store, sources.desk

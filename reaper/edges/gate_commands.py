@@ -26,6 +26,7 @@ from reaper.edges.gate_views import (
     view_of,
 )
 from reaper.edges.gates import answer_gate, default_answerer
+from reaper.edges.output_option import add_output, output_of
 from reaper.jobqueue.port import EventFilter, JobQueue
 from reaper.reap.gates import find_gate
 from reaper.reap.ids import argument, gate_kind, project_text, resolve_project
@@ -75,15 +76,12 @@ def add_parsers(commands: Any) -> None:
         description="The open gates, oldest first: short id, age, project, kind, job kind, "
         "and the exact command for each answer really possible.",
     )
-    listing.add_argument(
-        "-o",
-        "--output",
-        choices=("text", "wide", "json", "name"),
-        default="text",
-        help="text (default: a table, short ids), wide (whole ids), json, or name (one whole "
+    add_output(
+        listing,
+        ("text", "wide", "json", "name"),
+        "text (default: a table, short ids), wide (whole ids), json, or name (one whole "
         "gate id a line, for xargs)",
     )
-    listing.add_argument("--json", action="store_true", help="the same as -o json")
     listing.add_argument("--all", action="store_true", help="include answered gates")
     listing.add_argument(
         "--kind",
@@ -166,7 +164,7 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
         views = await _views(store, loaded, gates, now)
     finally:
         await sources.close()
-    output = "json" if args.json else args.output
+    output = output_of(args)
     if output == "json":
         print(json.dumps(list_json(views), indent=2))
         return _EXIT_OK

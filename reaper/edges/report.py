@@ -17,7 +17,7 @@ from typing import Final
 from reaper.core.cluster import node_summary
 from reaper.core.domain import Action
 from reaper.edges.report_findings import finding_lines
-from reaper.edges.report_json import gate_json, render_json, to_json, verdict_json, write_json
+from reaper.edges.report_json import render_json, to_json, verdict_json, write_json
 from reaper.edges.report_moves import LISTED_MOVES, LeaseMoves, acted_lines, raised_since
 from reaper.edges.wording import LEASE_CONDITIONS, plural, short, utc
 from reaper.reap.progress import SIGHTINGS_WRITE, RecordedVerdict
@@ -26,7 +26,6 @@ from reaper.reap.result import PassResult, Problem
 __all__ = [
     "LEDGER_POINTER",
     "LISTED_MOVES",
-    "gate_json",
     "render_json",
     "render_text",
     "to_json",

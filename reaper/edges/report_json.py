@@ -10,13 +10,12 @@ from typing import TextIO
 
 from reaper.core.domain import Verdict
 from reaper.core.moments import utc
-from reaper.core.records import Gate
 from reaper.core.values import display_number
 from reaper.edges.wording import next_step
 from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
 
-__all__ = ["gate_json", "iso", "render_json", "to_json", "verdict_json", "write_json"]
+__all__ = ["iso", "render_json", "to_json", "verdict_json", "write_json"]
 
 
 def iso(moment: datetime) -> str:
@@ -222,18 +221,3 @@ def write_json(result: PassResult, out: TextIO) -> None:
 def _indented(value: object, pad: str) -> str:
     # a newline inside a JSON string is escaped: every newline is the encoder's own
     return json.dumps(value, indent=2).replace("\n", "\n" + pad)
-
-
-def gate_json(gate: Gate) -> dict[str, object]:
-    """One gate as ``reaper gates list --json`` prints it."""
-    return {
-        "id": str(gate.id),
-        "project_id": str(gate.project_id),
-        "job_id": str(gate.job_id) if gate.job_id else None,
-        "kind": gate.kind,
-        "prompt": gate.prompt,
-        "choices": list(gate.choices),
-        "answer": gate.answer,
-        "answered_at": iso(gate.answered_at) if gate.answered_at else None,
-        "created_at": iso(gate.created_at) if gate.created_at else None,
-    }

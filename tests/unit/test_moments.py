@@ -22,8 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "reaper"
 ISOFORMAT_KEPT = {
     "core/moments.py: utc",  # the one rule
     "jobqueue/rules.py: park_identity",  # a gate's identity: a new form would raise a second gate
-    "core/dead_letters/pointer.py: dispatch_body",  # a message body, read by fromisoformat
-    "testing/memory_records.py: _dispatch",  # the same body, from the test double
+    "testing/memory_records.py: _dispatch",  # a message body, read by fromisoformat
     "edges/manpage.py: manpage",  # a date, no time of day
 }
 
