@@ -19,7 +19,7 @@ from typing import Final
 from uuid import UUID
 
 from reaper.core.cluster import node_summary
-from reaper.core.domain import Action, Condition, Verdict
+from reaper.core.domain import Action, Condition, Source, Verdict
 from reaper.edges.report_findings import finding_lines
 from reaper.edges.report_json import gate_json, render_json, to_json, verdict_json, write_json
 from reaper.edges.wording import LEASE_CONDITIONS, age, measure, plural, short, utc, where
@@ -153,7 +153,7 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
         if not result.dry_run and not r.applied:
             not_done += 1  # named under NOT OK, or left alone (a note says why)
             continue
-        if r.verdict.lease is not None and r.verdict.condition in LEASE_CONDITIONS:
+        if r.verdict.source is Source.JOB_QUEUE and r.verdict.condition in LEASE_CONDITIONS:
             moves.add(r)
         else:
             acted.append(r)

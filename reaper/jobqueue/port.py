@@ -9,7 +9,8 @@ a driver. Every method returns a named, typed result; a failure of the database 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -37,6 +38,8 @@ __all__ = [
     "GateCount",
     "JobQueue",
     "LeaseMoves",
+    "LeaseReap",
+    "LeaseReapInterrupted",
     "MovesInterrupted",
     "ParkRules",
     "ParkedDeadLetter",
@@ -66,6 +69,44 @@ class LeaseMoves:
     @property
     def moved(self) -> int:
         return len(self.requeued) + len(self.parked)
+
+
+#: Where a lease reap hands each batch's moves (a dry run: its rulings), and whether recorded:
+#: each move's stream (36 characters) and event payload, between U+001E separators.
+KeepMoves = Callable[[str, bool], None]
+Moment = datetime | None
+
+
+@dataclass
+class LeaseReap:
+    """What a lease reap did (a dry run: would do): moves per (project, poison), the oldest and
+    newest expiry moved, the leases named instead of moved (and why), the leases whose commit
+    got no answer, and whether the time budget stopped it."""
+
+    moves: Counter[tuple[UUID, bool]] = field(default_factory=Counter)
+    oldest: datetime | None = None
+    newest: datetime | None = None
+    failed: list[tuple[UUID, str]] = field(default_factory=list)
+    unknown: int = 0
+    stopped: bool = False
+
+    @property
+    def moved(self) -> int:
+        return sum(self.moves.values())
+
+    def add(self, moves: Iterable[tuple[UUID, bool, int]], oldest: Moment, newest: Moment) -> None:
+        for project, poison, n in moves:
+            self.moves[(project, poison)] += n
+        self.oldest = min(filter(None, (self.oldest, oldest)), default=None)
+        self.newest = max(filter(None, (self.newest, newest)), default=None)
+
+
+class LeaseReapInterrupted(StoreUnavailable):
+    """The database went away in the middle of a lease reap; ``reap`` is what had committed."""
+
+    def __init__(self, reason: str, reap: LeaseReap) -> None:
+        super().__init__(reason)
+        self.reap = reap
 
 
 class MovesInterrupted(StoreUnavailable):
@@ -272,6 +313,26 @@ class JobQueue(Protocol):
         new dispatch episode. A row that cannot be moved is named in ``failed`` and the rest
         move. ``ValueError``, before anything moves, for a page naming a job twice or rulings
         not of that page; :class:`MovesInterrupted` when the database goes away part-way."""
+        ...
+
+    async def reap_leases(
+        self,
+        now: datetime,
+        grace_seconds: int,
+        *,
+        project_id: UUID | None,
+        dispatch: Dispatch,
+        write: bool,
+        deadline: float,
+        keep: KeepMoves,
+        monotonic: Callable[[], float],
+    ) -> LeaseReap:
+        """Rule on every lease expired past the grace as the lease judge rules, oldest first,
+        and (``write``) requeue or park each with its event; a park refunds an attempt and
+        raises one ``delivery_exhausted`` gate per episode; with outbox dispatch a requeue
+        starts a dispatch episode. A dry run rules the same and writes nothing. Each batch goes
+        to ``keep``; ``stopped`` once ``deadline`` (by ``monotonic``) passed. A row that cannot
+        move is named in ``failed``; :class:`LeaseReapInterrupted` when the database goes."""
         ...
 
     async def count_expired_leases(

@@ -16,7 +16,16 @@ from uuid import UUID
 
 from reaper.core.domain import ClaimableHead, Dispatch, UnsentDispatch
 from reaper.core.judge_leases import LeaseColumns, LeaseRulings
-from reaper.jobqueue import dead_letters, gates, leases, ledger, quiet_marks, sightings, turns
+from reaper.jobqueue import (
+    dead_letters,
+    gates,
+    lease_reap,
+    leases,
+    ledger,
+    quiet_marks,
+    sightings,
+    turns,
+)
 from reaper.jobqueue import observations as watched
 from reaper.jobqueue.bound import OnDatabase
 from reaper.jobqueue.database import ConnectionFactory, Database, WorkerPool
@@ -110,6 +119,8 @@ class PostgresStore:
         dispatch: Dispatch = Dispatch.POLLING,
     ) -> LeaseMoves:
         return await leases.move_lease_page(self.database, page, rulings, now, dispatch)
+
+    reap_leases = OnDatabase(lease_reap.reap_leases)
 
     async def count_expired_leases(
         self,

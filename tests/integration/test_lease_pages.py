@@ -14,7 +14,6 @@ from typing import Any
 import asyncpg
 import pytest
 
-import reaper.reap.leases as lease_step
 from reaper.config import load_config
 from reaper.edges.report import render_json, render_text, write_json
 from reaper.jobqueue.postgres import PostgresStore
@@ -52,7 +51,6 @@ def project(n: int) -> uuid.UUID:
 async def test_a_paged_pass_moves_each_lease_once_with_one_event_and_lists_every_verdict(
     pg_dsn: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(lease_step, "LEASE_PAGE_SIZE", 700)  # five pages, the last partial
     conn = await asyncpg.connect(pg_dsn)
     try:
         now = await conn.fetchval("SELECT clock_timestamp()")

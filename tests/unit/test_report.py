@@ -175,7 +175,9 @@ def _lease_result(expired: int, poison: int) -> PassResult:
     """A pass that moved ``expired`` leases over three projects and parked ``poison``."""
     from reaper.core.domain import Thresholds
     from reaper.core.judge_leases import LeaseColumns, judge_lease_page
+    from reaper.jobqueue.port import LeaseReap
     from reaper.reap.lease_log import LeaseLog
+    from tests.unit.test_lease_log import kept
 
     projects = [UUID(int=p + 1) for p in range(3)]
     rows = [
@@ -192,8 +194,11 @@ def _lease_result(expired: int, poison: int) -> PassResult:
     ]
     page = LeaseColumns.of_rows(rows)
     rulings = judge_lease_page(page, Thresholds(), T0)
-    log = LeaseLog()
-    log.add(page, rulings, set(page.job_ids))
+    verdicts = list(rulings.verdicts(page))
+    log, reap = LeaseLog(), LeaseReap()
+    log.keep(kept(verdicts), True)
+    reap.add([(v.project_id, v.action is Action.PARK, 1) for v in verdicts], None, None)  # type: ignore[misc]
+    log.count(reap, True)
     return result(verdicts=VerdictLog(log))
 
 
