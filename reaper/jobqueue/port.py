@@ -26,7 +26,6 @@ from reaper.core.domain import (
     UnsentDispatch,
     Verdict,
 )
-from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.core.observation import Observation
 from reaper.core.records import Gate, LedgerEvent
 from reaper.errors import StoreUnavailable
@@ -37,38 +36,13 @@ __all__ = [
     "EventFilter",
     "GateCount",
     "JobQueue",
-    "LeaseMoves",
     "LeaseReap",
     "LeaseReapInterrupted",
-    "MovesInterrupted",
     "ParkRules",
     "ParkedDeadLetter",
     "SightingsRecorded",
     "Turn",
 ]
-
-
-@dataclass(frozen=True)
-class LeaseMoves:
-    """What became of each ruling given to :meth:`JobQueue.move_lease_page`."""
-
-    #: Moved back to ready (lease cleared, ``run_after`` = now), each with its event.
-    requeued: tuple[UUID, ...] = ()
-    #: Parked awaiting a human, one attempt refunded, a gate raised, each with its event.
-    parked: tuple[UUID, ...] = ()
-    #: Left alone: the row changed since it was read (finished, re-leased, extended, moved
-    #: by another reaper) or another reaper holds it right now.
-    skipped: tuple[UUID, ...] = ()
-    #: Rows that could not be moved, each with the reason; the others were moved.
-    failed: tuple[tuple[UUID, str], ...] = ()
-    #: Moves whose outcome cannot be known: the database went away while their transaction
-    #: was committing. Each is either moved with its event or not moved at all; the next pass
-    #: finds out (a moved one is no longer an expired lease).
-    unknown: tuple[UUID, ...] = ()
-
-    @property
-    def moved(self) -> int:
-        return len(self.requeued) + len(self.parked)
 
 
 #: Where a lease reap hands each batch's moves (a dry run: its rulings), and whether recorded:
@@ -107,15 +81,6 @@ class LeaseReapInterrupted(StoreUnavailable):
     def __init__(self, reason: str, reap: LeaseReap) -> None:
         super().__init__(reason)
         self.reap = reap
-
-
-class MovesInterrupted(StoreUnavailable):
-    """The database went away in the middle of the lease moves; ``moves`` says what had been
-    committed by then (each with its event) and what is unknown."""
-
-    def __init__(self, reason: str, moves: LeaseMoves) -> None:
-        super().__init__(reason)
-        self.moves = moves
 
 
 @dataclass(frozen=True)
@@ -285,36 +250,6 @@ class JobQueue(Protocol):
         episode (outbox dispatch only)."""
         ...
 
-    async def expired_lease_page(
-        self,
-        now: datetime,
-        grace_seconds: int,
-        size: int,
-        after: tuple[datetime, UUID] | None = None,
-        project_id: UUID | None = None,
-    ) -> LeaseColumns:
-        """Leased jobs past ``lease_expires_at + grace``, oldest first (by expiry, then job id),
-        at most ``size``, after the key ``after`` (the previous page's last expiry and job id;
-        None: the first page), as columns."""
-        ...
-
-    async def move_lease_page(
-        self,
-        page: LeaseColumns,
-        rulings: LeaseRulings,
-        now: datetime,
-        *,
-        dispatch: Dispatch = Dispatch.POLLING,
-    ) -> LeaseMoves:
-        """Requeue or park each lease of ``page`` as the lease judge's ``rulings`` say, if it is
-        still as read (still leased, same project, owner, expiry and attempts: else
-        ``skipped``), each with the event its verdict would give; a park raises one
-        ``delivery_exhausted`` gate per episode; with outbox dispatch a requeue also starts a
-        new dispatch episode. A row that cannot be moved is named in ``failed`` and the rest
-        move. ``ValueError``, before anything moves, for a page naming a job twice or rulings
-        not of that page; :class:`MovesInterrupted` when the database goes away part-way."""
-        ...
-
     async def reap_leases(
         self,
         now: datetime,
@@ -336,14 +271,9 @@ class JobQueue(Protocol):
         ...
 
     async def count_expired_leases(
-        self,
-        now: datetime,
-        grace_seconds: int,
-        project_id: UUID | None = None,
-        after: tuple[datetime, UUID] | None = None,
+        self, now: datetime, grace_seconds: int, project_id: UUID | None = None
     ) -> int:
-        """How many leases are expired beyond the grace (after the page key ``after``, as
-        :meth:`expired_lease_page` orders them; None: all)."""
+        """How many leases are expired beyond the grace."""
         ...
 
     async def claimable_heads(

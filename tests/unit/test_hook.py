@@ -347,13 +347,13 @@ async def test_a_pass_that_spent_its_lease_budget_hands_the_next_turn_over_at_on
     env = {"REAPER_QUEUE__REAP__LEASE_REAP_BUDGET_SECONDS": "0.5"}
     h = Harness(shared=shared, holder="worker-1", **env)
     other = Harness(shared=shared, holder="worker-2", **env)
-    read = h.store.inner.expired_lease_page
+    read = h.store.inner._expired_batch
 
-    async def a_second_per_page(*args: Any, **kwargs: Any) -> Any:
-        h.monotonic += 1  # each page read takes a second by the injected clock
-        return await read(*args, **kwargs)
+    def a_second_per_batch(*args: Any, **kwargs: Any) -> Any:
+        h.monotonic += 1  # each batch read takes a second by the injected clock
+        return read(*args, **kwargs)
 
-    h.store.inner.expired_lease_page = a_second_per_page  # type: ignore[method-assign]
+    h.store.inner._expired_batch = a_second_per_batch  # type: ignore[method-assign]
     reaper, peer = h.reaper(), other.reaper()
 
     first = await reaper.run_if_due()

@@ -9,29 +9,27 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from reaper.core.canonical import canonical_json
-from reaper.core.domain import Action, Condition, Thresholds, Verdict
-from reaper.core.judge_leases import LeaseColumns, judge_lease_page
+from reaper.core.domain import Action, Condition, HeldLease, Thresholds, Verdict
+from reaper.core.judge_leases import judge_lease_page
 from reaper.jobqueue.port import LeaseReap
 from reaper.reap.lease_log import LeaseLog
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _page(first: int, size: int) -> LeaseColumns:
-    return LeaseColumns.of_rows(
-        [
-            (
-                UUID(int=first + n),
-                UUID(int=n % 3 + 1),
-                "build" if n % 2 else "mail",
-                None if n % 5 == 0 else f'worker-{n % 4} "quoted" \\ é\n',
-                NOW - timedelta(seconds=31 + n * 7.25),
-                7 if n % 4 == 0 else 2,
-                7,
-            )
-            for n in range(size)
-        ]
-    )
+def _page(first: int, size: int) -> list[HeldLease]:
+    return [
+        HeldLease(
+            UUID(int=first + n),
+            UUID(int=n % 3 + 1),
+            "build" if n % 2 else "mail",
+            None if n % 5 == 0 else f'worker-{n % 4} "quoted" \\ é\n',
+            NOW - timedelta(seconds=31 + n * 7.25),
+            7 if n % 4 == 0 else 2,
+            7,
+        )
+        for n in range(size)
+    ]
 
 
 def kept(verdicts: list[Verdict]) -> str:
@@ -45,7 +43,7 @@ def test_batches_come_back_as_the_verdicts_their_events_record() -> None:
     reap = LeaseReap()
     for first, size, recorded in ((1000, 9, True), (2000, 1, False), (3000, 12, True)):
         page = _page(first, size)
-        verdicts = list(judge_lease_page(page, Thresholds(), NOW).verdicts(page))
+        verdicts = judge_lease_page(page, Thresholds(), NOW)
         log.keep(kept(verdicts), recorded)
         reap.add([(v.project_id, v.action is Action.PARK, 1) for v in verdicts], None, None)  # type: ignore[misc]
         expected += [(replace(v, lease=None), recorded) for v in verdicts]
