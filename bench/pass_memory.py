@@ -16,7 +16,8 @@ number of expired leases than at the smallest.
 
 Then, in this process and with no database (``--lease-log-only``: that alone), what the
 spool saves: by tracemalloc, what the pass's lease log holds once ``--lease-log`` leases are
-judged and logged, spooled as it is, against the same pages and rulings kept in memory. It
+handed to it a batch at a time (each batch one text, as the store hands it), spooled as it is,
+against the same leases kept in memory as the verdicts the report builds. It
 comes last: it grows this process, and a child forked from it counts that memory as its own.
 """
 
