@@ -8,12 +8,11 @@ round times three things back to back:
 
 - **the pass**: the lease reap of one ``reaper reap`` pass (``reap_seeded`` of
   bench/lease_reap.py), with the CPU it cost PostgreSQL and this process;
-- **the floor**: the same moves with every batch's arguments built before the clock starts
-  (the pass's own ``_LeaseMoves.args``; the driver still encodes them as it sends them), then
-  each lane's transactions run as the pass runs them (``BEGIN``, ``lock_streams``,
-  ``move_leases``, ``COMMIT``), the lanes at once, batches of
-  :data:`~reaper.jobqueue.leases.LEASE_BATCH_SIZE`: what the moves cost were reading, judging,
-  building events and logging free;
+- **the floor**: the same statements with no Python between them: each lane's transactions
+  run as the pass runs them (``BEGIN``, ``pick_lease_batch``, ``reap_lease_batch``,
+  ``COMMIT``), the lanes at once, every batch of
+  :data:`~reaper.jobqueue.lease_reap.BATCH_MAX`, nothing sized by its time, nothing kept for
+  the report: what the moves cost were the pass's own Python free;
 - **the floor without the event's indexes** (``--bare-ledger``): the floor again on a copy whose
   ``event`` table keeps only its primary key, to show what the ledger's indexes cost the moves.
 
@@ -26,12 +25,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 
@@ -42,10 +40,7 @@ from _common import dsn_for, median, report_result, scratch_database
 from lease_reap import reap_seeded
 from peers import LIBRARIES, seed_template
 
-from reaper.core.domain import Dispatch, Thresholds
-from reaper.core.judge_leases import judge_lease_page
-from reaper.jobqueue.leases import LEASE_BATCH_SIZE, _Lanes, _LeaseMoves
-from reaper.jobqueue.postgres import PostgresStore
+from reaper.jobqueue.lease_reap import BATCH_MAX, FIRST_KEY, LANES, statement
 from reaper.jobqueue.sql import QUERIES
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -83,42 +78,31 @@ async def the_pass(dsn: str) -> dict[str, float]:
 
 
 async def the_floor(dsn: str) -> dict[str, float]:
-    """Every expired lease moved in the pass's lanes, each batch's arguments built beforehand."""
-    store = await PostgresStore.connect(dsn)
-    try:
-        now = (await store.database_facts()).now  # the database's clock, as a pass reads it
-        page = await store.expired_lease_page(now, 0, 10**9, None, None)
-        rulings = judge_lease_page(page, Thresholds(), now)
-        # the pass's own split into lanes (as many as the default pool allows)
-        split = _Lanes(
-            store.database, Dispatch.POLLING, Counter(page.project_ids[i] for i in rulings.rows)
-        )
-        split.add_page(page, rulings)
-    finally:
-        await store.close()
-    lanes = split.lanes
-    batches = [
-        [
-            (lane.projects[s:stop], lane.args(s, stop, now))
-            for s in range(0, len(lane), LEASE_BATCH_SIZE)
-            for stop in [min(s + LEASE_BATCH_SIZE, len(lane))]
-        ]
-        for lane in lanes
-    ]
-    conns = [await asyncpg.connect(dsn) for _ in lanes]
-    try:
-        for c in conns:  # parsed and planned once, as the pass's lanes do before their batches
-            await c.fetchrow(QUERIES["move_leases"], *_LeaseMoves().args(0, 0, now))
+    """Every expired lease moved by the pass's own statements in its lanes, batches of the
+    largest size, with no Python between them: no sizing, nothing kept for the report."""
+    conns = [await asyncpg.connect(dsn) for _ in range(LANES)]
+    now = await conns[0].fetchval(QUERIES["database_now"])  # the database's clock
+    reap = statement("reap_lease_batch")
+    choices = json.dumps(["retry", "cancel"])
 
-        async def run_lane(c: asyncpg.Connection, work: list[tuple[list[Any], list[Any]]]) -> None:
-            for projects, args in work:
-                async with c.transaction():
-                    await c.fetchval(QUERIES["lock_streams"], projects)
-                    await c.fetchrow(QUERIES["move_leases"], *args)
+    async def run_lane(c: asyncpg.Connection, lane: int) -> None:
+        after = FIRST_KEY
+        while True:
+            async with c.transaction():
+                await c.execute(QUERIES["walk_leased_expiry_index"])
+                picked = await c.fetchrow(
+                    QUERIES["pick_lease_batch"], now, 0, *after, None, lane, LANES, BATCH_MAX
+                )
+                if not picked["picked"]:
+                    return
+                key = (picked["last_expiry"], picked["last_id"])
+                await c.fetchrow(reap, now, 0, *after, picked["projects"], *key, choices)
+            after = key
 
+    try:
         before, python = postgres_cpu(), time.process_time()
         started = time.perf_counter()
-        await asyncio.gather(*(run_lane(c, w) for c, w in zip(conns, batches, strict=True)))
+        await asyncio.gather(*(run_lane(c, n) for n, c in enumerate(conns)))
         seconds = time.perf_counter() - started
         spent, python = postgres_cpu() - before, time.process_time() - python
         moved = await conns[0].fetchval("SELECT count(*) FROM event WHERE kind = 'QueueReaped'")
@@ -195,9 +179,9 @@ async def main() -> int:
         "us a lease"
     )
     print(
-        f"  the floor, every batch's arguments built beforehand: {floor_s:.3f} s "
+        f"  the floor, the same statements with no Python between them: {floor_s:.3f} s "
         f"({floor_s / pass_s:.2f} of the pass); CPU {med('floor', 'postgres_cpu'):.2f} s "
-        f"PostgreSQL, {med('floor', 'python_cpu'):.2f} s Python (the driver's encoding as it sends)"
+        f"PostgreSQL, {med('floor', 'python_cpu'):.2f} s Python"
     )
     result: dict[str, object] = {
         "expired": expired,

@@ -32,7 +32,6 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,14 +44,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import dsn_for, median, migrated, report_result, scratch_database
 
-import reaper.jobqueue.leases as lease_moves
+import reaper.jobqueue.lease_reap as lease_batches
 from reaper.config import Settings
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import Dispatch, Thresholds
-from reaper.core.judge_leases import judge_lease_page
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.lease_log import LeaseLog
-from reaper.reap.leases import LEASE_PAGE_SIZE, reap_leases
+from reaper.reap.leases import reap_leases
 from reaper.reap.run import run_pass
 from reaper.reap.sources import open_sources
 
@@ -62,10 +60,16 @@ from reaper.reap.sources import open_sources
 NOW = datetime.now(UTC).replace(microsecond=0)
 TARGET_OF_BARE = 0.3
 TARGET_OF_LOOP = 30.0
-JUDGE_SECONDS: list[float] = []
-#: Of each reaper run, the share of its time spent in the page moves (the move statements of
-#: both lanes, with their events, and building those events), as a fraction of the run.
+#: Of each reaper run, the share of its time its lanes spent inside their batches' transactions
+#: (each batch's two statements, its moves and their events, the database's work), per lane.
 MOVING_SHARE: list[float] = []
+
+EXPIRED_IDS = """
+SELECT id FROM job
+WHERE state = 'leased' AND lease_expires_at < $1
+ORDER BY lease_expires_at, id
+LIMIT $2
+"""
 
 SEED = """
 INSERT INTO job (id, project_id, kind, phase, state, run_after, attempts, max_attempts,
@@ -166,7 +170,7 @@ async def run_reaper(dsn: str, expired: int) -> tuple[float, int]:
         thresholds = Thresholds()
         await warm_reaper(store, thresholds)
         log = LeaseLog()
-        moving = timed(store, "move_lease_page")
+        moving = timed_batches()
         started = time.perf_counter()
         reaped = await reap_leases(
             store,
@@ -179,7 +183,8 @@ async def run_reaper(dsn: str, expired: int) -> tuple[float, int]:
             log=log,
         )
         elapsed = time.perf_counter() - started
-        MOVING_SHARE.append(sum(moving) / elapsed)
+        lease_batches._transaction = ORIGINAL_TRANSACTION
+        MOVING_SHARE.append(sum(moving) / elapsed / lease_batches.LANES)
         moved = sum(n for (_, _, _, recorded), n in log.tally.items() if recorded)
         events = await conn.fetchval("SELECT count(*) FROM event WHERE kind = 'QueueReaped'")
         assert moved == expired == events == len(log), (moved, expired, events)
@@ -206,17 +211,7 @@ async def reap_seeded(
     before its BEGIN to after its COMMIT) and the leases it moved (each with its event)."""
     settings = Settings.model_validate({"database": {"dsn": dsn}})
     conn = await asyncpg.connect(dsn)
-    batches: list[float] = []
-    original = lease_moves._move_leases
-
-    async def timed_batch(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return await original(*args, **kwargs)
-        finally:
-            batches.append(time.perf_counter() - started)
-
-    lease_moves._move_leases = timed_batch
+    batches = timed_batches()
     try:
         before = await conn.fetchval("SELECT count(*) FROM event WHERE kind = 'QueueReaped'")
         sources = await open_sources(settings, broker=False)
@@ -235,7 +230,7 @@ async def reap_seeded(
         assert not result.unreadable and not result.not_moved, result.problems()
         return elapsed, max(batches, default=0.0), int(after - before)
     finally:
-        lease_moves._move_leases = original
+        lease_batches._transaction = ORIGINAL_TRANSACTION
         await conn.close()
 
 
@@ -258,19 +253,37 @@ def timed(store: PostgresStore, name: str) -> list[float]:
 
 async def warm_reaper(store: PostgresStore, thresholds: Thresholds) -> None:
     """A long-lived reaper is warm: its pool's connections open, its statements prepared.
-    Warm it with a pass that moves nothing: every lease as read by a holder that does not
-    hold it, so each guard fails (no row written, no event, no page of an index the moves
-    write is read). The pure judge is timed here too, apart, over every expired lease."""
+    Warm it with a dry run of the whole reap (every expired lease ruled on, read only)."""
     await asyncio.gather(*(store.count_expired_leases(NOW, 0) for _ in range(4)))
-    page = await store.expired_lease_page(NOW, 0, LEASE_PAGE_SIZE)
-    strangers = replace(page, owners=("bench-warm-up",) * len(page))
-    rulings = judge_lease_page(strangers, thresholds, NOW)
-    outcome = await store.move_lease_page(strangers, rulings, NOW)
-    assert outcome.moved == 0 and len(outcome.skipped) == len(page)
-    every = await store.expired_lease_page(NOW, 0, 10**9)
-    started = time.perf_counter()
-    judge_lease_page(every, thresholds, NOW)
-    JUDGE_SECONDS.append((time.perf_counter() - started) / max(1, len(every)))
+    await reap_leases(
+        store,
+        thresholds,
+        NOW,
+        budget_seconds=3600,
+        project_id=None,
+        dispatch=Dispatch.POLLING,
+        write=False,
+        log=LeaseLog(),
+    )
+
+
+ORIGINAL_TRANSACTION = lease_batches._transaction
+
+
+def timed_batches() -> list[float]:
+    """Time every lease batch's transaction (from its BEGIN to its COMMIT) from now on, until
+    ``lease_batches._transaction`` is given back ORIGINAL_TRANSACTION."""
+    seconds: list[float] = []
+
+    async def timed_batch(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await ORIGINAL_TRANSACTION(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - started)
+
+    lease_batches._transaction = timed_batch  # type: ignore[assignment]
+    return seconds
 
 
 async def run_bare(dsn: str, expired: int) -> tuple[float, int]:
@@ -294,9 +307,9 @@ async def run_loop(dsn: str, expired: int) -> tuple[float, int]:
         await warm(conn)
         await store.count_expired_leases(NOW, 0)
         started = time.perf_counter()
-        leases = await store.expired_lease_page(NOW, 0, expired)
+        leases = await conn.fetch(EXPIRED_IDS, NOW, expired)
         moved = 0
-        for job_id in leases.job_ids:
+        for (job_id,) in leases:
             async with conn.transaction():
                 row = await conn.fetchrow(LOOP_READ, job_id, NOW)
                 if row is None:
@@ -444,13 +457,11 @@ async def main() -> int:
     print(f"this reaper (read + judge + move + event per lease):  {reaper:12,.0f} leases/s")
     print(f"bare set-based UPDATE (records nothing):              {bare:12,.0f} leases/s")
     print(f"one transaction per lease (read + update + event):    {loop:12,.0f} leases/s")
-    judge_rate = 1 / median(JUDGE_SECONDS)
-    print(f"  (of which the pure lease judge alone:                {judge_rate:12,.0f} leases/s)")
     moving_share = median(MOVING_SHARE)
     print(
-        f"  (of which moving the pages, both lanes' statements with their events: "
-        f"{moving_share:.0%};\n   were reading, judging and logging free, reaper / bare "
-        f"would be at most {of_bare / moving_share:.2f})"
+        f"  (of which inside the batches' transactions, per lane: {moving_share:.0%};\n"
+        f"   were the pass's own Python free, reaper / bare would be at most "
+        f"{of_bare / moving_share:.2f})"
     )
     spread = (min(of_bare_rounds), of_bare, max(of_bare_rounds))
     load = os.getloadavg()
@@ -484,7 +495,6 @@ async def main() -> int:
             "of_bare": round(of_bare, 2),
             "of_bare_min": round(spread[0], 2),
             "of_bare_max": round(spread[2], 2),
-            "judge_per_s": round(judge_rate),
             "moving_share": round(moving_share, 2),
             "of_bare_if_only_moving": round(of_bare / moving_share, 2),
             "load": [round(x, 2) for x in load],

@@ -16,7 +16,8 @@ number of expired leases than at the smallest.
 
 Then, in this process and with no database (``--lease-log-only``: that alone), what the
 spool saves: by tracemalloc, what the pass's lease log holds once ``--lease-log`` leases are
-judged and logged, spooled as it is, against the same pages and rulings kept in memory. It
+handed to it a batch at a time (each batch one text, as the store hands it), spooled as it is,
+against the same leases kept in memory as the verdicts the report builds. It
 comes last: it grows this process, and a child forked from it counts that memory as its own.
 """
 
@@ -32,7 +33,6 @@ import tempfile
 import time
 import tracemalloc
 import uuid
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote
 
@@ -45,10 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import dsn_for, migrated, report_result, scratch_database
 from broker_read import create_vhost, wait_for_statistics
 
-from reaper.core.domain import Thresholds
-from reaper.core.judge_leases import LeaseColumns, LeaseRulings, judge_lease_page
+from reaper.core.canonical import lease_payload
 from reaper.reap.lease_log import LeaseLog
-from reaper.reap.leases import LEASE_PAGE_SIZE
 
 TARGET_MB = 100.0
 
@@ -80,41 +78,45 @@ WHERE j.id = x.id
 """
 
 
-def lease_page(start: int, size: int, now: datetime) -> LeaseColumns:
-    """A page of expired leases as the store reads one: fresh objects in every row (1,000
-    projects, 50 holders, every 10th poison)."""
-    rows = [
-        (
-            uuid.uuid4(),
-            uuid.UUID(int=n % 1000 + 1),
-            "".join(("bui", "ld")),
-            f"worker-{n % 50}",
-            now - timedelta(seconds=1 + n % 3600),
-            7 if n % 10 == 0 else 1,
-            7,
+#: Leases a batch hands the lease log at most (the store's largest batch).
+BATCH = 1000
+
+
+def lease_batch(start: int, size: int) -> str:
+    """A batch as the store hands it to the lease log: each move's stream and canonical
+    payload (1,000 projects, 50 holders, every 10th poison), fresh text every time."""
+    moves = []
+    for n in range(start, start + size):
+        poison = n % 10 == 0
+        past = 1 + n % 3600 + 0.25
+        detail = f'lease of build job held by "worker-{n % 50}" expired {past}s ago ' + (
+            "with 7 of 7 attempts spent: park" if poison else "past the grace of 0s: requeue"
         )
-        for n in range(start, start + size)
-    ]
-    return LeaseColumns.of_rows(rows)
+        payload = lease_payload(
+            str(uuid.uuid4()),
+            "poison" if poison else "lease_expired",
+            "park" if poison else "requeue",
+            7 if poison else past,
+            7 if poison else 0,
+            "attempts" if poison else "seconds",
+            detail,
+        )
+        moves.append(f"{uuid.UUID(int=n % 1000 + 1)}{payload}")
+    return "\x1e".join(moves)
 
 
 def lease_log_held(leases: int, spooled: bool) -> tuple[float, float]:
-    """What a pass's lease verdicts hold (MB, by tracemalloc) once ``leases`` are judged and
-    logged a page at a time, spooled (the :class:`LeaseLog`) or kept in memory; and the peak."""
-    now = datetime.now(UTC)
+    """What a pass's lease verdicts hold (MB, by tracemalloc) once ``leases`` are handed to the
+    log a batch at a time, spooled (the :class:`LeaseLog`) or kept in memory as verdicts (the
+    log read back whole); and the peak."""
     tracemalloc.start()
     log = LeaseLog()
-    kept: list[tuple[LeaseColumns, LeaseRulings, tuple[bool, ...]]] = []
-    for start in range(0, leases, LEASE_PAGE_SIZE):
-        page = lease_page(start, min(LEASE_PAGE_SIZE, leases - start), now)
-        rulings = judge_lease_page(page, Thresholds(), now)
-        if spooled:
-            log.add(page, rulings, set(page.job_ids))
-        else:
-            kept.append((page, rulings, (True,) * len(rulings)))
-        del page, rulings  # what is held after the last page is what the log keeps
+    for start in range(0, leases, BATCH):
+        log.keep(lease_batch(start, min(BATCH, leases - start)), True)
+    kept = [] if spooled else list(log)
     held, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
+    del kept
     log.close()
     return held / 1e6, peak / 1e6
 

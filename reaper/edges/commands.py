@@ -19,7 +19,7 @@ from typing import Final
 from uuid import UUID
 
 from reaper.config import LoadedConfig
-from reaper.core.domain import Dispatch
+from reaper.core.domain import Dispatch, Source
 from reaper.demo.run import DemoPass, Said, run_demo
 from reaper.edges import colour
 from reaper.edges.gate_board import clear_notes, read_board
@@ -129,7 +129,7 @@ def decisions(result: PassResult) -> list[str]:
     lines: list[str] = []
     for r in result.verdicts:
         v = r.verdict
-        if v.lease is not None and v.condition in LEASE_CONDITIONS:
+        if v.source is Source.JOB_QUEUE and v.condition in LEASE_CONDITIONS:
             moves[f"{v.action.value} {v.condition.value}"] += 1
         else:
             lines.append(f"{v.condition.value} {where(v, wide=True)}: {v.action.value}")

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from reaper.core.cluster import node_summary
-from reaper.core.domain import Action
+from reaper.core.domain import Action, Source
 from reaper.edges.report_findings import finding_lines
 from reaper.edges.report_json import render_json, to_json, verdict_json, write_json
 from reaper.edges.report_moves import LISTED_MOVES, LeaseMoves, acted_lines, raised_since
@@ -146,7 +146,7 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
         if not result.dry_run and not r.applied:
             not_done += 1  # named under NOT OK, or left alone (a note says why)
             continue
-        if r.verdict.lease is not None and r.verdict.condition in LEASE_CONDITIONS:
+        if r.verdict.source is Source.JOB_QUEUE and r.verdict.condition in LEASE_CONDITIONS:
             moves.add(r)
         else:
             acted.append(r)

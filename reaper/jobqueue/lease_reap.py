@@ -16,9 +16,8 @@ import asyncio
 import contextlib
 import json
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 from uuid import UUID
@@ -30,13 +29,15 @@ from reaper.jobqueue.database import (
     Connection,
     Database,
     PostgresError,
+    Record,
     is_row_failure,
     is_transient,
 )
+from reaper.jobqueue.port import KeepMoves, LeaseReap, LeaseReapInterrupted
 from reaper.jobqueue.rules import DELIVERY_EXHAUSTED_CHOICES
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["LeaseReap", "lease_rulings", "reap_lease_lanes", "statement"]
+__all__ = ["lease_rulings", "reap_leases", "statement"]
 
 #: The most and the fewest leases a batch takes, and how long its transaction should hold its
 #: row locks: the next batch of a lane is sized from how long the last one took, to end in
@@ -44,6 +45,8 @@ __all__ = ["LeaseReap", "lease_rulings", "reap_lease_lanes", "statement"]
 BATCH_MAX: Final = 1000
 BATCH_MIN: Final = 100
 BATCH_SECONDS: Final = 0.04
+#: A lane's first batch, until the next ones are sized by its time.
+BATCH_FIRST: Final = 500
 
 #: Lanes one pass's batches run in at once, each on its own pooled connection (at most the
 #: pool's size): two keep both of a small machine's cores busy.
@@ -61,40 +64,13 @@ FIRST_KEY: Final = (datetime(1, 1, 1, tzinfo=UTC), UUID(int=0))
 def statement(name: str, dispatch: Dispatch = Dispatch.POLLING) -> str:
     """The text of ``name`` in ``sql/lease_reap.sql``, its ruling spliced in (and, for
     ``reap_lease_batch`` with outbox dispatch, the outbox parts)."""
-    text = QUERIES[name].replace("{lease_ruling}", QUERIES["lease_ruling"])
+    rulings = QUERIES["lease_rulings"].rstrip(";")
+    text = QUERIES[name].replace("{lease_rulings}", rulings)
+    text = text.replace("{lease_ruling}", QUERIES["lease_ruling"])
     outbox = dispatch is Dispatch.OUTBOX
     for part in ("bump", "returning", "rows"):
         text = text.replace(f"/*outbox:{part}*/", QUERIES[f"lease_outbox_{part}"] if outbox else "")
     return text
-
-
-@dataclass
-class LeaseReap:
-    """What a lease reap did: moves per (project, poison), the oldest and newest expiry moved,
-    the rows named instead of moved, the leases whose commit got no answer, and (a dry run)
-    the same counts of what it would have done."""
-
-    moves: Counter[tuple[UUID, bool]] = field(default_factory=Counter)
-    oldest: datetime | None = None
-    newest: datetime | None = None
-    failed: list[tuple[UUID, str]] = field(default_factory=list)
-    unknown: int = 0
-    #: Where every lane stopped (the budget spent): its last key, for counting what is left.
-    stopped: list[tuple[int, tuple[datetime, UUID]]] = field(default_factory=list)
-
-    @property
-    def moved(self) -> int:
-        return sum(self.moves.values())
-
-    def add(self, projects: list[UUID], parks: list[bool], moves: list[int]) -> None:
-        for project, poison, n in zip(projects, parks, moves, strict=True):
-            self.moves[(project, poison)] += n
-
-    def span(self, oldest: datetime | None, newest: datetime | None) -> None:
-        if oldest is not None:
-            self.oldest = oldest if self.oldest is None else min(self.oldest, oldest)
-        if newest is not None:
-            self.newest = newest if self.newest is None else max(self.newest, newest)
 
 
 @dataclass(frozen=True)
@@ -105,6 +81,8 @@ class _Lane:
     lane: int
     lanes: int
     dispatch: Dispatch
+    write: bool
+    keep: KeepMoves
 
     def pick_args(self, after: tuple[datetime, UUID], size: int) -> list[object]:
         return [self.now, self.grace, *after, self.project_id, self.lane, self.lanes, size]
@@ -129,7 +107,7 @@ async def lease_rulings(
 ) -> list[tuple[UUID, UUID, datetime, bool, str, str, str, str]]:
     """The rulings a batch would give the next ``size`` expired leases after ``after``, read
     only: (job, project, expiry, poison, payload, digest, gate identity, gate prompt) each."""
-    lane = _Lane(now, grace, project_id, 0, 1, Dispatch.POLLING)
+    lane = _Lane(now, grace, project_id, 0, 1, Dispatch.POLLING, False, _keep_nothing)
     async with db.session("reading expired leases") as conn, conn.transaction(readonly=True):
         await conn.execute(QUERIES["walk_leased_expiry_index"])
         args = lane.pick_args(after or FIRST_KEY, size)
@@ -137,27 +115,35 @@ async def lease_rulings(
     return [tuple(r) for r in rows]
 
 
-async def reap_lease_lanes(
+def _keep_nothing(_recorded: str, _written: bool) -> None:
+    pass
+
+
+async def reap_leases(
     db: Database,
     now: datetime,
-    grace: int,
+    grace_seconds: int,
     *,
     project_id: UUID | None,
     dispatch: Dispatch,
+    write: bool,
     deadline: float,
+    keep: KeepMoves,
     monotonic: Callable[[], float] = time.monotonic,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> LeaseReap:
-    """Reap every expired lease past ``grace`` in batches on :data:`LANES` lanes at once,
-    until none is left or ``deadline`` (by ``monotonic``) has passed; lanes stopped by the
-    deadline are in ``stopped``. :class:`StoreUnavailable` when the database goes away, with
-    what had committed by then in its ``reap``."""
+    """:meth:`~reaper.jobqueue.port.JobQueue.reap_leases`: batches on :data:`LANES` lanes at
+    once (one for one project), until none is left, ``deadline`` has passed or ``stopping()``
+    (asked after each batch: the batch in flight commits or rolls back first)."""
     count = max(1, min(LANES, db.pool_size)) if project_id is None else 1
     reap = LeaseReap()
-    lanes = [_Lane(now, grace, project_id, n, count, dispatch) for n in range(count)]
+    lanes = [
+        _Lane(now, grace_seconds, project_id, n, count, dispatch, write, keep) for n in range(count)
+    ]
     try:
-        async with db.seam("moving expired leases"):
+        async with db.seam("reaping expired leases" if write else "ruling on expired leases"):
             done = await asyncio.gather(
-                *(_reap_lane(db, lane, reap, deadline, monotonic) for lane in lanes),
+                *(_reap_lane(db, lane, reap, deadline, monotonic, stopping) for lane in lanes),
                 return_exceptions=True,
             )
             for result in done:
@@ -166,8 +152,8 @@ async def reap_lease_lanes(
                 if isinstance(result, BaseException):
                     raise result
     except StoreUnavailable as exc:
-        exc.reap = reap  # type: ignore[attr-defined]
-        raise
+        # The batches that committed stay moved, each with its event: the pass reports them.
+        raise LeaseReapInterrupted(exc.reason, reap) from None
     return reap
 
 
@@ -180,19 +166,23 @@ def next_batch_size(size: int, seconds: float) -> int:
 
 
 async def _reap_lane(
-    db: Database, lane: _Lane, reap: LeaseReap, deadline: float, monotonic: Callable[[], float]
+    db: Database,
+    lane: _Lane,
+    reap: LeaseReap,
+    deadline: float,
+    monotonic: Callable[[], float],
+    stopping: Callable[[], bool],
 ) -> None:
+    """A lane's batches, one after another, each at least one lease past the last; a batch a
+    row spoils is halved until that row is alone, named, and stepped over."""
     after = FIRST_KEY
-    size = BATCH_MAX // 2  # until paced
+    size = BATCH_FIRST
     cut = 0  # how many times the batch at `after` was halved for a row that spoils it
     async with db.connection() as conn:
         while True:
-            if monotonic() >= deadline:
-                reap.stopped.append((lane.lane, after))
-                return
             began = time.monotonic()
             try:
-                key = await _batch(conn, lane, after, size >> cut, reap)
+                key = await _batch(conn, lane, after, max(1, size >> cut), reap)
             except _CommitUnknown as exc:
                 reap.unknown += exc.leases
                 raise
@@ -203,6 +193,8 @@ async def _reap_lane(
                     cut += 1
                     continue
                 failed, key = await _bad_row(conn, lane, after)
+                if key is None:  # no expired lease is left after it (a reaper moved it)
+                    return
                 reap.failed.append((failed, db.row_reason(exc)))
             else:
                 if key is None:
@@ -211,15 +203,20 @@ async def _reap_lane(
                     size = next_batch_size(size, time.monotonic() - began)
             cut = max(0, cut - 1)
             after = key
+            if monotonic() >= deadline or stopping():
+                reap.stopped = True
+                return
 
 
 async def _bad_row(
     conn: Connection, lane: _Lane, after: tuple[datetime, UUID]
-) -> tuple[UUID, tuple[datetime, UUID]]:
-    """The lease a batch of one after ``after`` failed on: its job and its key."""
-    async with conn.transaction():
-        row = await conn.fetchrow(QUERIES["pick_lease_batch"], *lane.pick_args(after, 1))
-    return row["last_id"], (row["last_expiry"], row["last_id"])
+) -> tuple[UUID, tuple[datetime, UUID] | None]:
+    """The lease a batch of one after ``after`` failed on, read without a lock (a role that may
+    not lock may read): its job and its key (None: it is no longer there)."""
+    row = await conn.fetchrow(statement("lease_rulings"), *lane.pick_args(after, 1))
+    if row is None:
+        return UUID(int=0), None
+    return row["id"], (row["lease_expires_at"], row["id"])
 
 
 async def _batch(
@@ -239,6 +236,8 @@ async def _batch(
 async def _transaction(
     conn: Connection, lane: _Lane, after: tuple[datetime, UUID], size: int, reap: LeaseReap
 ) -> tuple[datetime, UUID] | None:
+    if not lane.write:
+        return await _dry_run(conn, lane, after, size, reap)
     transaction = conn.transaction()
     await transaction.start()
     try:
@@ -272,6 +271,27 @@ async def _transaction(
         raise  # the server answered: the transaction did not commit
     except Exception as exc:
         raise _CommitUnknown(picked["picked"], exc) from exc
-    reap.add(row["projects"] or [], row["parks"] or [], row["moves"] or [])
-    reap.span(row["oldest"], row["newest"])
+    _tally(reap, row)
+    if row["recorded"]:
+        lane.keep(row["recorded"], True)
     return key
+
+
+def _tally(reap: LeaseReap, row: Record) -> None:
+    moves = zip(row["projects"] or (), row["parks"] or (), row["moves"] or (), strict=True)
+    reap.add(list(moves), row["oldest"], row["newest"])
+
+
+async def _dry_run(
+    conn: Connection, lane: _Lane, after: tuple[datetime, UUID], size: int, reap: LeaseReap
+) -> tuple[datetime, UUID] | None:
+    """A dry run's batch: the same rulings, read only, nothing locked."""
+    async with conn.transaction(readonly=True):
+        await conn.execute(QUERIES["walk_leased_expiry_index"])  # this transaction only
+        row = await conn.fetchrow(statement("lease_rulings_page"), *lane.pick_args(after, size))
+    if row["last_id"] is None:
+        return None
+    _tally(reap, row)
+    if row["recorded"]:
+        lane.keep(row["recorded"], False)
+    return row["last_expiry"], row["last_id"]

@@ -9,7 +9,8 @@ a driver. Every method returns a named, typed result; a failure of the database 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -25,7 +26,6 @@ from reaper.core.domain import (
     UnsentDispatch,
     Verdict,
 )
-from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.core.observation import Observation
 from reaper.core.records import Gate, LedgerEvent
 from reaper.errors import StoreUnavailable
@@ -36,8 +36,8 @@ __all__ = [
     "EventFilter",
     "GateCount",
     "JobQueue",
-    "LeaseMoves",
-    "MovesInterrupted",
+    "LeaseReap",
+    "LeaseReapInterrupted",
     "ParkRules",
     "ParkedDeadLetter",
     "SightingsRecorded",
@@ -45,36 +45,42 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class LeaseMoves:
-    """What became of each ruling given to :meth:`JobQueue.move_lease_page`."""
+#: Where a lease reap hands each batch's moves (a dry run: its rulings), and whether recorded:
+#: each move's stream (36 characters) and event payload, between U+001E separators.
+KeepMoves = Callable[[str, bool], None]
+Moment = datetime | None
 
-    #: Moved back to ready (lease cleared, ``run_after`` = now), each with its event.
-    requeued: tuple[UUID, ...] = ()
-    #: Parked awaiting a human, one attempt refunded, a gate raised, each with its event.
-    parked: tuple[UUID, ...] = ()
-    #: Left alone: the row changed since it was read (finished, re-leased, extended, moved
-    #: by another reaper) or another reaper holds it right now.
-    skipped: tuple[UUID, ...] = ()
-    #: Rows that could not be moved, each with the reason; the others were moved.
-    failed: tuple[tuple[UUID, str], ...] = ()
-    #: Moves whose outcome cannot be known: the database went away while their transaction
-    #: was committing. Each is either moved with its event or not moved at all; the next pass
-    #: finds out (a moved one is no longer an expired lease).
-    unknown: tuple[UUID, ...] = ()
+
+@dataclass
+class LeaseReap:
+    """What a lease reap did (a dry run: would do): moves per (project, poison), the oldest and
+    newest expiry moved, the leases named instead of moved (and why), the leases whose commit
+    got no answer, and whether the time budget stopped it."""
+
+    moves: Counter[tuple[UUID, bool]] = field(default_factory=Counter)
+    oldest: datetime | None = None
+    newest: datetime | None = None
+    failed: list[tuple[UUID, str]] = field(default_factory=list)
+    unknown: int = 0
+    stopped: bool = False
 
     @property
     def moved(self) -> int:
-        return len(self.requeued) + len(self.parked)
+        return sum(self.moves.values())
+
+    def add(self, moves: Iterable[tuple[UUID, bool, int]], oldest: Moment, newest: Moment) -> None:
+        for project, poison, n in moves:
+            self.moves[(project, poison)] += n
+        self.oldest = min(filter(None, (self.oldest, oldest)), default=None)
+        self.newest = max(filter(None, (self.newest, newest)), default=None)
 
 
-class MovesInterrupted(StoreUnavailable):
-    """The database went away in the middle of the lease moves; ``moves`` says what had been
-    committed by then (each with its event) and what is unknown."""
+class LeaseReapInterrupted(StoreUnavailable):
+    """The database went away in the middle of a lease reap; ``reap`` is what had committed."""
 
-    def __init__(self, reason: str, moves: LeaseMoves) -> None:
+    def __init__(self, reason: str, reap: LeaseReap) -> None:
         super().__init__(reason)
-        self.moves = moves
+        self.reap = reap
 
 
 @dataclass(frozen=True)
@@ -244,45 +250,32 @@ class JobQueue(Protocol):
         episode (outbox dispatch only)."""
         ...
 
-    async def expired_lease_page(
+    async def reap_leases(
         self,
         now: datetime,
         grace_seconds: int,
-        size: int,
-        after: tuple[datetime, UUID] | None = None,
-        project_id: UUID | None = None,
-    ) -> LeaseColumns:
-        """Leased jobs past ``lease_expires_at + grace``, oldest first (by expiry, then job id),
-        at most ``size``, after the key ``after`` (the previous page's last expiry and job id;
-        None: the first page), as columns."""
-        ...
-
-    async def move_lease_page(
-        self,
-        page: LeaseColumns,
-        rulings: LeaseRulings,
-        now: datetime,
         *,
-        dispatch: Dispatch = Dispatch.POLLING,
-    ) -> LeaseMoves:
-        """Requeue or park each lease of ``page`` as the lease judge's ``rulings`` say, if it is
-        still as read (still leased, same project, owner, expiry and attempts: else
-        ``skipped``), each with the event its verdict would give; a park raises one
-        ``delivery_exhausted`` gate per episode; with outbox dispatch a requeue also starts a
-        new dispatch episode. A row that cannot be moved is named in ``failed`` and the rest
-        move. ``ValueError``, before anything moves, for a page naming a job twice or rulings
-        not of that page; :class:`MovesInterrupted` when the database goes away part-way."""
+        project_id: UUID | None,
+        dispatch: Dispatch,
+        write: bool,
+        deadline: float,
+        keep: KeepMoves,
+        monotonic: Callable[[], float],
+        stopping: Callable[[], bool] = ...,
+    ) -> LeaseReap:
+        """Rule on every lease expired past the grace as the lease judge rules, oldest first,
+        and (``write``) requeue or park each with its event; a park refunds an attempt and
+        raises one ``delivery_exhausted`` gate per episode; with outbox dispatch a requeue
+        starts a dispatch episode. A dry run rules the same and writes nothing. Each batch goes
+        to ``keep``; ``stopped`` once ``deadline`` (by ``monotonic``) passed or ``stopping()``
+        (asked after each batch). A row that cannot
+        move is named in ``failed``; :class:`LeaseReapInterrupted` when the database goes."""
         ...
 
     async def count_expired_leases(
-        self,
-        now: datetime,
-        grace_seconds: int,
-        project_id: UUID | None = None,
-        after: tuple[datetime, UUID] | None = None,
+        self, now: datetime, grace_seconds: int, project_id: UUID | None = None
     ) -> int:
-        """How many leases are expired beyond the grace (after the page key ``after``, as
-        :meth:`expired_lease_page` orders them; None: all)."""
+        """How many leases are expired beyond the grace."""
         ...
 
     async def claimable_heads(

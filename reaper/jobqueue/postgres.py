@@ -14,13 +14,21 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from reaper.core.domain import ClaimableHead, Dispatch, UnsentDispatch
-from reaper.core.judge_leases import LeaseColumns, LeaseRulings
-from reaper.jobqueue import dead_letters, gates, leases, ledger, quiet_marks, sightings, turns
+from reaper.core.domain import ClaimableHead, UnsentDispatch
+from reaper.jobqueue import (
+    dead_letters,
+    gates,
+    lease_reap,
+    leases,
+    ledger,
+    quiet_marks,
+    sightings,
+    turns,
+)
 from reaper.jobqueue import observations as watched
 from reaper.jobqueue.bound import OnDatabase
 from reaper.jobqueue.database import ConnectionFactory, Database, WorkerPool
-from reaper.jobqueue.port import DatabaseFacts, LeaseMoves
+from reaper.jobqueue.port import DatabaseFacts
 from reaper.jobqueue.sql import QUERIES
 
 __all__ = ["PostgresStore"]
@@ -89,38 +97,9 @@ class PostgresStore:
 
     # ----------------------------------------------------------------------- leases
 
-    async def expired_lease_page(
-        self,
-        now: datetime,
-        grace_seconds: int,
-        size: int,
-        after: tuple[datetime, UUID] | None = None,
-        project_id: UUID | None = None,
-    ) -> LeaseColumns:
-        return await leases.expired_lease_page(
-            self.database, now, grace_seconds, size, after, project_id
-        )
+    reap_leases = OnDatabase(lease_reap.reap_leases)
 
-    async def move_lease_page(
-        self,
-        page: LeaseColumns,
-        rulings: LeaseRulings,
-        now: datetime,
-        *,
-        dispatch: Dispatch = Dispatch.POLLING,
-    ) -> LeaseMoves:
-        return await leases.move_lease_page(self.database, page, rulings, now, dispatch)
-
-    async def count_expired_leases(
-        self,
-        now: datetime,
-        grace_seconds: int,
-        project_id: UUID | None = None,
-        after: tuple[datetime, UUID] | None = None,
-    ) -> int:
-        return await leases.count_expired_leases(
-            self.database, now, grace_seconds, project_id, after
-        )
+    count_expired_leases = OnDatabase(leases.count_expired_leases)
 
     async def claimable_heads(
         self, now: datetime, known_phases: frozenset[str], project_id: UUID | None = None

@@ -1,19 +1,16 @@
 """What any job-queue store writes when a pass parks, whichever store it is: the gate a park
-raises, its identity and its answers, a dead letter's key, a lease page a move can trust. Shared
+raises, its identity and its answers, a dead letter's key. Shared
 by :class:`~reaper.jobqueue.postgres.PostgresStore` and
 :class:`~reaper.testing.memory.MemoryJobQueue`, so the two cannot drift apart; what an answer
 does is the desk's (:mod:`reaper.desk.rules`). Pure."""
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import UTC
-from operator import ge
 from typing import Final
 
 from reaper.core.canonical import quote_owner
 from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, HeldLease
-from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.core.moments import utc
 
 __all__ = [
@@ -21,7 +18,6 @@ __all__ = [
     "DELIVERY_CANCEL",
     "DELIVERY_EXHAUSTED_CHOICES",
     "DELIVERY_RETRY",
-    "check_lease_page",
     "dead_letter_key",
     "park_identity",
     "park_prompt",
@@ -37,21 +33,6 @@ DEAD_LETTER_KEY_PREFIX: Final = "dead_letter:"
 def dead_letter_key(identity: str) -> str:
     """The job idempotency key and gate identity of the dead letter ``identity``."""
     return DEAD_LETTER_KEY_PREFIX + identity
-
-
-def check_lease_page(page: LeaseColumns, rulings: LeaseRulings) -> None:
-    """``ValueError`` for a page a move cannot trust: one naming a job twice (a page read by
-    its key never does, and which of the two leases would a move guard on?), or rulings that
-    are not this page's (a row outside it, or rows out of order)."""
-    if len(set(page.job_ids)) < len(page):
-        [twice] = [job for job, n in Counter(page.job_ids).most_common(1)]
-        raise ValueError(f"not a lease page: job {twice} is in it twice; nothing was moved")
-    rows = rulings.rows
-    if rows and (rows[0] < 0 or rows[-1] >= len(page) or any(map(ge, rows, rows[1:]))):
-        raise ValueError(
-            f"not this page's rulings: rows {rows[0]}..{rows[-1]} of a page of {len(page)}, "
-            "or out of order; nothing was moved"
-        )
 
 
 def park_identity(lease: HeldLease) -> str:

@@ -13,7 +13,7 @@ dispatches through an outbox (its tables: :mod:`reaper.testing.memory_records`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from uuid import UUID, uuid4
@@ -28,19 +28,16 @@ from reaper.core.domain import (
     GATE_DELIVERY_EXHAUSTED,
     ClaimableHead,
     DeadLetter,
-    Dispatch,
     SightingKey,
     Source,
     UnsentDispatch,
     Verdict,
 )
-from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.core.observation import Observation
 from reaper.core.storable import payload_from_storage
 from reaper.jobqueue.port import (
     DatabaseFacts,
     DeadLetterParks,
-    LeaseMoves,
     ParkedDeadLetter,
     ParkRules,
     SightingsRecorded,
@@ -48,17 +45,15 @@ from reaper.jobqueue.port import (
 )
 from reaper.jobqueue.rules import (
     DELIVERY_EXHAUSTED_CHOICES,
-    check_lease_page,
     dead_letter_key,
-    park_identity,
-    park_prompt,
 )
-from reaper.testing.memory_records import JobRow, OutboxRow, Records
+from reaper.testing.memory_leases import LeaseReaps
+from reaper.testing.memory_records import JobRow, OutboxRow
 
 __all__ = ["JobRow", "MemoryJobQueue", "OutboxRow"]
 
 
-class MemoryJobQueue(Records):
+class MemoryJobQueue(LeaseReaps):
     """The :class:`~reaper.jobqueue.port.JobQueue` port, in memory."""
 
     async def database_facts(self) -> DatabaseFacts:
@@ -121,95 +116,6 @@ class MemoryJobQueue(Records):
             ):
                 oldest[job.project_id] = found
         return [oldest[p] for p in sorted(oldest, key=str)]
-
-    # ----------------------------------------------------------------------- leases
-
-    async def expired_lease_page(
-        self,
-        now: datetime,
-        grace_seconds: int,
-        size: int,
-        after: tuple[datetime, UUID] | None = None,
-        project_id: UUID | None = None,
-    ) -> LeaseColumns:
-        found = sorted(self._expired(now, grace_seconds, project_id), key=lambda x: x[:2])
-        rows = [
-            (j.id, j.project_id, j.kind, j.lease_owner, expiry, j.attempts, j.max_attempts)
-            for expiry, _, j in found
-            if after is None or (expiry, str(j.id)) > (after[0], str(after[1]))
-        ]
-        return LeaseColumns.of_rows(rows[:size])
-
-    async def move_lease_page(
-        self,
-        page: LeaseColumns,
-        rulings: LeaseRulings,
-        now: datetime,
-        *,
-        dispatch: Dispatch = Dispatch.POLLING,
-    ) -> LeaseMoves:
-        check_lease_page(page, rulings)
-        self._open()
-        requeued: list[UUID] = []
-        parked: list[UUID] = []
-        skipped: list[UUID] = []
-        failed: list[tuple[UUID, str]] = []
-        for k, i in enumerate(rulings.rows):
-            lease = page.lease(i)
-            job = self.jobs.get(lease.job_id)
-            if job is None or not job.still_as_read(lease, now):
-                skipped.append(lease.job_id)
-                continue
-            refused = self.refused_moves.get(lease.job_id)
-            if refused is not None:
-                failed.append((lease.job_id, refused))
-                continue
-            job.lease_owner = job.lease_expires_at = None
-            job.updated_at = now
-            if rulings.poison[k]:
-                job.state, job.attempts = "awaiting_human", max(job.attempts - 1, 0)
-                self._raise_gate(
-                    job,
-                    GATE_DELIVERY_EXHAUSTED,
-                    park_prompt(lease),
-                    DELIVERY_EXHAUSTED_CHOICES,
-                    park_identity(lease),
-                    now,
-                )
-                parked.append(lease.job_id)
-            else:
-                job.state, job.run_after = "ready", now
-                if dispatch is Dispatch.OUTBOX:
-                    self._dispatch(job, now)
-                requeued.append(lease.job_id)
-            self._append(lease.project_id, rulings.verdict(page, k).payload(), True, now)
-        return LeaseMoves(tuple(requeued), tuple(parked), tuple(skipped), tuple(failed))
-
-    async def count_expired_leases(
-        self,
-        now: datetime,
-        grace_seconds: int,
-        project_id: UUID | None = None,
-        after: tuple[datetime, UUID] | None = None,
-    ) -> int:
-        return sum(
-            1
-            for expiry, job_id, _ in self._expired(now, grace_seconds, project_id)
-            if after is None or (expiry, job_id) > (after[0], str(after[1]))
-        )
-
-    def _expired(
-        self, now: datetime, grace_seconds: int, project_id: UUID | None
-    ) -> Iterable[tuple[datetime, str, JobRow]]:
-        """``(expiry, id, job)`` of every lease expired beyond the grace."""
-        cutoff = now - timedelta(seconds=grace_seconds)
-        self._open()
-        for j in self.jobs.values():
-            expiry = j.lease_expires_at
-            if j.state != "leased" or expiry is None or not expiry < cutoff:
-                continue
-            if project_id is None or j.project_id == project_id:
-                yield expiry, str(j.id), j
 
     async def claimable_heads(
         self, now: datetime, known_phases: frozenset[str], project_id: UUID | None = None

@@ -22,17 +22,16 @@ from reaper.core.domain import (
     Action,
     Condition,
     DeadLetter,
-    HeldLease,
     Source,
     Thresholds,
     Unit,
     Verdict,
 )
-from reaper.core.judge_leases import LeaseColumns, judge_lease_page
+from reaper.core.judge_leases import judge_lease_page
 from reaper.errors import GateError
-from reaper.jobqueue.port import LeaseMoves, ParkedDeadLetter, ParkRules
+from reaper.jobqueue.port import ParkedDeadLetter, ParkRules
 from tests.contract.conftest import Subject
-from tests.support.store import NOW, Job, judged_page, leased, reap_page
+from tests.support.store import NOW, Job, Reaped, lease_of, leased, reap_page
 
 pytestmark = pytest.mark.postgres
 
@@ -76,7 +75,7 @@ def dead_letter(message_id: str, queue: str = "vibey.jobs.dead") -> DeadLetter:
 # --------------------------------------------------------------------------- leases
 
 
-async def test_expired_leases_past_the_grace_oldest_first_bounded(subject: Subject) -> None:
+async def test_expired_leases_past_the_grace_are_counted_and_reaped(subject: Subject) -> None:
     project, other = uuid.uuid4(), uuid.uuid4()
     old = leased(project, expired_seconds_ago=300)
     recent = leased(project, expired_seconds_ago=30)
@@ -85,29 +84,16 @@ async def test_expired_leases_past_the_grace_oldest_first_bounded(subject: Subje
     await subject.add(old, recent, live, elsewhere)
     store = subject.store
 
-    assert list((await store.expired_lease_page(NOW, 0, 10)).job_ids) == [
-        elsewhere.id,
-        old.id,
-        recent.id,
-    ]
-    assert list((await store.expired_lease_page(NOW, 60, 10)).job_ids) == [elsewhere.id, old.id]
-    assert list((await store.expired_lease_page(NOW, 0, 1)).job_ids) == [elsewhere.id]
-    assert list((await store.expired_lease_page(NOW, 0, 10, None, project)).job_ids) == [
-        old.id,
-        recent.id,
-    ]
-    assert (await store.expired_lease_page(NOW, 0, 1)).lease(0) == HeldLease(
-        elsewhere.id, other, "build", "worker-1", NOW - timedelta(seconds=600), 1, 7
-    )
     assert await store.count_expired_leases(NOW, 0) == 3
+    assert await store.count_expired_leases(NOW, 60) == 2
     assert await store.count_expired_leases(NOW, 60, other) == 1
-    # what a pass whose budget was spent left: those after the last page's key
-    first = await store.expired_lease_page(NOW, 0, 1)
-    assert await store.count_expired_leases(NOW, 0, None, first.last_key()) == 2
-    second = await store.expired_lease_page(NOW, 0, 1, first.last_key())
-    assert await store.count_expired_leases(NOW, 0, None, second.last_key()) == 1
-    assert await store.count_expired_leases(NOW, 0, project, second.last_key()) == 1
-    assert await store.count_expired_leases(NOW, 0, other, first.last_key()) == 0
+    # one project's alone, past a grace of a minute: the recent lease is left
+    assert await reap_page(store, project_id=project, grace=60) == Reaped(
+        parked=(), requeued=(old.id,)
+    )
+    assert await store.count_expired_leases(NOW, 0) == 2
+    assert await reap_page(store) == Reaped(requeued=tuple(sorted((elsewhere.id, recent.id))))
+    assert (await subject.row(live.id)).state == "leased"
 
 
 async def test_claimable_heads_are_the_oldest_claimable_job_of_each_project(
@@ -151,13 +137,7 @@ async def test_a_requeue_and_a_park_each_commit_with_one_event(subject: Subject)
 
     moves = await reap_page(store)
 
-    assert (moves.requeued, moves.parked, moves.skipped, moves.failed, moves.unknown) == (
-        (expired.id,),
-        (poison.id,),
-        (),
-        (),
-        (),
-    )
+    assert moves == Reaped(requeued=(expired.id,), parked=(poison.id,))
     requeued, parked = await subject.row(expired.id), await subject.row(poison.id)
     assert (requeued.state, requeued.run_after, requeued.lease_owner) == ("ready", NOW, None)
     assert (parked.state, parked.attempts, parked.lease_expires_at) == ("awaiting_human", 6, None)
@@ -171,7 +151,7 @@ async def test_a_requeue_and_a_park_each_commit_with_one_event(subject: Subject)
         assert e.digest == hashlib.sha256(canonical.encode()).hexdigest()
 
 
-#: What the host may do to a lease between the pass's read and its move (River #1302).
+#: What the host may do to a lease before the reap reaches it (River #1302).
 CHANGES = [
     pytest.param(
         {"state": "succeeded", "finished_at": NOW, "lease_owner": None, "lease_expires_at": None},
@@ -183,9 +163,6 @@ CHANGES = [
     ),
     pytest.param({"lease_expires_at": NOW + timedelta(minutes=5)}, id="extended-by-heartbeat"),
     pytest.param(
-        {"lease_expires_at": NOW - timedelta(seconds=59)}, id="still-expired-but-another-lease"
-    ),
-    pytest.param(
         {"state": "ready", "lease_owner": None, "lease_expires_at": None, "run_after": NOW},
         id="requeued-by-someone-else",
     ),
@@ -193,57 +170,52 @@ CHANGES = [
 
 
 @pytest.mark.parametrize("change", CHANGES)
-async def test_a_lease_that_changed_between_read_and_move_is_skipped(
+async def test_a_lease_is_ruled_on_as_it_stands_when_the_reap_reaches_it(
     subject: Subject, change: dict[str, object]
 ) -> None:
     project = uuid.uuid4()
     job, bystander = leased(project), leased(project, attempts=7, max_attempts=7)
     await subject.add(job, bystander)
-    page, rulings = await judged_page(subject.store)  # the pass reads and judges ...
     before = await subject.row(job.id)
-    await subject.update(job.id, **change)  # ... the host changes the row meanwhile ...
+    await subject.update(job.id, **change)  # the host changes the row ...
     changed = await subject.row(job.id)
     assert changed != before
 
-    moves = await subject.store.move_lease_page(page, rulings, NOW)  # ... then the move
+    moves = await reap_page(subject.store)  # ... before the reap reaches it
 
-    assert (moves.requeued, moves.parked, moves.skipped) == ((), (bystander.id,), (job.id,))
-    assert not moves.failed and not moves.unknown
+    assert moves == Reaped(parked=(bystander.id,))
     assert await subject.row(job.id) == changed  # untouched
     events = await subject.store.events(project)
     assert [(e.seq, e.payload["object"]) for e in events] == [(1, str(bystander.id))]
-    # the same page moved again (another reaper's stale read) moves nothing, writes nothing
-    again = await subject.store.move_lease_page(page, rulings, NOW)
-    assert (again.requeued, again.parked) == ((), ())
-    assert sorted(again.skipped) == sorted([job.id, bystander.id])
+    # a second reap (another reaper's) moves nothing, writes nothing
+    assert await reap_page(subject.store) == Reaped()
     assert len(await subject.store.events(project)) == 1
     assert len(await subject.store.list_gates(open_only=False)) == 1
 
 
-async def test_a_judged_page_moves_as_its_verdicts_would(subject: Subject) -> None:
-    """The pass's path: a page read in columns and judged in columns moves every lease with
-    the very event its verdict gives, spread over projects of uneven size (lanes), parks
-    included."""
+async def test_every_lease_moves_with_the_event_its_verdict_gives(subject: Subject) -> None:
+    """The pass's path: every lease moved with the very event the lease judge's verdict
+    gives, spread over projects of uneven size (lanes), parks included."""
     projects = [uuid.uuid4() for _ in range(4)]
-    sizes = [9, 5, 2, 1]  # uneven, so the lanes are balanced by whole projects
+    sizes = [9, 5, 2, 1]
     jobs = [
         leased(project, expired_seconds_ago=10 + n, attempts=7 if n == 0 else 1)
         for project, size in zip(projects, sizes, strict=True)
         for n in range(size)
     ]
     await subject.add(*jobs)
-    page, rulings = await judged_page(subject.store)
+    verdicts = judge_lease_page([lease_of(j) for j in jobs], Thresholds(), NOW)
 
-    moves = await subject.store.move_lease_page(page, rulings, NOW)
+    moves = await reap_page(subject.store)
 
     assert sorted(moves.requeued) == sorted(j.id for j in jobs if j.attempts == 1)
     assert sorted(moves.parked) == sorted(j.id for j in jobs if j.attempts == 7)
-    assert not moves.skipped and not moves.failed and not moves.unknown
+    assert not moves.failed
     written = {
         e.payload["object"]: e for project in projects for e in await subject.store.events(project)
     }
     assert len(written) == len(jobs)
-    for verdict in rulings.verdicts(page):
+    for verdict in verdicts:
         event = written[verdict.object]
         assert canonical_json(event.payload) == canonical_payload(verdict)
         assert event.digest == hashlib.sha256(canonical_payload(verdict).encode()).hexdigest()
@@ -253,20 +225,18 @@ async def test_a_judged_page_moves_as_its_verdicts_would(subject: Subject) -> No
     assert sorted(g.job_id for g in gates) == sorted(moves.parked)
 
 
-async def test_a_bad_row_in_a_page_is_named_and_the_rest_move(subject: Subject) -> None:
+async def test_a_bad_row_is_named_and_the_rest_move(subject: Subject) -> None:
     project = uuid.uuid4()
     jobs = [leased(project, expired_seconds_ago=60 - n) for n in range(5)]
     jobs += [leased(project, expired_seconds_ago=50, attempts=7, max_attempts=7)]
     bad = jobs[2]
     await subject.add(*jobs)
     await subject.refuse_moves(bad.id)
-    page, rulings = await judged_page(subject.store)
-    assert len(rulings) == 6
 
-    moves = await subject.store.move_lease_page(page, rulings, NOW)
+    moves = await reap_page(subject.store)
 
     assert set(moves.requeued) == {j.id for j in jobs[:5]} - {bad.id}
-    assert moves.parked == (jobs[5].id,) and not moves.skipped and not moves.unknown
+    assert moves.parked == (jobs[5].id,)
     assert [job_id for job_id, _ in moves.failed] == [bad.id]
     assert "cursed" in moves.failed[0][1]
     assert (await subject.row(bad.id)).state == "leased"
@@ -274,33 +244,6 @@ async def test_a_bad_row_in_a_page_is_named_and_the_rest_move(subject: Subject) 
     assert [e.seq for e in events] == [1, 2, 3, 4, 5]
     assert str(bad.id) not in {e.payload["object"] for e in events}
     assert len(await subject.store.list_gates()) == 1
-
-
-async def test_a_page_a_move_cannot_trust_is_refused_before_anything_moves(
-    subject: Subject,
-) -> None:
-    """A page read by its key never names a job twice, and its rulings are its own: a page
-    that does not hold to that is refused whole, not moved in part."""
-    project = uuid.uuid4()
-    first, second = leased(project, expired_seconds_ago=90), leased(project)
-    await subject.add(first, second)
-    page, rulings = await judged_page(subject.store)
-    twice = LeaseColumns.of_leases([page.lease(0), page.lease(1), page.lease(0)])
-    shorter = LeaseColumns.of_leases([page.lease(1)])
-
-    with pytest.raises(ValueError, match=f"job {first.id} is in it twice"):
-        await subject.store.move_lease_page(twice, judge_lease_page(twice, Thresholds(), NOW), NOW)
-    with pytest.raises(ValueError, match="not this page's rulings"):
-        await subject.store.move_lease_page(shorter, rulings, NOW)
-    backwards = replace(rulings, rows=rulings.rows[::-1])
-    with pytest.raises(ValueError, match="not this page's rulings"):
-        await subject.store.move_lease_page(page, backwards, NOW)
-
-    assert [(await subject.row(j.id)).state for j in (first, second)] == ["leased", "leased"]
-    assert await subject.store.events(project) == []
-    empty = LeaseColumns.of_rows([])
-    nothing = judge_lease_page(empty, Thresholds(), NOW)
-    assert await subject.store.move_lease_page(empty, nothing, NOW) == LeaseMoves()
 
 
 # --------------------------------------------------------------------------- sightings

@@ -14,12 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from reaper.core.domain import Thresholds
-from reaper.core.judge_leases import LeaseColumns, judge_lease_page
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
 from tests.support.cli import run_cli
-from tests.support.store import insert_jobs, leased, query
+from tests.support.store import insert_jobs, leased, query, reap_page
 
 pytestmark = pytest.mark.postgres
 
@@ -34,9 +32,7 @@ async def park(store: PostgresStore, dsn: str, hours_ago: float, kind: str) -> u
     now = (await store.database_facts()).now - timedelta(hours=hours_ago)
     job = replace(leased(uuid.uuid4(), attempts=7, max_attempts=7, now=now), kind=kind)
     await insert_jobs(dsn, [job])
-    read = await store.expired_lease_page(now, 0, 100)
-    page = LeaseColumns.of_leases([read.lease(read.job_ids.index(job.id))])  # this job's alone
-    await store.move_lease_page(page, judge_lease_page(page, Thresholds(), now), now)
+    await reap_page(store, now, project_id=job.project_id)  # this job's project alone
     [(gate_id,)] = await query(dsn, "SELECT id FROM human_gate WHERE job_id = $1", job.id)
     return gate_id  # type: ignore[no-any-return]
 
@@ -298,9 +294,7 @@ async def _expire_and_reap(store: PostgresStore, dsn: str, job: uuid.UUID, owner
         owner,
         now - timedelta(minutes=2),
     )
-    read = await store.expired_lease_page(now, 0, 100)
-    page = LeaseColumns.of_leases([read.lease(read.job_ids.index(job))])
-    await store.move_lease_page(page, judge_lease_page(page, Thresholds(), now), now)
+    await reap_page(store, now)  # the only expired lease
 
 
 async def test_gates_show_of_a_poison_job_tells_its_history_from_the_ledger(

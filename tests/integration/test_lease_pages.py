@@ -14,9 +14,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-import reaper.reap.leases as lease_step
 from reaper.config import load_config
 from reaper.edges.report import render_json, render_text, write_json
+from reaper.jobqueue.lease_reap import lease_rulings
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
 from reaper.reap.run import run_pass
@@ -52,7 +52,6 @@ def project(n: int) -> uuid.UUID:
 async def test_a_paged_pass_moves_each_lease_once_with_one_event_and_lists_every_verdict(
     pg_dsn: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(lease_step, "LEASE_PAGE_SIZE", 700)  # five pages, the last partial
     conn = await asyncpg.connect(pg_dsn)
     try:
         now = await conn.fetchval("SELECT clock_timestamp()")
@@ -142,29 +141,30 @@ async def test_a_page_read_walks_the_index_to_the_pages_end_not_through_every_le
             "SELECT lease_expires_at, id FROM job WHERE state = 'leased' "
             "ORDER BY lease_expires_at, id OFFSET 999 LIMIT 1"
         )
-        args = (now, 0, 100, None, key["lease_expires_at"], key["id"])
+        after = (key["lease_expires_at"], key["id"])
+        args = (now, 0, *after, None, 0, 1, 100)
         plans = {}
         for walk in (False, True):
-            async with conn.transaction(readonly=True):
-                if walk:
-                    await conn.execute(QUERIES["walk_leased_expiry_index"])
-                text = await conn.fetchval(
-                    "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["expired_lease_page"], *args
-                )
+            tx = conn.transaction()  # the batch's first statement locks what it picks
+            await tx.start()
+            if walk:
+                await conn.execute(QUERIES["walk_leased_expiry_index"])
+            text = await conn.fetchval(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["pick_lease_batch"], *args
+            )
+            await tx.rollback()
             plans[walk] = _scans(json.loads(text)[0]["Plan"])
         # why the walk is asked for (if a PostgreSQL plans this well, the walk is not needed)
         assert ("Bitmap Heap Scan", "", 1000) in plans[False], plans[False]
-        assert plans[True] == [
-            ("Limit", "", 100),
-            ("Index Scan", "job_leased_expiry_idx", 100),
-        ], plans[True]
-        page = await store.expired_lease_page(now, 0, 100, (key["lease_expires_at"], key["id"]))
+        assert ("Index Scan", "job_leased_expiry_idx", 100) in plans[True], plans[True]
+        assert not [n for n in plans[True] if n[0].startswith("Bitmap")], plans[True]
+        ruled = await lease_rulings(store.database, now, 0, after, 100)
         expected = await conn.fetch(
             "SELECT id FROM job WHERE state = 'leased' AND (lease_expires_at, id) > ($1, $2) "
             "ORDER BY lease_expires_at, id LIMIT 100",
             key["lease_expires_at"],
             key["id"],
         )
-        assert list(page.job_ids) == [r["id"] for r in expected]
+        assert [r[0] for r in ruled] == [r["id"] for r in expected]
     finally:
         await conn.close()

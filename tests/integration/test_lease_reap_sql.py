@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from reaper.core.canonical import canonical_json, canonical_payload, digest_of
 from reaper.core.domain import Dispatch, HeldLease, Thresholds
-from reaper.core.judge_leases import LeaseColumns, judge_lease_page
+from reaper.core.judge_leases import judge_lease_page
 from reaper.jobqueue.lease_reap import FIRST_KEY, statement
 from reaper.jobqueue.rules import park_identity, park_prompt
 from reaper.jobqueue.sql import QUERIES, load_queries
@@ -80,9 +80,8 @@ def test_the_statement_rules_and_records_as_the_judge_does(
 
 async def _check(dsn: str, grace: int, leases: list[HeldLease], outbox: bool) -> None:
     leases.sort(key=lambda lease: (lease.lease_expires_at, lease.job_id))
-    page = LeaseColumns.of_leases(leases)
-    rulings = judge_lease_page(page, Thresholds(lease_grace_seconds=grace), NOW)
-    verdicts = {v.lease.job_id: v for v in rulings.verdicts(page) if v.lease}
+    ruled = judge_lease_page(leases, Thresholds(lease_grace_seconds=grace), NOW)
+    verdicts = {v.lease.job_id: v for v in ruled if v.lease}
     conn = await asyncpg.connect(dsn)
     try:
         async with conn.transaction():
@@ -188,7 +187,6 @@ def test_a_lease_at_the_grace_is_not_ruled_and_one_microsecond_past_it_is() -> N
     past = HeldLease(
         uuid.uuid4(), _PROJECTS[0], "k", None, NOW - timedelta(seconds=grace, microseconds=1), 1, 3
     )
-    page = LeaseColumns.of_leases([at, past])
-    rulings = judge_lease_page(page, Thresholds(lease_grace_seconds=grace), NOW)
-    assert rulings.rows == (1,)
-    assert rulings.measured == (30.001,)
+    [ruled] = judge_lease_page([at, past], Thresholds(lease_grace_seconds=grace), NOW)
+    assert ruled.lease == past
+    assert ruled.measured == 30.001

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import asyncpg
 import pytest
 
-import reaper.reap.leases as lease_step
+import reaper.jobqueue.lease_reap as lease_reap
 from reaper.config import Settings, load_config
 from reaper.edges.hook import TURN, QueueReaper
 from reaper.jobqueue.postgres import PostgresStore
@@ -92,9 +92,10 @@ async def test_one_pass_requeues_more_than_the_old_cap_each_with_its_event(
 async def test_a_spent_budget_reports_what_is_left_and_the_next_turn_takes_it_at_once(
     pg_dsn: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(lease_step, "LEASE_PAGE_SIZE", 100)
+    monkeypatch.setattr(lease_reap, "BATCH_FIRST", 100)
+    monkeypatch.setattr(lease_reap, "LANES", 1)
     await seeded(pg_dsn, 350)
-    # a budget no page fits in: each pass moves one page, then stops and counts the rest
+    # a budget no batch fits in: each pass moves one batch, then stops and counts the rest
     settings = settings_for(pg_dsn, lease_reap_budget_seconds="0.001", enabled="false")
 
     async def connect(_: Settings) -> Sources:
@@ -131,7 +132,6 @@ async def test_a_spent_budget_reports_what_is_left_and_the_next_turn_takes_it_at
 async def test_two_reapers_paging_at_once_move_each_lease_once(
     pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(lease_step, "LEASE_PAGE_SIZE", 500)
     leases = 4000
     await seeded(pg_dsn, leases)
     settings = settings_for(pg_dsn)

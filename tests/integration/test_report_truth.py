@@ -69,8 +69,8 @@ async def test_a_write_the_database_refuses_is_not_done_never_done_nor_unreadabl
     assert (row["state"], row["lease_owner"]) == ("leased", "worker-1")
 
     report = to_json(result)
-    [move] = [v for v in report["verdicts"] if v["object"] == str(lease.id)]  # type: ignore[attr-defined]
-    assert (move["action"], move["recorded"], move["applied"]) == ("requeue", False, False)
+    # the move that did not commit is not listed as a verdict: it is named under NOT DONE
+    assert not [v for v in report["verdicts"] if v["object"] == str(lease.id)]  # type: ignore[attr-defined]
     assert all(not v["applied"] for v in report["verdicts"])  # type: ignore[attr-defined]
 
     assert not result.ok

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from reaper.reap.leases import LEASE_PAGE_SIZE
+from reaper.jobqueue.lease_reap import BATCH_MAX
 from tests.support.invariants import (
     FOREIGN_DLQ,
     OWNED_DLQ,
@@ -488,7 +488,7 @@ async def test_postgresql_gone_after_two_batches_of_moves(
     moves have committed: PostgreSQL is gone for the rest of the pass. The batches that
     committed are moved with their events, and the report must say so."""
     w = await make_world(broker, pg_dsn, tmp_path, leases=LEASES)
-    committed = Committed(w.dsn, LEASE_PAGE_SIZE)  # the first page: a batch in each lane
+    committed = Committed(w.dsn, 2 * BATCH_MAX)  # a few batches in each lane
     watcher = asyncio.create_task(committed.watch())
     try:
         async with proxy(w.dsn, cut_when=committed) as p:

@@ -1,5 +1,5 @@
-"""Expired leases: read, requeue, park; the re-check in the UPDATE (the late-finish race);
-one bad row never blocks the rest."""
+"""Expired leases: counted and ruled on oldest first, requeued, parked; a row as it stands
+under the lock (the late-finish race); one bad row never blocks the rest."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import reaper.jobqueue.leases as lease_moves
+import reaper.jobqueue.lease_reap as lease_reap
 from reaper.core.canonical import canonical_json, canonical_payload
 from reaper.core.domain import (
     EVENT_KIND,
@@ -21,18 +21,21 @@ from reaper.core.domain import (
     Action,
     Condition,
     Source,
+    Thresholds,
     Unit,
     Verdict,
 )
+from reaper.core.judge_leases import judge_lease_page
 from reaper.desk.postgres import PostgresDesk
-from reaper.jobqueue.port import LeaseMoves
+from reaper.jobqueue.lease_reap import lease_rulings
 from reaper.jobqueue.postgres import PostgresStore
 from tests.support.store import (
     NOW,
     Job,
+    Reaped,
     fetch_job,
     insert_jobs,
-    judged_page,
+    lease_of,
     leased,
     query,
     reap_page,
@@ -51,20 +54,17 @@ async def test_expired_leases_are_bounded_oldest_first_past_the_grace(
     jobs += [Job(project)]  # ready
     await insert_jobs(pg_dsn, jobs)
 
-    got = await store.expired_lease_page(NOW, 10, 3)
-    assert list(got.job_ids) == [jobs[4].id, jobs[1].id, jobs[2].id]
+    got = await lease_rulings(store.database, NOW, 10, None, 3)
+    assert [r[0] for r in got] == [jobs[4].id, jobs[1].id, jobs[2].id]
     assert await store.count_expired_leases(NOW, 10) == 4
     assert await store.count_expired_leases(NOW, 10, project) == 3
-    mine = await store.expired_lease_page(NOW, 0, 10, project_id=project)
-    assert list(mine.job_ids) == [jobs[1].id, jobs[2].id, jobs[0].id, jobs[3].id]
-    first = got.lease(0)
-    assert (first.project_id, first.kind, first.lease_owner, first.attempts) == (
-        other,
-        "build",
-        "worker-1",
-        1,
-    )
-    assert first.lease_expires_at == NOW - timedelta(seconds=400)
+    mine = await lease_rulings(store.database, NOW, 0, None, 10, project)
+    assert [r[0] for r in mine] == [jobs[1].id, jobs[2].id, jobs[0].id, jobs[3].id]
+    _, project_id, expiry, poison = got[0][:4]
+    assert (project_id, expiry, poison) == (other, NOW - timedelta(seconds=400), False)
+    # the next batch starts after the last one's key
+    rest = await lease_rulings(store.database, NOW, 10, (got[-1][2], got[-1][0]), 3)
+    assert [r[0] for r in rest] == [jobs[0].id]
 
 
 async def test_requeue_moves_the_lease_back_to_ready_with_its_event(
@@ -73,12 +73,11 @@ async def test_requeue_moves_the_lease_back_to_ready_with_its_event(
     project = uuid.uuid4()
     job = leased(project, attempts=3)
     await insert_jobs(pg_dsn, [job])
-    page, rulings = await judged_page(store)
-    verdict = rulings.verdict(page, 0)
+    [verdict] = judge_lease_page([lease_of(job)], Thresholds(), NOW)
 
-    outcome = await store.move_lease_page(page, rulings, NOW)
+    outcome = await reap_page(store)
 
-    assert outcome == LeaseMoves(requeued=(job.id,))
+    assert outcome == Reaped(requeued=(job.id,))
     row = await fetch_job(pg_dsn, job.id)
     assert (row["state"], row["lease_owner"], row["lease_expires_at"]) == ("ready", None, None)
     assert row["run_after"] == NOW and row["updated_at"] == NOW
@@ -96,12 +95,9 @@ async def test_poison_is_parked_with_one_gate_per_episode(
     project = uuid.uuid4()
     job = leased(project, attempts=7, max_attempts=7, owner="worker-9")
     await insert_jobs(pg_dsn, [job])
-    page, rulings = await judged_page(store)
-    assert rulings.action(0) is Action.PARK
-
-    assert await store.move_lease_page(page, rulings, NOW) == LeaseMoves(parked=(job.id,))
-    # a second pass over the same episode (a replay of the same page) moves nothing
-    assert await store.move_lease_page(page, rulings, NOW) == LeaseMoves(skipped=(job.id,))
+    assert await reap_page(store) == Reaped(parked=(job.id,))
+    # a second pass over the same episode moves nothing
+    assert await reap_page(store) == Reaped()
 
     row = await fetch_job(pg_dsn, job.id)
     assert (row["state"], row["attempts"], row["lease_owner"]) == ("awaiting_human", 6, None)
@@ -132,9 +128,7 @@ async def test_poison_is_parked_with_one_gate_per_episode(
         )
     finally:
         await conn.close()
-    page2, rulings2 = await judged_page(store, later)
-    assert list(page2.attempts) == [7]
-    assert await store.move_lease_page(page2, rulings2, later) == LeaseMoves(parked=(job.id,))
+    assert await reap_page(store, later) == Reaped(parked=(job.id,))
     gates = await store.list_gates(open_only=False)
     assert len(gates) == 2 and len({g.identity for g in gates}) == 2
     # the park, the answer (a GateAnswered event, gapless on the same stream), the second park
@@ -164,38 +158,32 @@ async def test_poison_is_parked_with_one_gate_per_episode(
             id="lease-extended-by-heartbeat",
         ),
         pytest.param(
-            "UPDATE job SET lease_expires_at = lease_expires_at + interval '1 second',"
-            " lease_owner = lease_owner WHERE id = $1 AND $2::timestamptz IS NOT NULL",
-            id="still-expired-but-another-lease",
-        ),
-        pytest.param(
             "UPDATE job SET state = 'ready', lease_owner = NULL, lease_expires_at = NULL,"
             " run_after = $2 WHERE id = $1",
             id="requeued-by-someone-else",
         ),
     ],
 )
-async def test_a_row_that_changed_after_the_read_is_left_alone(
+async def test_a_row_that_changed_before_the_reap_is_ruled_on_as_it_stands(
     pg_dsn: str, store: PostgresStore, change: str
 ) -> None:
-    """River #1302: read the lease, change the row in another connection, then apply."""
+    """River #1302: the row changes in another connection before the reap reaches it; the
+    reap rules on it as it stands under its lock, and leaves it alone."""
     project = uuid.uuid4()
     job, bystander = leased(project), leased(project, attempts=7, max_attempts=7)
     await insert_jobs(pg_dsn, [job, bystander])
-    page, rulings = await judged_page(store)  # the pass reads ...
     before = await fetch_job(pg_dsn, job.id)
     conn = await asyncpg.connect(pg_dsn)
     try:
-        await conn.execute(change, job.id, NOW)  # ... the job changes meanwhile ...
+        await conn.execute(change, job.id, NOW)  # the job changes ...
     finally:
         await conn.close()
     changed = await fetch_job(pg_dsn, job.id)
     assert changed != before
 
-    outcome = await store.move_lease_page(page, rulings, NOW)
+    outcome = await reap_page(store)  # ... then the reap
 
-    assert outcome.skipped == (job.id,)
-    assert outcome.parked == (bystander.id,) and not outcome.failed
+    assert outcome == Reaped(parked=(bystander.id,))
     assert await fetch_job(pg_dsn, job.id) == changed  # untouched
     events = await store.events(project)
     assert [e.payload["object"] for e in events] == [str(bystander.id)]
@@ -209,7 +197,6 @@ async def test_a_row_finishing_while_the_reap_runs_is_skipped_not_waited_for(
     project = uuid.uuid4()
     job, other = leased(project), leased(project)
     await insert_jobs(pg_dsn, [job, other])
-    page, rulings = await judged_page(store)
     worker = await asyncpg.connect(pg_dsn)
     try:
         tx = worker.transaction()
@@ -220,11 +207,11 @@ async def test_a_row_finishing_while_the_reap_runs_is_skipped_not_waited_for(
             job.id,
             NOW,
         )
-        outcome = await store.move_lease_page(page, rulings, NOW)
+        outcome = await reap_page(store)
         await tx.commit()
     finally:
         await worker.close()
-    assert outcome == LeaseMoves(requeued=(other.id,), skipped=(job.id,))
+    assert outcome == Reaped(requeued=(other.id,))
     row = await fetch_job(pg_dsn, job.id)
     assert (row["state"], row["finished_at"]) == ("succeeded", NOW)
     assert len(await store.events(project)) == 1
@@ -267,7 +254,8 @@ async def test_one_bad_row_does_not_block_the_others(pg_dsn: str, store: Postgre
 async def test_moves_span_batches_and_projects_with_gapless_streams(
     pg_dsn: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(lease_moves, "LEASE_BATCH_SIZE", 7)
+    for name in ("BATCH_FIRST", "BATCH_MIN", "BATCH_MAX"):
+        monkeypatch.setattr(lease_reap, name, 7)
     projects = [uuid.uuid4() for _ in range(3)]
     jobs = [leased(projects[i % 3], expired_seconds_ago=i + 1) for i in range(40)]
     await insert_jobs(pg_dsn, jobs)

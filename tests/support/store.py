@@ -5,6 +5,8 @@ Jobs go in with COPY, so seeding thousands of rows costs milliseconds.
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -13,9 +15,8 @@ from typing import Any
 
 import asyncpg
 
-from reaper.core.domain import Dispatch, Thresholds
-from reaper.core.judge_leases import LeaseColumns, LeaseRulings, judge_lease_page
-from reaper.jobqueue.port import JobQueue, LeaseMoves
+from reaper.core.domain import Dispatch, HeldLease
+from reaper.jobqueue.port import JobQueue
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
 
@@ -113,18 +114,28 @@ async def add_dependency(dsn: str, job_id: uuid.UUID, depends_on: uuid.UUID) -> 
         await conn.close()
 
 
-async def judged_page(
-    store: JobQueue,
-    now: datetime = NOW,
-    *,
-    grace: int = 0,
-    project_id: uuid.UUID | None = None,
-    size: int = 1000,
-) -> tuple[LeaseColumns, LeaseRulings]:
-    """What the pass reads and judges: the first page of expired leases, and the lease
-    judge's rulings on it."""
-    page = await store.expired_lease_page(now, grace, size, None, project_id)
-    return page, judge_lease_page(page, Thresholds(lease_grace_seconds=grace), now)
+def lease_of(job: Job) -> HeldLease:
+    """A leased job as the lease judge takes it."""
+    assert job.lease_expires_at is not None
+    return HeldLease(
+        job.id,
+        job.project_id,
+        job.kind,
+        job.lease_owner,
+        job.lease_expires_at,
+        job.attempts,
+        job.max_attempts,
+    )
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """What one lease reap moved, by job, each sorted (read off what the store handed its
+    ``keep``), and the rows it named."""
+
+    requeued: tuple[uuid.UUID, ...] = ()
+    parked: tuple[uuid.UUID, ...] = ()
+    failed: tuple[tuple[uuid.UUID, str], ...] = ()
 
 
 async def reap_page(
@@ -133,10 +144,26 @@ async def reap_page(
     *,
     project_id: uuid.UUID | None = None,
     dispatch: Dispatch = Dispatch.POLLING,
-) -> LeaseMoves:
-    """The pass's lease path over one page: read, judged, moved as the judge ruled."""
-    page, rulings = await judged_page(store, now, project_id=project_id)
-    return await store.move_lease_page(page, rulings, now, dispatch=dispatch)
+    grace: int = 0,
+) -> Reaped:
+    """The pass's lease reap, whole, no budget: what it moved and what it named."""
+    kept: list[str] = []
+    done = await store.reap_leases(
+        now,
+        grace,
+        project_id=project_id,
+        dispatch=dispatch,
+        write=True,
+        deadline=float("inf"),
+        keep=lambda moves, _recorded: kept.append(moves),
+        monotonic=time.monotonic,
+    )
+    moves = [json.loads(m[36:]) for batch in kept for m in batch.split("\x1e")]
+    return Reaped(  # sorted: lanes end in no set order
+        requeued=tuple(sorted(uuid.UUID(m["object"]) for m in moves if m["action"] == "requeue")),
+        parked=tuple(sorted(uuid.UUID(m["object"]) for m in moves if m["action"] == "park")),
+        failed=tuple(done.failed),
+    )
 
 
 async def fetch_job(dsn: str, job_id: uuid.UUID) -> asyncpg.Record:

@@ -18,7 +18,6 @@ from reaper.broker.client import ManagementClient
 from reaper.config import load_config
 from reaper.core.domain import Condition
 from reaper.edges.hook import TURN, QueueReaper
-from reaper.reap.leases import LEASE_PAGE_SIZE
 from reaper.reap.sources import Sources
 from reaper.testing.memory import JobRow, MemoryJobQueue
 
@@ -287,13 +286,13 @@ async def test_one_pass_at_a_time() -> None:
         return overview_handler(request)
 
     h = Harness(slow)
-    original = h.store.expired_lease_page
+    original = h.store.reap_leases
 
     async def blocked(*args: Any, **kwargs: Any) -> Any:
         await gate.wait()
         return await original(*args, **kwargs)
 
-    h.store.expired_lease_page = blocked  # type: ignore[method-assign]
+    h.store.reap_leases = blocked  # type: ignore[method-assign]
     reaper = h.reaper()
     first = asyncio.create_task(reaper.run_if_due())
     await asyncio.sleep(0.05)
@@ -344,17 +343,17 @@ def expired_leases(store: MemoryJobQueue, count: int) -> None:
 
 async def test_a_pass_that_spent_its_lease_budget_hands_the_next_turn_over_at_once() -> None:
     shared = MemoryJobQueue(clock=lambda: NOW)
-    expired_leases(shared, LEASE_PAGE_SIZE + 1000)
+    expired_leases(shared, 2000)  # two of the in-memory double's pages
     env = {"REAPER_QUEUE__REAP__LEASE_REAP_BUDGET_SECONDS": "0.5"}
     h = Harness(shared=shared, holder="worker-1", **env)
     other = Harness(shared=shared, holder="worker-2", **env)
-    read = h.store.inner.expired_lease_page
+    read = h.store.inner._expired_batch
 
-    async def a_second_per_page(*args: Any, **kwargs: Any) -> Any:
-        h.monotonic += 1  # each page read takes a second by the injected clock
-        return await read(*args, **kwargs)
+    def a_second_per_batch(*args: Any, **kwargs: Any) -> Any:
+        h.monotonic += 1  # each batch read takes a second by the injected clock
+        return read(*args, **kwargs)
 
-    h.store.inner.expired_lease_page = a_second_per_page  # type: ignore[method-assign]
+    h.store.inner._expired_batch = a_second_per_batch  # type: ignore[method-assign]
     reaper, peer = h.reaper(), other.reaper()
 
     first = await reaper.run_if_due()

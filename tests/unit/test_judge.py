@@ -35,7 +35,7 @@ from reaper.core.domain import (
     Verdict,
 )
 from reaper.core.judge import judge
-from reaper.core.judge_leases import LeaseColumns, judge_lease_page
+from reaper.core.judge_leases import judge_lease_page
 from tests.support.brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_310
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
@@ -112,8 +112,7 @@ def on_job_queue(
 
 def on_leases(*leases: HeldLease, thresholds: Thresholds = T) -> list[Verdict]:
     """The lease judge's verdicts on one page of ``leases``."""
-    page = LeaseColumns.of_leases(leases)
-    return list(judge_lease_page(page, thresholds, NOW).verdicts(page))
+    return judge_lease_page(leases, thresholds, NOW)
 
 
 def on_broker(

@@ -26,7 +26,7 @@ from reaper.core.domain import (
     Thresholds,
 )
 from reaper.core.judge import judge
-from reaper.core.judge_leases import LeaseColumns, judge_lease_page
+from reaper.core.judge_leases import judge_lease_page
 from tests.support.brokers import RABBITMQ_40, RABBITMQ_43, RABBITMQ_310
 
 #: Local to this module: a loaded profile would change every other module's settings too.
@@ -195,8 +195,7 @@ class Read:
 def judged_all(read: Read, t: Thresholds, now: datetime) -> Judgement:
     """The lease judge's verdicts on the leases read, then the judge's on the rest."""
     judgement = judge(read.measurements, t, now)
-    page = LeaseColumns.of_leases(read.leases or ())
-    leases = tuple(judge_lease_page(page, t, now).verdicts(page)) if read.leases is not None else ()
+    leases = tuple(judge_lease_page(read.leases, t, now)) if read.leases is not None else ()
     return Judgement(leases + judgement.verdicts, judgement.notes)
 
 

@@ -173,13 +173,15 @@ async def test_a_policy_write_is_listed_whole_under_would_do_and_under_done() ->
 
 def _lease_result(expired: int, poison: int) -> PassResult:
     """A pass that moved ``expired`` leases over three projects and parked ``poison``."""
-    from reaper.core.domain import Thresholds
-    from reaper.core.judge_leases import LeaseColumns, judge_lease_page
+    from reaper.core.domain import HeldLease, Thresholds
+    from reaper.core.judge_leases import judge_lease_page
+    from reaper.jobqueue.port import LeaseReap
     from reaper.reap.lease_log import LeaseLog
+    from tests.unit.test_lease_log import kept
 
     projects = [UUID(int=p + 1) for p in range(3)]
     rows = [
-        (
+        HeldLease(
             UUID(int=1000 + n),
             projects[n % 3] if n % 3 != 2 or n < 6 else projects[0],
             "build",
@@ -190,10 +192,11 @@ def _lease_result(expired: int, poison: int) -> PassResult:
         )
         for n in range(expired + poison)
     ]
-    page = LeaseColumns.of_rows(rows)
-    rulings = judge_lease_page(page, Thresholds(), T0)
-    log = LeaseLog()
-    log.add(page, rulings, set(page.job_ids))
+    verdicts = judge_lease_page(rows, Thresholds(), T0)
+    log, reap = LeaseLog(), LeaseReap()
+    log.keep(kept(verdicts), True)
+    reap.add([(v.project_id, v.action is Action.PARK, 1) for v in verdicts], None, None)  # type: ignore[misc]
+    log.count(reap, True)
     return result(verdicts=VerdictLog(log))
 
 

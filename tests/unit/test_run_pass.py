@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from reaper.config import Settings
 from reaper.core.domain import FLEET_PROJECT_ID, Action, Condition, Source
-from reaper.core.judge_leases import LeaseRulings
 from reaper.edges.report import render_text, to_json
 from reaper.errors import BrokerUnavailable
-from reaper.jobqueue.port import LeaseMoves, MovesInterrupted
 from reaper.reap.run import run_pass
 from reaper.reap.stopping import StopRequest
 from reaper.testing.memory import JobRow, MemoryJobQueue
@@ -177,17 +174,12 @@ async def test_the_ledger_unread_means_nothing_is_written_and_nothing_is_cleared
 
 
 class Interrupted(MemoryJobQueue):
-    """Moves half of the leases, then the database goes away."""
+    """Moves one lease, then the database goes away while the rest commit."""
+
+    lost_after = 1
 
     def __init__(self) -> None:
         super().__init__(clock=lambda: NOW)
-
-    async def move_lease_page(self, page, rulings, now, **_):  # type: ignore[no-untyped-def]
-        r = rulings
-        first = LeaseRulings(r.grace, r.rows[:1], r.poison[:1], r.measured[:1], r.details[:1])
-        done = await super().move_lease_page(page, first, now)
-        rest = tuple(page.job_ids[i] for i in rulings.rows[1:])
-        raise MovesInterrupted("PostgreSQL went away", replace(done, unknown=rest))
 
 
 async def test_moves_cut_short_are_reported_as_far_as_they_are_known() -> None:
@@ -239,10 +231,10 @@ async def test_a_failed_row_is_named_in_the_json_report_as_in_the_human_one() ->
     }
     text = render_text(result)
     assert f"NOT DONE    job {str(job)[:8]}: a trigger said no" in text
-    # a move that did not commit is never listed as done, nor as unreadable
+    # a move that did not commit is never listed as done, nor as unreadable: it is named
     assert "Done (" not in text and "UNREADABLE  job_queue" not in text
-    [verdict] = [v for v in to_json(result)["verdicts"] if v["object"] == str(job)]  # type: ignore[attr-defined]
-    assert (verdict["action"], verdict["recorded"], verdict["applied"]) == ("requeue", False, False)
+    verdicts = to_json(result)["verdicts"]
+    assert not [v for v in verdicts if v["object"] == str(job)]  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("dry_run", [False, True])
@@ -255,39 +247,14 @@ async def test_a_pass_over_nothing_is_quiet(dry_run: bool) -> None:
     assert store.ledger == {}
 
 
-async def test_leases_another_reaper_moved_are_named_a_few_per_page_and_counted() -> None:
-    from reaper.reap.leases import _report
-
-    skipped = tuple(uuid.uuid4() for _ in range(10))
-    found = _report(LeaseMoves(skipped=skipped))
-
-    assert list(found.notes[:3]) == [
-        f"job {job} changed after it was read (finished, re-leased, or moved by another "
-        "reaper): left alone"
-        for job in skipped[:3]
-    ]
-    assert list(found.notes[3:]) == [
-        f"and 7 more job(s) read with job {skipped[2]}, each changed after it was read: left alone"
-    ]
-
-
 class ConnectionLost(MemoryJobQueue):
-    """Moves the first lease, then the connection is lost: the batch of the rest rolled back
-    (the store reports them as it reports rows that were not moved)."""
+    """Moves the first lease, then the connection is lost: the batch in flight is neither
+    known moved nor known not (its COMMIT got no answer)."""
+
+    lost_after = 1
 
     def __init__(self) -> None:
         super().__init__(clock=lambda: NOW)
-
-    async def move_lease_page(self, page, rulings, now, **_):  # type: ignore[no-untyped-def]
-        r = rulings
-        first = LeaseRulings(r.grace, r.rows[:1], r.poison[:1], r.measured[:1], r.details[:1])
-        done = await super().move_lease_page(page, first, now)
-        rest = tuple(page.job_ids[i] for i in rulings.rows[1:])
-        raise MovesInterrupted(
-            "PostgreSQL at db, moving expired leases: ConnectionDoesNotExistError: connection "
-            "was closed in the middle of operation",
-            replace(done, skipped=rest),
-        )
 
 
 def expired_leases(store: MemoryJobQueue, n: int) -> None:
@@ -313,16 +280,20 @@ async def test_moves_a_lost_connection_left_undone_are_not_moved_never_changed()
 
     text = render_text(result, wide=True)
     assert "changed after it was read" not in text
-    [lost] = [p for p in result.problems() if p.kind == "row_not_moved"]
-    assert lost.subject.startswith("3 lease move(s) (job ")
-    assert lost.detail.startswith("not moved: the connection to PostgreSQL was lost; each is")
+    [unknown] = [p for p in result.problems() if p.kind == "outcome_unknown"]
+    assert unknown.subject == "3 lease move(s)"
+    assert any(
+        "3 expired lease(s) not moved after the connection to PostgreSQL was lost" in note
+        for note in result.notes
+    ), result.notes
+    assert result.leases_remaining == 3
     assert not result.ok and result.expired_leases == 4
 
 
 async def test_a_pass_asked_to_stop_ends_its_moves_in_flight_and_runs_no_later_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("reaper.reap.leases.LEASE_PAGE_SIZE", 2)
+    monkeypatch.setattr("reaper.testing.memory_leases.BATCH", 2)
     store = MemoryJobQueue(clock=lambda: NOW)
     expired_leases(store, 5)
     broker = FakeBroker()
@@ -334,7 +305,7 @@ async def test_a_pass_asked_to_stop_ends_its_moves_in_flight_and_runs_no_later_s
     result = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW, stop=stop)
 
     moved = [r for r in result.verdicts if r.verdict.action is Action.REQUEUE and r.recorded]
-    assert len(moved) == 2  # the page in flight, and no more
+    assert len(moved) == 2  # the batch in flight, and no more
     assert result.leases_remaining == 3 and result.expired_leases == 5
     assert broker.reads == [] and result.policies == () and result.dead_letters == ()
     [stopped] = [p for p in result.problems() if p.kind == "stopped"]

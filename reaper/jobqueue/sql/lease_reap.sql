@@ -101,8 +101,10 @@ SELECT (SELECT count(*) FROM picked) AS picked,
 -- identity; $8 its choices). Each move's event goes on its project's stream after the last
 -- there, whoever wrote it; an event whose number a host writer took first is returned (its
 -- stream, payload and digest, NULL when none: the usual case) for the caller to append in the
--- same transaction. The outbox variant (see leases.py) also starts each requeue's dispatch
--- episode. Returns the moves per project and condition, and the oldest and newest expiry.
+-- same transaction. The outbox variant (see lease_reap.py) also starts each requeue's dispatch
+-- episode. Returns the moves per project and condition, the oldest and newest expiry, and
+-- `recorded`: each move's stream (36 characters) and payload, between U+001E separators (canonical
+-- JSON escapes it, so never holds it raw), for the pass's report.
 WITH candidates AS (
     SELECT j.ctid AS row_ctid, j.id, j.project_id, j.kind, j.lease_owner, j.lease_expires_at,
            j.attempts, j.max_attempts,
@@ -183,7 +185,9 @@ SELECT (SELECT array_agg(project_id ORDER BY project_id, poison) FROM tally) AS 
        (SELECT max(newest) FROM tally) AS newest,
        (SELECT array_agg(project_id ORDER BY lease_expires_at, id) FROM unwritten) AS streams,
        (SELECT array_agg(payload ORDER BY lease_expires_at, id) FROM unwritten) AS payloads,
-       (SELECT array_agg(digest ORDER BY lease_expires_at, id) FROM unwritten) AS digests;
+       (SELECT array_agg(digest ORDER BY lease_expires_at, id) FROM unwritten) AS digests,
+       (SELECT string_agg(project_id::text || payload, E'\x1e' ORDER BY lease_expires_at, id)
+        FROM moved) AS recorded;
 
 -- name: lease_rulings --
 -- The dry run's question, read-only: the rulings reap_lease_batch would give the expired leases
@@ -205,6 +209,28 @@ WITH candidates AS (
 SELECT id, project_id, lease_expires_at, poison, payload, digest, identity, prompt
 FROM ({lease_ruling}) AS ruled
 ORDER BY lease_expires_at, id;
+
+-- name: lease_rulings_page --
+-- A dry run's batch: lease_rulings' rows summed up as reap_lease_batch sums up its moves, with
+-- the key of the last (NULL: none was left).
+WITH ruled AS ({lease_rulings}),
+tally AS (
+    SELECT project_id, poison, count(*) AS n, min(lease_expires_at) AS oldest,
+           max(lease_expires_at) AS newest
+    FROM ruled
+    GROUP BY project_id, poison
+)
+SELECT (SELECT array_agg(project_id ORDER BY project_id, poison) FROM tally) AS projects,
+       (SELECT array_agg(poison ORDER BY project_id, poison) FROM tally) AS parks,
+       (SELECT array_agg(n ORDER BY project_id, poison) FROM tally) AS moves,
+       (SELECT min(oldest) FROM tally) AS oldest,
+       (SELECT max(newest) FROM tally) AS newest,
+       (SELECT string_agg(project_id::text || payload, E'\x1e' ORDER BY lease_expires_at, id)
+        FROM ruled) AS recorded,
+       last.lease_expires_at AS last_expiry, last.id AS last_id
+FROM (SELECT 1) AS one
+LEFT JOIN (SELECT lease_expires_at, id FROM ruled ORDER BY lease_expires_at DESC, id DESC
+           LIMIT 1) AS last ON true;
 
 -- name: lease_outbox_bump --
 -- Outbox dispatch: a requeue starts a new dispatch episode (SPEC §3, ADR-0044 §4).

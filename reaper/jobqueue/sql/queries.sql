@@ -56,7 +56,7 @@ WHERE name = $1::text AND taken_at = $2::timestamptz AND taken_by = $3::text;
 
 
 -- name: walk_leased_expiry_index --
--- In the page read's read-only transaction: walk the leased-expiry index in its order and stop
+-- In a lease batch's transaction: walk the leased-expiry index in its order and stop
 -- at the page's end. The planner multiplies the share of leased rows by the share of rows with
 -- an expiry, which are the same rows, so it expects a few hundred rows past the key however
 -- many expired leases are left, and fetches all of them (a bitmap scan) to sort them for one
@@ -64,28 +64,12 @@ WHERE name = $1::text AND taken_at = $2::timestamptz AND taken_by = $3::text;
 -- that way, 3.6 ms walking the index; every page read the rest of the set.
 SET LOCAL enable_bitmapscan = off;
 
--- name: expired_lease_page --
--- One page of leased jobs past lease_expires_at + grace ($3 at most; optionally one project),
--- oldest first, starting after the key ($5 expiry, $6 id) that ended the page before (the
--- first page: -infinity and the nil uuid). The key is the leased-expiry index's own, so each
--- page starts where the last ended instead of walking past the rows already moved.
-SELECT id, project_id, kind, lease_owner, lease_expires_at, attempts, max_attempts
-FROM job
-WHERE state = 'leased'
-  AND lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
-  AND (lease_expires_at, id) > ($5::timestamptz, $6::uuid)
-  AND ($4::uuid IS NULL OR project_id = $4::uuid)
-ORDER BY lease_expires_at, id
-LIMIT $3::int;
-
 -- name: count_expired_leases --
--- How many leases are expired beyond the grace, after the key ($4 expiry, $5 id; the first:
--- -infinity and the nil uuid) of expired_lease_page (what a pass whose budget was spent left).
+-- How many leases are expired beyond the grace (what a pass whose budget was spent left).
 SELECT count(*)
 FROM job
 WHERE state = 'leased'
   AND lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
-  AND (lease_expires_at, id) > ($4::timestamptz, $5::uuid)
   AND ($3::uuid IS NULL OR project_id = $3::uuid);
 
 -- name: claimable_heads --
@@ -141,113 +125,6 @@ CROSS JOIN LATERAL (
 ) AS best
 WHERE p.project_id IS NOT NULL
 ORDER BY p.project_id;
-
--- name: move_leases --
--- Move a batch of expired leases that are still exactly as read, each with its event, in one
--- statement. A row is moved only if it is still leased, in the same project, by the same
--- owner, with the same expiry and attempts as read (a job finished, re-leased or extended
--- since is left alone); rows another reaper holds are skipped, never waited for. Requeue
--- (every job not in $6): ready, lease cleared, run_after = now. Park (the jobs in $6):
--- awaiting_human, lease cleared, one attempt refunded, and a delivery_exhausted gate raised
--- once per episode (by identity, $7). Each move's event goes on its project's stream after the
--- last event there, whoever wrote it: its payload is the move's part of $11 (the payloads in
--- order, between U+001E separators) and its digest the hex of the move's 32 bytes of $12 (the
--- sha256 digests end to end), two values in place of two arrays of a thousand elements (a
--- bytea, not a text: a text's substr walks its characters from the start). The caller holds
--- the streams' locks (lock_streams), so only the host's own writers can take a number first,
--- and an event whose number was taken is not written here but named in `unwritten` for the
--- caller to append, in the same transaction. Each state is set by a lone literal, so an enum
--- state column takes it as it takes text. Returns one row: the ids moved (NULL when every row
--- of the batch moved, the usual case), the ids parked, and the positions (1-based, in $2) of
--- moves whose events are still to append (NULL when none, the usual case).
-WITH input AS (
-    SELECT i.*, encode(substring($12::bytea FROM i.ord::int * 32 - 31 FOR 32), 'hex') AS digest
-    FROM unnest($2::uuid[], $3::text[], $4::timestamptz[], $5::int[], $10::uuid[],
-                string_to_array($11::text, E'\x1e')) WITH ORDINALITY
-         AS i (job_id, lease_owner, lease_expires_at, attempts, project_id, payload, ord)
-),
-locked AS (
-    SELECT j.ctid AS row_ctid
-    FROM input AS i
-    JOIN job AS j ON j.id = i.job_id
-    WHERE j.state = 'leased'
-      AND j.project_id = i.project_id
-      AND j.lease_owner IS NOT DISTINCT FROM i.lease_owner
-      AND j.lease_expires_at = i.lease_expires_at
-      AND j.attempts = i.attempts
-      AND j.lease_expires_at < $1::timestamptz
-    FOR NO KEY UPDATE OF j SKIP LOCKED
-),
-requeued AS (
-    UPDATE job AS j
-    SET state = 'ready',
-        run_after = $1::timestamptz,
-        lease_owner = NULL,
-        lease_expires_at = NULL,
-        updated_at = $1::timestamptz
-    FROM locked AS l
-    WHERE j.ctid = l.row_ctid  -- the version just locked (a newer one is left: skipped)
-      AND NOT j.id = ANY ($6::uuid[])
-    RETURNING j.id
-),
-parked AS (
-    UPDATE job AS j
-    SET state = 'awaiting_human',
-        attempts = greatest(j.attempts - 1, 0),
-        lease_owner = NULL,
-        lease_expires_at = NULL,
-        updated_at = $1::timestamptz
-    FROM locked AS l
-    WHERE cardinality($6::uuid[]) > 0  -- most batches park nothing: then this is not run
-      AND j.ctid = l.row_ctid
-      AND j.id = ANY ($6::uuid[])
-    RETURNING j.id, j.project_id
-),
-gates AS (
-    INSERT INTO human_gate (project_id, job_id, kind, prompt, choices, identity, created_at)
-    SELECT m.project_id, m.id, 'delivery_exhausted', p.prompt, $9::jsonb, p.identity,
-           $1::timestamptz
-    FROM parked AS m
-    JOIN unnest($6::uuid[], $7::text[], $8::text[]) AS p (job_id, identity, prompt)
-      ON p.job_id = m.id
-    ON CONFLICT (identity) WHERE identity IS NOT NULL DO NOTHING
-),
-moved AS (
-    SELECT id FROM requeued
-    UNION ALL
-    SELECT id FROM parked
-),
-numbered AS (
-    SELECT i.project_id, i.payload, i.digest, i.ord,
-           row_number() OVER (PARTITION BY i.project_id ORDER BY i.ord) AS n
-    FROM input AS i
-    JOIN moved AS m ON m.id = i.job_id
-),
-last_seqs AS (
-    SELECT s.project_id,
-           coalesce((SELECT max(e.seq) FROM event AS e WHERE e.project_id = s.project_id), 0)
-               AS last_seq
-    FROM (SELECT DISTINCT project_id FROM numbered) AS s
-),
-events AS (
-    INSERT INTO event (project_id, seq, kind, payload, digest, trusted, created_at)
-    SELECT nb.project_id, ls.last_seq + nb.n, 'QueueReaped', nb.payload::jsonb, nb.digest,
-           true, $1::timestamptz
-    FROM numbered AS nb
-    JOIN last_seqs AS ls USING (project_id)
-    ON CONFLICT DO NOTHING
-    RETURNING project_id, seq
-)
-SELECT CASE WHEN (SELECT count(*) FROM moved) < cardinality($2::uuid[])
-            THEN coalesce((SELECT array_agg(id) FROM moved), '{}') END AS moved,
-       (SELECT array_agg(id) FROM parked) AS parked,
-       CASE WHEN (SELECT count(*) FROM events) < (SELECT count(*) FROM numbered) THEN
-       (SELECT array_agg(nb.ord ORDER BY nb.ord)
-        FROM numbered AS nb
-        JOIN last_seqs AS ls USING (project_id)
-        WHERE NOT EXISTS (SELECT 1 FROM events AS e
-                          WHERE e.project_id = nb.project_id
-                            AND e.seq = ls.last_seq + nb.n)) END AS unwritten;
 
 -- name: lock_streams --
 -- Take the transaction's advisory locks on ledger streams, in project_id order (no deadlock
