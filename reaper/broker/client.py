@@ -20,7 +20,7 @@ from typing import Final
 from reaper.broker.capabilities import capabilities_for, product_and_version
 from reaper.broker.evidence import broker_wide_consumer_timeout, live_consumer_timeout, read_nodes
 from reaper.broker.http import BrokerTls, ManagementApi, Transport, segment
-from reaper.broker.port import BrokerPolicy, ManagementEndpoint, RawMessage
+from reaper.broker.port import BrokerPolicy, ManagementEndpoint, QueuesByVhost, RawMessage
 from reaper.broker.records import (
     CHANNEL_COLUMNS,
     CONSUMER_COLUMNS,
@@ -33,6 +33,7 @@ from reaper.broker.records import (
     policy_of,
     queue_of,
 )
+from reaper.broker.vhosts import queues_by_vhost
 from reaper.core.domain import BrokerFacts, QueueStats
 from reaper.core.observation import ChannelStats, ConsumerSeen
 from reaper.core.values import whole
@@ -251,6 +252,11 @@ class ManagementClient:
         if not isinstance(items, list):
             raise self.api.unavailable(f"answered GET {path} with a page that has no items list")
         return items
+
+    async def queues_by_vhost(self, pattern: str) -> QueuesByVhost:
+        """How many queues matching ``pattern`` each vhost the user may read holds
+        (:func:`reaper.broker.vhosts.queues_by_vhost`)."""
+        return await queues_by_vhost(self.api, pattern)
 
     async def queue(self, name: str, vhost: str | None = None) -> QueueStats:
         """One queue, column-projected (for verification). A missing queue is a

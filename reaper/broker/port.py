@@ -14,7 +14,17 @@ from typing import Protocol
 from reaper.core.domain import BrokerFacts, QueueStats
 from reaper.core.observation import ChannelStats, ConsumerSeen
 
-__all__ = ["Broker", "BrokerPolicy", "ManagementEndpoint", "RawMessage"]
+__all__ = ["Broker", "BrokerPolicy", "ManagementEndpoint", "QueuesByVhost", "RawMessage"]
+
+
+@dataclass(frozen=True)
+class QueuesByVhost:
+    """Queues matching a pattern, counted per vhost; ``complete``: every one was counted (a
+    broker with more than one page of them counts the first page's)."""
+
+    counts: Mapping[str, int]
+    complete: bool = True
+
 
 #: One message as a requeueing ``get`` returns it: the management API's own object, untouched
 #: (``reaper.core.dead_letters.decode`` reads it, whatever it holds).
@@ -94,6 +104,11 @@ class Broker(Protocol):
 
     async def list_channels(self, vhost: str | None = None) -> list[ChannelStats]:
         """Every channel of the vhost: unacknowledged deliveries, acknowledgements so far."""
+        ...
+
+    async def queues_by_vhost(self, pattern: str) -> QueuesByVhost:
+        """How many queues whose names ``pattern`` matches each vhost the user may read holds
+        (every vhost at once, names only)."""
         ...
 
     async def list_consumers(self, vhost: str | None = None) -> list[ConsumerSeen]:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from pydantic import BaseModel
-from pydantic.fields import FieldInfo
 
 from reaper.config.model import Settings
 from reaper.config.sources import ENV_DELIMITER, ENV_PREFIX, KeyPath, walk
@@ -22,7 +21,6 @@ __all__ = [
     "ConfigValue",
     "LoadedConfig",
     "Origins",
-    "field_of",
 ]
 
 
@@ -69,12 +67,6 @@ LEAVES: Final = dict(_leaf_fields(Settings))
 SECRET_KEYS: Final = frozenset({"bus.password", "database.password"})
 URL_KEYS: Final = frozenset({"bus.management_url", "bus.management_urls", "database.dsn"})
 TABLES: Final = ("queue.reap", "bus", "database")
-
-
-def field_of(path: KeyPath) -> FieldInfo | None:
-    """The field that declares the leaf key ``path``, or None for an unknown key."""
-    found = LEAVES.get(path)
-    return None if found is None else found[0].model_fields[found[1]]
 
 
 def _env_var(path: KeyPath, environ: Mapping[str, str]) -> str:

@@ -12,16 +12,31 @@ import json
 import math
 from collections.abc import Mapping
 from json.encoder import encode_basestring
+from typing import Final
 
 from reaper.core.domain import Verdict
 
-__all__ = ["canonical_json", "canonical_payload", "digest_of", "lease_payload"]
+__all__ = ["canonical_json", "canonical_payload", "digest_of", "lease_payload", "quote_owner"]
 
 _quote = encode_basestring  # json's own string quoting (C), as the encoder uses it
 
 _CANONICAL = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
+
+
+#: The most of a lease holder's name a detail or a prompt quotes.
+OWNER_QUOTED: Final = 200
+
+
+def quote_owner(owner: str | None, absent: str, *, more: str = "") -> str:
+    """A lease holder's name as a detail or a gate's prompt quotes it: its first
+    :data:`OWNER_QUOTED` characters as a JSON string (the quoting canonical JSON gives it, which
+    PostgreSQL's ``to_json`` gives as well, so the lease reap's SQL builds the same text), then
+    ``more`` if it was cut; ``absent`` when there is none."""
+    if owner is None:
+        return absent
+    return _quote(owner[:OWNER_QUOTED]) + (more if len(owner) > OWNER_QUOTED else "")
 
 
 def canonical_json(payload: Mapping[str, object]) -> str:

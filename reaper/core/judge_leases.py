@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Final
 from uuid import UUID
 
+from reaper.core.canonical import quote_owner
 from reaper.core.domain import (
     Action,
     Condition,
@@ -27,7 +28,7 @@ from reaper.core.domain import (
     Unit,
     Verdict,
 )
-from reaper.core.judge_queues import num, quote
+from reaper.core.judge_queues import num
 
 __all__ = ["RULING_KINDS", "LeaseColumns", "LeaseRulings", "judge_lease_page"]
 
@@ -169,7 +170,7 @@ def judge_lease_page(page: LeaseColumns, thresholds: Thresholds, now: datetime) 
             continue
         held = owners.get(owner)
         if held is None:
-            held = owners[owner] = quote(owner) if owner is not None else "no recorded owner"
+            held = owners[owner] = quote_owner(owner, "no recorded owner", more="…")
         attempts, limit = attempts_of[i], max_of[i]
         rows.append(i)
         past_text = num(past)

@@ -21,6 +21,7 @@ from uuid import UUID
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Dispatch
 from reaper.core.records import Gate
+from reaper.core.storable import for_storage, payload_for_storage
 from reaper.desk.rules import (
     DEAD_LETTER_REPLAY,
     DEAD_LETTER_SETTLED,
@@ -98,9 +99,10 @@ async def record_answer(
     ``GateAnswered`` event on the gate's project stream (``published``: the queue and message
     id a replay sent; the queue came from the letter's headers, so that event is untrusted)."""
     answered = gate_of(
-        await conn.fetchrow(QUERIES["answer_gate"], now, gate.id, choice, answered_by)
+        await conn.fetchrow(QUERIES["answer_gate"], now, gate.id, choice, _stored(answered_by))
     )
-    canonical = canonical_json(answered_payload(gate, choice, answered_by, reason, published))
+    payload = answered_payload(gate, choice, answered_by, reason, published)
+    canonical = canonical_json(payload_for_storage(payload))
     event = ledger.Event(
         gate.project_id, canonical, digest_of(canonical), published is None, GATE_ANSWERED
     )
@@ -143,3 +145,7 @@ ANSWERS: Final[Mapping[str, Answer]] = {
     GATE_DELIVERY_EXHAUSTED: _answer_delivery,
     GATE_BUS_DEAD_LETTERED: settle_dead_letter,
 }
+
+
+def _stored(text: str | None) -> str | None:
+    return None if text is None else for_storage(text)

@@ -12,6 +12,7 @@ from uuid import UUID
 
 from reaper.core.dead_letters import GATE_CHOICES
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Condition
+from reaper.core.moments import utc
 from reaper.core.records import Gate
 from reaper.errors import GateError
 from reaper.jobqueue.rules import DELIVERY_CANCEL
@@ -64,7 +65,7 @@ def not_the_latest(gate: Gate, newer: UUID, kind: str, raised: datetime) -> str:
     parked for another reason)."""
     return (
         f"gate {gate.id} is not job {gate.job_id}'s latest gate: gate {newer} ({kind}, raised "
-        f"{raised.isoformat()}) is, and the job waits behind that one; answer it instead. "
+        f"{utc(raised)}) is, and the job waits behind that one; answer it instead. "
         "Nothing was written"
     )
 
@@ -74,8 +75,7 @@ def check_answerable(gate: Gate, choice: str) -> None:
     ``choice`` is not one it offers."""
     if gate.answered_at is not None:
         raise GateError(
-            f"gate {gate.id} was already answered at {gate.answered_at.isoformat()} "
-            f"with {gate.answer!r}"
+            f"gate {gate.id} was already answered at {utc(gate.answered_at)} with {gate.answer!r}"
         )
     choices = offered_choices(gate)
     if choice not in choices:

@@ -10,6 +10,7 @@ from typing import TypeAlias
 from reaper.edges import doctor, gate_commands, production
 from reaper.edges.completion import SHELLS
 from reaper.edges.logs import LOG_FORMATS
+from reaper.edges.output_option import add_output
 from reaper.edges.serve import ListenError, parse_listen
 from reaper.reap.ids import argument, project_text
 from reaper.version import __version__
@@ -72,7 +73,9 @@ REAP_EPILOG = """the report, top to bottom:
                Nothing is moved for a finding; unbounded = no bound the broker enforces
                (the reaper's own observation is the guard)
   Done / Would do   what committed (a dry run: what it would do): moves, parks and policy
-               writes; a park names its gate and the command that answers it
+               writes; each park names its gate and the command that answers it (past 10:
+               the first five, and the one command that lists every gate the pass raised
+               and the one that answers them all; -o wide: every park, its gate whole)
   Policies     one line each: action (unchanged, created, updated, deleted, refused,
                unsupported, planned), in force or not, and the reason code: InSync, Created,
                Updated, Deleted, WouldCreate, WouldUpdate, WouldDelete, KeyUnsupported (the
@@ -168,20 +171,13 @@ def _add_reap(commands: Commands) -> None:
         action="store_true",
         help="judge everything and write nothing: no row, event, gate, policy or message moved",
     )
-    reap.add_argument(
-        "--json",
-        action="store_true",
-        help=(
-            "print the report as one JSON object, streamed, with every verdict (the text "
-            "report summarises lease moves above 10 per condition); the same as -o json"
-        ),
-    )
-    reap.add_argument(
-        "-o",
-        "--output",
-        choices=("text", "wide", "json"),
-        default="text",
-        help="text (default: one line per finding), wide (every detail in full) or json",
+    add_output(
+        reap,
+        ("text", "wide", "json"),
+        "text (default: one line per finding), wide (every detail in full) or json",
+        json_help="print the report as one JSON object, streamed, with every verdict (the text "
+        "report summarises lease moves above 10 per condition); the same as -o json",
+        json_first=True,
     )
     reap.add_argument(
         "--project",
@@ -220,15 +216,12 @@ def _add_config(commands: Commands) -> None:
         description="Print every key in force, secrets masked, with the file or variable it "
         "came from, the dispatch in force and the management URLs in order of preference.",
     )
-    config_show.add_argument(
-        "-o",
-        "--output",
-        choices=("text", "wide", "json", "name"),
-        default="text",
-        help="text (default: a table, secrets masked), wide (each key's description too), "
+    add_output(
+        config_show,
+        ("text", "wide", "json", "name"),
+        "text (default: a table, secrets masked), wide (each key's description too), "
         "json, or name (the keys alone)",
     )
-    config_show.add_argument("--json", action="store_true", help="the same as -o json")
 
 
 def _add_db(commands: Commands) -> Commands:
@@ -274,15 +267,12 @@ def _add_policies(commands: Commands) -> None:
         description="Desired policies, rendered for this broker, against what it holds, and "
         "each owned queue's bounds in force. Writes nothing.",
     )
-    plan.add_argument(
-        "-o",
-        "--output",
-        choices=("text", "wide", "json", "name"),
-        default="text",
-        help="text (default), wide (each policy's desired and actual definitions too), json, "
+    add_output(
+        plan,
+        ("text", "wide", "json", "name"),
+        "text (default), wide (each policy's desired and actual definitions too), json, "
         "or name (the declared policies' names)",
     )
-    plan.add_argument("--json", action="store_true", help="the same as -o json")
 
 
 def _add_serve(commands: Commands) -> None:

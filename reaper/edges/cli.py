@@ -26,6 +26,7 @@ from reaper.edges import commands, completion, doctor, gate_commands, logs, prod
 from reaper.edges.arguments import build_parser
 from reaper.edges.commands import EXIT_NOT_OK, EXIT_OK, EXIT_USAGE
 from reaper.edges.manpage import manpage
+from reaper.edges.output_option import output_of
 from reaper.edges.wording import table
 from reaper.errors import ConfigError, GateError, ReaperError, scrub
 
@@ -105,7 +106,7 @@ async def _run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
         return await commands.reap(
             loaded,
             dry_run=args.dry_run,
-            output="json" if args.json else args.output,
+            output=output_of(args),
             quiet=args.quiet,
             project_id=args.project,
             metrics_textfile=args.metrics_textfile,
@@ -114,11 +115,11 @@ async def _run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     if args.command == "db" and args.db_command == "grants":
         return await production.grants(loaded, args.role, apply=args.apply)
     if args.command == "doctor":
-        return await doctor.run(loaded, output="json" if args.json else args.output)
+        return await doctor.run(loaded, output=output_of(args))
     if args.command == "db":
         return await commands.migrate(loaded, dry_run=args.dry_run, outbox=args.outbox)
     if args.command == "policies":
-        return await commands.policies_plan(loaded, output="json" if args.json else args.output)
+        return await commands.policies_plan(loaded, output=output_of(args))
     if args.command in gate_commands.COMMANDS:
         return await gate_commands.run(args, loaded)
     if args.command == "serve":
@@ -190,7 +191,7 @@ def _main(argv: Sequence[str] | None) -> int:
             where = loaded.config_dir or "environment only"
             print(f"configuration is valid ({len(loaded.files)} file(s) from {where})")
             return EXIT_OK
-        return _config_show(loaded, "json" if args.json else args.output)
+        return _config_show(loaded, output_of(args))
     try:
         return asyncio.run(_run(args, loaded))
     except GateError as exc:

@@ -22,12 +22,14 @@ from urllib.parse import urlsplit
 from reaper.broker.capabilities import capabilities_for, product_and_version
 from reaper.broker.client import ManagementClient
 from reaper.broker.http import BrokerTls, segment, tags_fix
-from reaper.config import LoadedConfig
+from reaper.config import LoadedConfig, Settings
 from reaper.core.domain import BrokerFacts
 from reaper.core.enforcement import TimeoutSetting
 from reaper.edges import colour
 from reaper.edges.commands import dispatch_of
 from reaper.edges.doctor_fixes import broker_fix, database_fix, vhost_fix
+from reaper.edges.doctor_vhost import owned_queues
+from reaper.edges.output_option import add_output
 from reaper.edges.production import open_database
 from reaper.errors import BrokerUnavailable, ReaperError
 from reaper.jobqueue.database import Database
@@ -67,15 +69,12 @@ def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "rights, the conf.d snippet on every node), and the dispatch mode. Exit 0 when all "
         "pass, 1 otherwise.",
     )
-    doctor.add_argument(
-        "-o",
-        "--output",
-        choices=("text", "wide", "json"),
-        default="text",
-        help="text (default: one line each, the fix after it), wide (the fix on a line of its "
+    add_output(
+        doctor,
+        ("text", "wide", "json"),
+        "text (default: one line each, the fix after it), wide (the fix on a line of its "
         "own under each) or json",
     )
-    doctor.add_argument("--json", action="store_true", help="the same as -o json")
 
 
 async def run(loaded: LoadedConfig, *, output: str = "text") -> int:
@@ -244,7 +243,7 @@ async def _broker(loaded: LoadedConfig, url: str) -> list[Check]:
     )
     name = f"broker {url}"
     try:
-        return await _broker_checks(client, name, url, bus.username, bus.vhost, bus.verify)
+        return await _broker_checks(client, name, url, loaded.settings)
     finally:
         await client.aclose()
 
@@ -256,8 +255,9 @@ async def _get(
 
 
 async def _broker_checks(
-    client: ManagementClient, name: str, url: str, user: str, vhost: str, verify: bool
+    client: ManagementClient, name: str, url: str, settings: Settings
 ) -> list[Check]:
+    user, vhost, verify = settings.bus.username, settings.bus.vhost, settings.bus.verify
     try:
         overview = await _get(client, "/api/overview")
     except ReaperError as exc:
@@ -286,6 +286,7 @@ async def _broker_checks(
             client, f"/api/queues/{segment(vhost)}", {"page": 1, "page_size": 1, "columns": "name"}
         )
         found.append(Check(f"{name} vhost", "ok", f"{vhost!r} exists"))
+        found.append(Check(f"{name} queues", *await owned_queues(client, settings)))
     except BrokerUnavailable as exc:
         if exc.status != 404:
             found.append(

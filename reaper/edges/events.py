@@ -9,7 +9,6 @@ import argparse
 import functools
 import json
 import sys
-from datetime import UTC, datetime
 from typing import Any, Final
 from uuid import UUID
 
@@ -18,9 +17,9 @@ from reaper.core.dead_letters import quote_untrusted
 from reaper.core.domain import EVENT_KIND
 from reaper.core.records import LedgerEvent
 from reaper.desk.port import GateDesk
-from reaper.edges.gate_views import parse_duration
+from reaper.edges.gate_views import parse_since
+from reaper.edges.output_option import add_output, output_of
 from reaper.edges.wording import utc
-from reaper.errors import GateError
 from reaper.jobqueue.port import EventFilter, JobQueue
 from reaper.reap.ids import (
     VOCABULARY,
@@ -69,14 +68,9 @@ def add_parser(commands: Any) -> None:
             help=f"one of {', '.join(VOCABULARY[word])} (e.g. {example})",
         )
     events.add_argument("--object", metavar="ID", help="a job (id or prefix) or a queue name")
-    events.add_argument(
-        "-o",
-        "--output",
-        choices=OUTPUTS,
-        default="text",
-        help="text (default: short ids), wide (whole ids), json, or name (PROJECT#SEQ)",
+    add_output(
+        events, OUTPUTS, "text (default: short ids), wide (whole ids), json, or name (PROJECT#SEQ)"
     )
-    events.add_argument("--json", action="store_true", help="the same as -o json")
     events.add_argument(
         "--limit", type=_positive, default=100, help="the newest N (default %(default)s)"
     )
@@ -84,7 +78,7 @@ def add_parser(commands: Any) -> None:
 
 async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     """``reaper events``; an argument that names nothing raises GateError (exit 2)."""
-    output = "json" if args.json else args.output
+    output = output_of(args)
     sources = await open_sources(loaded.settings, broker=False)
     try:
         store, desk = sources.store, sources.desk
@@ -113,7 +107,7 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
 async def _filter(store: JobQueue, desk: GateDesk, args: argparse.Namespace) -> EventFilter:
     since = None
     if args.since:
-        since = _since(args.since, (await store.database_facts()).now)
+        since = parse_since(args.since, (await store.database_facts()).now)
     chosen = EventFilter(
         since=since,
         project_id=None if args.project is None else await resolve_project(desk, args.project),
@@ -195,20 +189,6 @@ def _id(value: object, wide: bool) -> str:
         return str(value) if wide else str(UUID(str(value)))[:8]
     except ValueError:
         return str(value)
-
-
-def _since(text: str, now: datetime) -> datetime:
-    try:
-        return now - parse_duration(text)
-    except GateError:
-        pass
-    try:
-        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise GateError(
-            f"--since {text!r}: not an age (e.g. 1h) nor an ISO time (e.g. 2026-12-01T09:00Z)"
-        ) from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def _plain(value: object) -> str:

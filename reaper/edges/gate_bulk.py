@@ -17,10 +17,11 @@ from uuid import UUID
 from reaper.config import LoadedConfig
 from reaper.core.dead_letters import quote_untrusted
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED
-from reaper.edges.gate_views import GateView, format_age, parse_duration, view_of
+from reaper.edges.gate_views import GateView, format_age, parse_duration, parse_since, view_of
 from reaper.edges.gates import answer_gate, default_answerer, short_id
 from reaper.errors import GateError, ReaperError
 from reaper.jobqueue.port import JobQueue
+from reaper.reap.ids import argument, gate_kind, project_text, resolve_project
 from reaper.reap.sources import Sources, open_sources
 
 __all__ = ["add_selection", "answer_selection", "has_selection"]
@@ -28,7 +29,7 @@ __all__ = ["add_selection", "answer_selection", "has_selection"]
 _EXIT_OK, _EXIT_NOT_OK, _EXIT_USAGE = 0, 1, 2
 
 #: The options that select gates, as a person types them.
-_SELECTORS = ("--kind", "--project", "--older-than", "--queue", "--all")
+_SELECTORS = ("--kind", "--project", "--older-than", "--since", "--queue", "--all")
 
 
 def add_selection(answer: argparse.ArgumentParser, kinds: tuple[str, ...]) -> None:
@@ -36,9 +37,23 @@ def add_selection(answer: argparse.ArgumentParser, kinds: tuple[str, ...]) -> No
     pick = answer.add_argument_group(
         "answering many gates", "every open gate the options select (together: all of them)"
     )
-    pick.add_argument("--kind", choices=kinds, help="only gates of this kind")
-    pick.add_argument("--project", type=UUID, metavar="PROJECT_ID", help="only this project's")
+    pick.add_argument(
+        "--kind",
+        type=argument(gate_kind),
+        metavar="KIND",
+        help=f"only gates of this kind: {' or '.join(kinds)} (poison and dead_letter as the "
+        "report says them)",
+    )
+    pick.add_argument(
+        "--project",
+        type=argument(project_text),
+        metavar="PROJECT",
+        help="only this project's (id, prefix or fleet)",
+    )
     pick.add_argument("--older-than", metavar="AGE", help="only gates raised before AGE (1h)")
+    pick.add_argument(
+        "--since", metavar="AGE|ISO", help="only gates raised at or after: 1h, or an ISO time"
+    )
     pick.add_argument(
         "--queue", metavar="QUEUE", help="only dead letters read from or dead on QUEUE"
     )
@@ -52,6 +67,15 @@ def has_selection(args: argparse.Namespace) -> bool:
     return any(
         getattr(args, flag[2:].replace("-", "_"), None) not in (None, False) for flag in _SELECTORS
     )
+
+
+@dataclass(frozen=True)
+class _Raised:
+    """What the options select by the database's clock, and the project a prefix names."""
+
+    before: datetime | None
+    since: datetime | None
+    project: UUID | None
 
 
 @dataclass(frozen=True)
@@ -79,7 +103,15 @@ async def answer_selection(
             print(f"reaper: cannot answer: {sources.store_error}", file=sys.stderr)
             return _EXIT_NOT_OK
         now = (await store.database_facts()).now
-        selected = await _select(store, loaded, args, now, None if older is None else now - older)
+        project = None
+        if args.project is not None and sources.desk is not None:
+            project = await resolve_project(sources.desk, args.project)
+        raised = _Raised(
+            None if older is None else now - older,
+            None if args.since is None else parse_since(args.since, now),
+            project,
+        )
+        selected = await _select(store, loaded, args, now, raised)
         print(_show(selected, args.choice, _words(args)))
         if args.dry_run or not selected.take:
             if args.dry_run:
@@ -97,10 +129,14 @@ async def _select(
     loaded: LoadedConfig,
     args: argparse.Namespace,
     now: datetime,
-    raised_before: datetime | None,
+    raised: _Raised,
 ) -> _Selected:
     gates = await store.list_gates(
-        open_only=True, kind=args.kind, project_id=args.project, raised_before=raised_before
+        open_only=True,
+        kind=args.kind,
+        project_id=raised.project,
+        raised_before=raised.before,
+        raised_since=raised.since,
     )
     jobs = [g.job_id for g in gates if g.kind == GATE_BUS_DEAD_LETTERED and g.job_id]
     parked = await store.parked_dead_letters(jobs) if jobs else {}

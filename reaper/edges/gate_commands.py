@@ -6,23 +6,28 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
 
 from reaper.config import LoadedConfig
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED
+from reaper.desk.port import GateDesk
 from reaper.edges import events, gate_bulk
 from reaper.edges.gate_views import (
+    HISTORY_EVENTS,
     GateView,
     by_job,
     list_json,
     parse_duration,
+    parse_since,
     render_list,
     render_show,
     view_of,
 )
 from reaper.edges.gates import answer_gate, default_answerer
-from reaper.jobqueue.port import JobQueue
+from reaper.edges.output_option import add_output, output_of
+from reaper.jobqueue.port import EventFilter, JobQueue
 from reaper.reap.gates import find_gate
 from reaper.reap.ids import argument, gate_kind, project_text, resolve_project
 from reaper.reap.sources import open_sources
@@ -44,8 +49,8 @@ start with: reaper gates list"""
 
 ANSWER_DESCRIPTION = """\
 Answer a gate, named by its id or any unique prefix of it (the 8 characters `gates list`
-shows), or every open gate a selection names (--kind, --project, --older-than, --queue,
---all): the gates are shown with their count, and answered only with --yes (or the count
+shows), or every open gate a selection names (--kind, --project, --older-than, --since,
+--queue, --all): the gates are shown with their count, and answered only with --yes (or the count
 typed back at a terminal), each in its own transaction with its own GateAnswered event.
 delivery_exhausted: retry (the job is re-readied for exactly one more delivery) or cancel
 (the job ends cancelled and is never delivered again). bus_dead_lettered: replay (publish
@@ -71,15 +76,12 @@ def add_parsers(commands: Any) -> None:
         description="The open gates, oldest first: short id, age, project, kind, job kind, "
         "and the exact command for each answer really possible.",
     )
-    listing.add_argument(
-        "-o",
-        "--output",
-        choices=("text", "wide", "json", "name"),
-        default="text",
-        help="text (default: a table, short ids), wide (whole ids), json, or name (one whole "
+    add_output(
+        listing,
+        ("text", "wide", "json", "name"),
+        "text (default: a table, short ids), wide (whole ids), json, or name (one whole "
         "gate id a line, for xargs)",
     )
-    listing.add_argument("--json", action="store_true", help="the same as -o json")
     listing.add_argument("--all", action="store_true", help="include answered gates")
     listing.add_argument(
         "--kind",
@@ -96,6 +98,12 @@ def add_parsers(commands: Any) -> None:
     )
     listing.add_argument(
         "--older-than", metavar="AGE", help="only gates raised longer ago than AGE (e.g. 1h)"
+    )
+    listing.add_argument(
+        "--since",
+        metavar="AGE|ISO",
+        help="only gates raised at or after: 1h, or 2026-12-01T09:00Z (a report's parks: the "
+        "time it prints)",
     )
     show = gate_commands.add_parser(
         "show",
@@ -138,6 +146,7 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
             return _EXIT_NOT_OK
         if args.gates_command == "show":
             view = (await _views(store, loaded, [await find_gate(store, args.gate)]))[0]
+            view = await _with_history(store, sources.desk, view)
             print(json.dumps(list_json([view])[0], indent=2) if args.json else render_show(view))
             return _EXIT_OK
         now = (await store.database_facts()).now
@@ -150,11 +159,12 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
             kind=args.kind,
             project_id=project,
             raised_before=None if older is None else now - older,
+            raised_since=None if args.since is None else parse_since(args.since, now),
         )
         views = await _views(store, loaded, gates, now)
     finally:
         await sources.close()
-    output = "json" if args.json else args.output
+    output = output_of(args)
     if output == "json":
         print(json.dumps(list_json(views), indent=2))
         return _EXIT_OK
@@ -167,6 +177,7 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
             ("--kind", args.kind),
             ("--project", args.project),
             ("--older-than", args.older_than),
+            ("--since", args.since),
         )
         if value
     ]
@@ -196,12 +207,25 @@ async def _views(
     ]
 
 
+async def _with_history(store: JobQueue, desk: GateDesk | None, view: GateView) -> GateView:
+    """``view`` with the ledger's newest events of its job, and how many there are in all."""
+    job = view.gate.job_id
+    if job is None:
+        return view
+    chosen = EventFilter(object=str(job), limit=HISTORY_EVENTS)
+    found = await store.read_events(chosen)
+    total = len(found)
+    if total == chosen.limit and desk is not None:
+        total = await desk.count_events(chosen)
+    return replace(view, history=tuple(found), history_total=total)
+
+
 async def _answer(loaded: LoadedConfig, args: argparse.Namespace) -> int:
     if gate_bulk.has_selection(args) or args.gate is None:
         if not gate_bulk.has_selection(args):
             print(
                 "reaper: name a GATE, or select gates with --kind, --project, --older-than, "
-                "--queue or --all",
+                "--since, --queue or --all",
                 file=sys.stderr,
             )
             return 2

@@ -9,16 +9,18 @@ letter's ``replay`` only where the replay rule allows it (it says why not otherw
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Final
 from uuid import UUID
 
 from reaper.core.dead_letters import decoded_body, quote_untrusted, replay_decision
-from reaper.core.domain import GATE_BUS_DEAD_LETTERED
-from reaper.core.records import Gate
+from reaper.core.domain import EVENT_KIND, GATE_BUS_DEAD_LETTERED
+from reaper.core.records import Gate, LedgerEvent
+from reaper.core.terminal import for_terminal
 from reaper.desk.rules import DEAD_LETTER_REPLAY, offered_choices
 from reaper.edges.gates import short_id
 from reaper.edges.wording import table, utc
@@ -32,6 +34,7 @@ __all__ = [
     "format_age",
     "list_json",
     "parse_duration",
+    "parse_since",
     "render_list",
     "render_show",
     "view_of",
@@ -39,6 +42,8 @@ __all__ = [
 
 #: How much of a dead letter's body ``gates show`` prints.
 BODY_PREVIEW_BYTES: Final = 200
+#: The newest events of a gate's job ``gates show`` prints (the ledger keeps every one).
+HISTORY_EVENTS: Final = 20
 
 _DURATION: Final = re.compile(r"(?P<n>\d+)(?P<unit>[smhdw])")
 _SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -55,6 +60,10 @@ class GateView:
     #: Why an answer the gate was raised with is not offered (empty: every one is).
     withheld: tuple[str, ...]
     parked: ParkedDeadLetter | None = None
+    #: What the ledger holds of the gate's job, oldest first (``gates show`` reads it), and
+    #: how many events it holds in all.
+    history: tuple[LedgerEvent, ...] = ()
+    history_total: int = 0
 
     @property
     def short(self) -> str:
@@ -108,6 +117,22 @@ def parse_duration(text: str) -> timedelta:
     if not parts or "".join(p.group(0) for p in parts) != compact:
         raise GateError(f"not a duration: {text!r} (write e.g. 90s, 15m, 1h, 2d or 1h30m)")
     return timedelta(seconds=sum(int(p["n"]) * _SECONDS[p["unit"]] for p in parts))
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """``--since``: an age before ``now`` (``1h``) or an ISO time (``2026-12-01T09:00Z``, UTC
+    when it names no zone); ``GateError`` else."""
+    try:
+        return now - parse_duration(text)
+    except GateError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise GateError(
+            f"--since {text!r}: not an age (e.g. 1h) nor an ISO time (e.g. 2026-12-01T09:00Z)"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def format_age(seconds: float) -> str:
@@ -165,18 +190,19 @@ def render_show(view: GateView) -> str:
         f"  project:  {g.project_id}",
         f"  job:      {g.job_id or '-'}"
         + (f" ({quote_untrusted(g.job_kind)})" if g.job_kind else ""),
-        f"  raised:   {g.created_at.isoformat()} ({format_age(view.age_seconds)} ago)",
+        f"  raised:   {utc(g.created_at)} ({format_age(view.age_seconds)} ago)",
         f"  identity: {quote_untrusted(g.identity) if g.identity else '-'}",
     ]
     if g.is_open:
         lines.append("  state:    open")
     else:
-        at = g.answered_at.isoformat() if g.answered_at else "?"
+        at = utc(g.answered_at) if g.answered_at else "?"
         lines.append(
             f"  state:    answered {g.answer!r} at {at} by {g.answered_by or 'nobody named'}"
         )
     if view.parked is not None:
         lines.extend(_letter_lines(view.parked))
+    lines.extend(_history_lines(view))
     lines.append("  question:")
     lines.extend(f"    {line}" for line in g.prompt.splitlines())
     if view.choices:
@@ -200,8 +226,43 @@ def _letter_lines(parked: ParkedDeadLetter) -> list[str]:
         + (", cut short by the broker" if letter.body_truncated else "")
         + (", a JSON object" if letter.is_json_object else ", not a JSON object"),
         f"    body{cut}: {quote_untrusted(body, BODY_PREVIEW_BYTES)}",
-        f"    parked:     {parked.parked_at.isoformat()}; job {parked.job_state}",
+        f"    parked:     {utc(parked.parked_at)}; job {parked.job_state}",
     ]
+
+
+def _history_lines(view: GateView) -> list[str]:
+    """The ledger's events of the gate's job: each lease that ran out (its holder, how long
+    ago, the attempts spent), each requeue and park, each answer and who gave it."""
+    job = view.gate.job_id
+    if job is None:
+        return []
+    if not view.history:
+        return ["  history:  nothing on the ledger for this job"]
+    lines = [f"  history of job {short_id(job)} (the ledger, oldest first):"]
+    lines += [f"    {history_line(e)}" for e in view.history]
+    if view.history_total > len(view.history):
+        lines.append(
+            f"    showing the newest {len(view.history)} of {view.history_total}: "
+            f"reaper events --object {short_id(job)} --limit {view.history_total}"
+        )
+    return lines
+
+
+def history_line(event: LedgerEvent) -> str:
+    """One event of a job's history: when, what, and what the ledger says of it."""
+    p = event.payload
+    when = utc(event.created_at)
+    if event.kind == "GateAnswered":
+        by = for_terminal(str(p.get("by") or "nobody named"))
+        gate = str(p.get("gate") or "")[:8]
+        reason = f"; reason {quote_untrusted(p.get('reason'))}" if p.get("reason") else ""
+        return f"{when}  answered {p.get('choice')} by {by} (gate {gate}){reason}"
+    if event.kind == EVENT_KIND:
+        # the reaper's sentence, a host's job kind and a letter's quoted headers in it: shown
+        # escaped, its newlines too (a line of its own would read as another event)
+        shown = for_terminal(str(p.get("detail") or "")).replace("\n", "\\n")
+        return f"{when}  {p.get('action')!s:<8} {p.get('condition')}: {shown}"
+    return f"{when}  {for_terminal(event.kind)}  {quote_untrusted(json.dumps(dict(p)))}"
 
 
 def list_json(views: Sequence[GateView]) -> list[dict[str, object]]:
@@ -229,6 +290,17 @@ def _json(view: GateView) -> dict[str, object]:
         "commands": view.commands(),
         "not_offered": list(view.withheld),
         "superseded_by": _text(g.superseded_by),
+        "history": [
+            {
+                "created_at": utc(e.created_at, "milliseconds"),
+                "project_id": str(e.project_id),
+                "seq": e.seq,
+                "kind": e.kind,
+                "payload": dict(e.payload),
+            }
+            for e in view.history
+        ],
+        "history_total": view.history_total,
     }
 
 

@@ -10,6 +10,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Final
 
+from reaper.core.moments import utc
 from reaper.core.terminal import for_terminal
 
 __all__ = ["LOG_FORMATS", "THIRD_PARTY_LOGGERS", "configure"]
@@ -21,8 +22,7 @@ THIRD_PARTY_LOGGERS: Final = ("httpx", "httpcore", "asyncio")
 
 
 def _utc(record: logging.LogRecord) -> str:
-    moment = datetime.fromtimestamp(record.created, UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return utc(datetime.fromtimestamp(record.created, UTC), "milliseconds")
 
 
 class TextFormatter(logging.Formatter):

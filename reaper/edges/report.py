@@ -4,44 +4,34 @@ the pass not ok, each with its fix; the findings worst first, one line each, the
 against its threshold once and the next step; what was done; the policies, one line each.
 ``-o wide`` gives every detail in full.
 
-Lease moves, routine by the thousand, are summarised per condition beyond
-:data:`LISTED_MOVES`: the count, the projects with the most, and the first few jobs; every
-verdict stays in the ledger, and ``--json`` lists each one (:mod:`reaper.edges.report_json`,
-re-exported here).
+What was done, and each park's gate, is :mod:`reaper.edges.report_moves`; ``--json`` lists
+every verdict (:mod:`reaper.edges.report_json`, re-exported here).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Final
-from uuid import UUID
 
 from reaper.core.cluster import node_summary
-from reaper.core.domain import Action, Condition, Verdict
+from reaper.core.domain import Action
 from reaper.edges.report_findings import finding_lines
-from reaper.edges.report_json import gate_json, render_json, to_json, verdict_json, write_json
-from reaper.edges.wording import LEASE_CONDITIONS, age, measure, plural, short, utc, where
+from reaper.edges.report_json import render_json, to_json, verdict_json, write_json
+from reaper.edges.report_moves import LISTED_MOVES, LeaseMoves, acted_lines, raised_since
+from reaper.edges.wording import LEASE_CONDITIONS, plural, short, utc
 from reaper.reap.progress import SIGHTINGS_WRITE, RecordedVerdict
 from reaper.reap.result import PassResult, Problem
 
 __all__ = [
     "LEDGER_POINTER",
     "LISTED_MOVES",
-    "gate_json",
     "render_json",
     "render_text",
     "to_json",
     "verdict_json",
     "write_json",
 ]
-
-#: Lease moves of one condition listed one line each up to this many; beyond, summarised.
-LISTED_MOVES: Final = 10
-#: In a summary, the jobs listed (the first judged) and the projects named (the most moves).
-SUMMARY_JOBS: Final = 5
-SUMMARY_PROJECTS: Final = 5
 
 
 def _state(r: RecordedVerdict, result: PassResult) -> str:
@@ -139,12 +129,15 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
                 fixes.add(fix)
                 lines.append(f"  {'':<11} fix: {fix}")
 
-    findings = result.findings()
-    if findings:
-        lines += ["", f"Findings ({len(findings)}), worst first:"]
+    findings, aimed = result.findings(), result.target_findings()
+    if findings or aimed:
+        lines += ["", f"Findings ({len(findings) + len(aimed)}), worst first:"]
+        for t in aimed:
+            lines += [f"  {t.condition} {t.subject}: {t.detail}", f"  {'':<14} {t.next_step}"]
         lines += finding_lines(findings, lambda r: _state(r, result), wide=wide)
 
-    moves = _LeaseMoves(wide, result.gates, result.dry_run)
+    since = raised_since(result.started_at)
+    moves = LeaseMoves(wide, result.gates, result.dry_run, since)
     acted: list[RecordedVerdict] = []
     not_done = 0
     for r in result.verdicts:
@@ -168,7 +161,7 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
     if count:
         lines += ["", f"{verb} ({count}):"]
     lines += moves.lines()
-    lines += _acted_lines(acted, result.gates, wide)
+    lines += acted_lines(acted, result.gates, wide, since)
     lines += [f"  {p.write:<8} {'policy':<13} {p.name}: {p.change}" for p in written]
 
     lines += _dead_letter_lines(result, wide)
@@ -178,7 +171,7 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
     elif result.notes:
         lines += ["", "Notes:"]
         lines += [f"  - {n}" for n in result.notes]
-    if not problems and not findings and not count:
+    if not problems and not findings and not aimed and not count:
         lines += ["", "Nothing found, nothing to do."]
     if not result.dry_run and _ledger_read(result) and len(result.verdicts):
         lines += [f"Every verdict is a QueueReaped event in the ledger: {LEDGER_POINTER}."]
@@ -263,19 +256,6 @@ def _policy_lines(result: PassResult, wide: bool) -> list[str]:
     return lines
 
 
-def _joined(items: Sequence[str], head: str, pad: str, width: int = 150) -> list[str]:
-    """``items`` after ``head``, comma-separated, on as few lines of ``width`` as they fit."""
-    lines = [head]
-    for n, item in enumerate(items):
-        sep = ", " if n and not lines[-1].endswith(pad) else ""
-        if n and len(lines[-1]) + len(sep) + len(item) > width:
-            lines[-1] += ","
-            lines.append(pad)
-            sep = ""
-        lines[-1] += sep + item
-    return lines
-
-
 def brief(text: str) -> str:
     """A sentence without its trailing evidence (a closing parenthetical, a ``, which``
     clause): the short form says what holds; ``-o wide`` says how it is known."""
@@ -291,135 +271,6 @@ def brief(text: str) -> str:
         text = text[:cut].rstrip()
     head, sep, _ = text.partition(", which ")
     return head if sep else text
-
-
-def _acted_line(v: Verdict, wide: bool = False, gates: Mapping[str, UUID] | None = None) -> str:
-    # A parked letter's verdict measures its queue's depth, not the letter: not quoted here.
-    letter = v.condition is Condition.DEAD_LETTER and v.object != v.queue
-    measured = "" if letter else measure(v)
-    line = f"  {v.action.value:<8} {v.condition.value:<13} {where(v, wide=wide)}" + (
-        f": {measured}" if measured else ""
-    )
-    gate = (gates or {}).get(v.object) if v.action is Action.PARK else None
-    if gate is not None:
-        # the usual answer, pasteable, and the other one the gate takes
-        choice, other = (
-            ("retry", "cancel") if v.condition is Condition.POISON else ("replay", "dismiss")
-        )
-        line += (
-            f"; gate {short(gate)}: reaper gates answer {short(gate)} --choice {choice}"
-            f" (or {other})"
-        )
-    return line
-
-
-def _acted_lines(
-    acted: Sequence[RecordedVerdict], gates: Mapping[str, UUID], wide: bool
-) -> list[str]:
-    """Moves that are not lease moves, one line each; in the short form a queue's dead-letter
-    parks are one line, with their gates."""
-    if wide:
-        return [_acted_line(r.verdict, True, gates) for r in acted]
-    groups: dict[tuple[str, str, str | None], list[Verdict]] = {}
-    for r in acted:
-        v = r.verdict
-        groups.setdefault((v.action.value, v.condition.value, v.queue), []).append(v)
-    lines: list[str] = []
-    for (action, condition, queue), verdicts in groups.items():
-        if len(verdicts) == 1 or queue is None:
-            lines += [_acted_line(v, False, gates) for v in verdicts]
-            continue
-        shown = [short(gates[v.object]) for v in verdicts if v.object in gates]
-        lines.append(
-            f"  {action:<8} {condition:<13} {len(verdicts)} letters from queue {queue}"
-            + (
-                f"; gates {', '.join(shown)}: reaper gates answer ID --choice replay|dismiss"
-                if shown
-                else ""
-            )
-        )
-    return lines
-
-
-class _LeaseMoves:
-    """Lease moves (requeues, parks) as they stream past, per condition: the count, the count
-    per project, and the first few (all of them while there are no more than
-    :data:`LISTED_MOVES`)."""
-
-    def __init__(
-        self, wide: bool = False, gates: Mapping[str, UUID] | None = None, dry_run: bool = False
-    ) -> None:
-        self.wide = wide
-        self.dry_run = dry_run
-        self.gates = gates or {}
-        self.count = 0
-        self.per_condition: dict[Condition, int] = {}
-        self.projects: dict[Condition, Counter[UUID | None]] = {}
-        self.first: dict[Condition, list[Verdict]] = {}
-
-    def add(self, r: RecordedVerdict) -> None:
-        v = r.verdict
-        self.count += 1
-        self.per_condition[v.condition] = self.per_condition.get(v.condition, 0) + 1
-        self.projects.setdefault(v.condition, Counter())[v.project_id] += 1
-        first = self.first.setdefault(v.condition, [])
-        if self.wide or len(first) < LISTED_MOVES:  # wide: every move, one line each
-            first.append(v)
-
-    def lines(self) -> list[str]:
-        out: list[str] = []
-        for condition in LEASE_CONDITIONS:
-            count = self.per_condition.get(condition, 0)
-            if not count:
-                continue
-            first = self.first[condition]
-            if self.wide or (
-                count <= LISTED_MOVES and (count == 1 or condition is Condition.POISON)
-            ):
-                out += [_acted_line(v, self.wide, self.gates) for v in first]
-                continue
-            if count <= LISTED_MOVES:
-                # a few requeues on one line: each job and how long ago its lease expired
-                shown = [f"{short(v.object)} {age(v.measured or 0)}" for v in first]
-                verb = first[0].action.value
-                head = f"  {verb:<8} {condition.value:<13} {count} jobs, expired ago: "
-                out += _joined(shown, head, " " * len(head))
-                continue
-            action = first[0].action.value
-            projects = self.projects[condition]
-            out.append(
-                f"  {action:<8} {condition.value:<13} {count} job(s) in {len(projects)} project(s)"
-            )
-            top = sorted(projects.items(), key=lambda item: (-item[1], str(item[0])))
-            named = ", ".join(
-                f"{p if self.wide else short(p)} {n}" for p, n in top[:SUMMARY_PROJECTS]
-            )
-            rest = len(top) - SUMMARY_PROJECTS
-            out.append(
-                f"  {'':<22} by project: {named}"
-                + (f", and {rest} more project(s)" if rest > 0 else "")
-            )
-            out += [
-                f"  {'':<22} {where(v, wide=self.wide)}: {measure(v)}" for v in first[:SUMMARY_JOBS]
-            ]
-            out.append(f"  {'':<22} {self._rest(condition, count)}")
-        return out
-
-    def _rest(self, condition: Condition, count: int) -> str:
-        """What is said of the moves a summary does not list: where to see each."""
-        rest = count - SUMMARY_JOBS
-        if self.dry_run:
-            return (
-                f"{rest} more not listed here: `reaper reap --dry-run -o wide` lists every one; "
-                "a real pass would record each as a QueueReaped event"
-            )
-        gates = "; `reaper gates list --kind poison` lists their gates" * (
-            condition is Condition.POISON and bool(self.gates)
-        )
-        return (
-            f"{rest} more not listed here{gates}; each is a QueueReaped event in the ledger: "
-            f"reaper events --condition {condition.value} --limit {count}"
-        )
 
 
 #: Where every verdict of a pass is kept: the ledger, never a new pass.

@@ -5,22 +5,22 @@ read from the pass's verdict log (:func:`write_json`: the same bytes as
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TextIO
 
 from reaper.core.domain import Verdict
-from reaper.core.records import Gate
+from reaper.core.moments import utc
 from reaper.core.values import display_number
 from reaper.edges.wording import next_step
 from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
 
-__all__ = ["gate_json", "iso", "render_json", "to_json", "verdict_json", "write_json"]
+__all__ = ["iso", "render_json", "to_json", "verdict_json", "write_json"]
 
 
 def iso(moment: datetime) -> str:
     """A time in the JSON: UTC, ``Z``, to the millisecond (the text says it to the second)."""
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return utc(moment, "milliseconds")
 
 
 def verdict_json(
@@ -160,7 +160,22 @@ def _dead_letters_json(result: PassResult) -> list[dict[str, object]]:
 
 
 def _findings_json(result: PassResult) -> list[dict[str, object]]:
-    return [
+    aimed: list[dict[str, object]] = [
+        {
+            "condition": t.condition,
+            "subject": t.subject,
+            "project_id": None,
+            "measured": 0,
+            "threshold": None,
+            "unit": "queues",
+            "next_step": t.next_step,
+            "recorded": False,
+            "since": None,
+            "detail": t.detail,
+        }
+        for t in result.target_findings()
+    ]
+    return aimed + [
         {
             "condition": r.verdict.condition.value,
             "subject": r.verdict.subject,
@@ -206,18 +221,3 @@ def write_json(result: PassResult, out: TextIO) -> None:
 def _indented(value: object, pad: str) -> str:
     # a newline inside a JSON string is escaped: every newline is the encoder's own
     return json.dumps(value, indent=2).replace("\n", "\n" + pad)
-
-
-def gate_json(gate: Gate) -> dict[str, object]:
-    """One gate as ``reaper gates list --json`` prints it."""
-    return {
-        "id": str(gate.id),
-        "project_id": str(gate.project_id),
-        "job_id": str(gate.job_id) if gate.job_id else None,
-        "kind": gate.kind,
-        "prompt": gate.prompt,
-        "choices": list(gate.choices),
-        "answer": gate.answer,
-        "answered_at": gate.answered_at.isoformat() if gate.answered_at else None,
-        "created_at": gate.created_at.isoformat() if gate.created_at else None,
-    }

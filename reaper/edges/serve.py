@@ -18,8 +18,10 @@ import signal
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -28,7 +30,7 @@ from prometheus_client import make_wsgi_app
 
 from reaper.edges.gate_board import GateBoard
 from reaper.edges.metrics import ReaperMetrics
-from reaper.edges.status_page import PageTarget, render_page
+from reaper.edges.status_page import PageTarget, PassLine, pass_line, render_page
 from reaper.errors import ReaperError, scrub
 from reaper.reap.result import PassResult
 
@@ -42,6 +44,8 @@ DEFAULT_LISTEN = "127.0.0.1:9464"
 
 #: ``/healthz`` turns 503 when the last completed pass is older than this many intervals.
 STALE_AFTER_INTERVALS = 2
+#: The passes the status page lists.
+PASSES_SHOWN = 10
 
 _log = logging.getLogger("reaper.serve")
 
@@ -86,6 +90,8 @@ class _Health:
     #: The open gates read after the last pass, or why they could not be.
     board: GateBoard | None = None
     board_error: str | None = None
+    #: The last passes, oldest first, as the status page lists them.
+    recent: deque[PassLine] = field(default_factory=lambda: deque(maxlen=PASSES_SHOWN))
 
     def last_pass(self) -> str:
         """What the last pass was, in words: never "ok" about one that was not."""
@@ -150,7 +156,12 @@ def _app(
             return [payload]
         if path == "/" and target is not None:
             page = render_page(
-                metrics.last_result, health.board, target, board_error=health.board_error
+                metrics.last_result,
+                health.board,
+                target,
+                board_error=health.board_error,
+                passes=tuple(health.recent),
+                refresh_seconds=health.interval_seconds,
             )
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
             return [page.encode("utf-8")]
@@ -282,7 +293,9 @@ async def _one_pass(
         metrics.observe_failure()
         health.errors += 1
         health.last_ok = False
-        log.error("pass failed (the loop goes on): %s", scrub(f"{type(exc).__name__}: {exc}"))
+        why = scrub(f"{type(exc).__name__}: {exc}")
+        health.recent.append(PassLine(datetime.now(UTC), f"failed: {why}", False, None))
+        log.error("pass failed (the loop goes on): %s", why)
         log.debug("pass failure", exc_info=True)
         return None
     if result is None:
@@ -291,6 +304,7 @@ async def _one_pass(
         log.info("another reaper had the fleet's turn: no pass this interval")
         return None
     metrics.observe(result)
+    health.recent.append(pass_line(result))
     health.passes += 1
     health.last_ok = result.ok
     health.completed_at = time.monotonic()

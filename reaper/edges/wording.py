@@ -4,10 +4,10 @@ step. Shared by the text report and the JSON's ``findings``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Final
 
 from reaper.core.domain import Condition, Verdict
+from reaper.core.moments import utc
 from reaper.core.values import display_number
 from reaper.reap.ids import project_name
 
@@ -116,11 +116,6 @@ def next_step(verdict: Verdict) -> str:
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def utc(when: datetime, timespec: str = "seconds") -> str:
-    """A time as every output gives it: UTC, ISO 8601, ``Z``."""
-    return when.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:

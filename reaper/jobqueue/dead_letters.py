@@ -26,6 +26,7 @@ from reaper.core.domain import (
     DeadLetter,
     Verdict,
 )
+from reaper.core.storable import for_storage
 from reaper.errors import scrub
 from reaper.jobqueue import ledger
 from reaper.jobqueue.database import Connection, Database, PostgresError, first_line, is_row_failure
@@ -94,7 +95,7 @@ async def count_parked(db: Database, queue: str) -> int:
     recorded as stale pointers: the broker's copy stays either way), so a read knows how far
     to reach."""
     async with db.session("counting parked dead letters") as conn:
-        count = await conn.fetchval(QUERIES["count_parked_dead_letters"], queue)
+        count = await conn.fetchval(QUERIES["count_parked_dead_letters"], for_storage(queue))
     return int(count)
 
 
@@ -259,7 +260,7 @@ def _letter_columns(kept: dead_letters.ParkedLetter) -> tuple[object, ...]:
     truncation, whether JSON)."""
     return (
         kept.identity,
-        kept.queue,
+        for_storage(kept.queue),
         kept.message_id,
         kept.origin_queue,
         kept.reason,

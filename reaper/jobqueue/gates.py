@@ -9,6 +9,7 @@ from datetime import datetime
 from uuid import UUID
 
 from reaper.core.records import Gate
+from reaper.core.storable import from_storage
 from reaper.jobqueue.database import Database
 from reaper.jobqueue.port import GateCount
 from reaper.jobqueue.rows import gate_of
@@ -49,4 +50,4 @@ async def open_gate_counts(db: Database) -> list[GateCount]:
 async def open_dead_letter_gates(db: Database) -> dict[str, int]:
     async with db.session("counting open dead-letter gates") as conn:
         rows = await conn.fetch(QUERIES["open_dead_letter_gates"])
-    return {r["queue"]: r["waiting"] for r in rows}
+    return {from_storage(r["queue"]): r["waiting"] for r in rows}

@@ -25,6 +25,7 @@ from uuid import UUID
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import EVENT_KIND, Verdict
 from reaper.core.records import LedgerEvent
+from reaper.core.storable import payload_for_storage
 from reaper.errors import StoreUnavailable
 from reaper.jobqueue.database import Connection, Database
 from reaper.jobqueue.port import EventFilter
@@ -64,8 +65,9 @@ class Event:
 
 
 def event_of(verdict: Verdict) -> Event:
-    """The ``QueueReaped`` event recording ``verdict``, on the stream it belongs to."""
-    canonical = canonical_json(verdict.payload())
+    """The ``QueueReaped`` event recording ``verdict``, on the stream it belongs to: its
+    strings as PostgreSQL can store them (:mod:`reaper.core.storable`)."""
+    canonical = canonical_json(payload_for_storage(verdict.payload()))
     return Event(verdict.stream, canonical, digest_of(canonical), verdict.trusted)
 
 

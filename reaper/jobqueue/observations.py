@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from reaper.core.observation import Observation, Watch
+from reaper.core.storable import for_storage, from_storage
 from reaper.jobqueue.database import Database
 from reaper.jobqueue.sql import QUERIES
 
@@ -16,7 +17,7 @@ async def observations(db: Database, scope: str) -> list[Observation]:
     async with db.session("reading what was observed") as conn:
         rows = await conn.fetch(QUERIES["observations"], scope)
     return [
-        Observation(Watch(r["watch"]), r["key"], r["since"], r["counter"], r["level"])
+        Observation(Watch(r["watch"]), from_storage(r["key"]), r["since"], r["counter"], r["level"])
         for r in rows
         if r["watch"] in Watch.__members__.values()
     ]
@@ -28,7 +29,7 @@ async def keep(db: Database, scope: str, observations: Sequence[Observation]) ->
             QUERIES["keep_observations"],
             scope,
             [o.watch.value for o in observations],
-            [o.key for o in observations],
+            [for_storage(o.key) for o in observations],
             [o.since for o in observations],
             [o.counter for o in observations],
             [o.level for o in observations],

@@ -4,6 +4,7 @@ table so that whichever reaper of the fleet runs the next pass knows what the la
 from __future__ import annotations
 
 from reaper.core.dead_letters import QuietMark
+from reaper.core.storable import for_storage, from_storage
 from reaper.jobqueue.database import Database
 from reaper.jobqueue.sql import QUERIES
 
@@ -12,11 +13,11 @@ __all__ = ["keep", "quiet_mark"]
 
 async def quiet_mark(db: Database, scope: str, queue: str) -> QuietMark | None:
     async with db.session("reading a dead-letter queue's quiet mark") as conn:
-        row = await conn.fetchrow(QUERIES["quiet_mark"], scope, queue)
+        row = await conn.fetchrow(QUERIES["quiet_mark"], scope, for_storage(queue))
     if row is None:
         return None
     return QuietMark(
-        queue=row["queue"],
+        queue=from_storage(row["queue"]),
         proven_at=row["proven_at"],
         proven=row["proven"],
         letters=row["letters"],
@@ -32,7 +33,7 @@ async def keep(db: Database, scope: str, mark: QuietMark) -> None:
         await conn.execute(
             QUERIES["keep_quiet_mark"],
             scope,
-            mark.queue,
+            for_storage(mark.queue),
             mark.proven_at,
             mark.proven,
             mark.letters,

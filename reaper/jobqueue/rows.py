@@ -8,6 +8,7 @@ import json
 
 from reaper.core.dead_letters import ParkedLetter
 from reaper.core.records import Gate
+from reaper.core.storable import from_storage
 from reaper.jobqueue.database import Record
 from reaper.jobqueue.port import ParkedDeadLetter
 
@@ -38,7 +39,7 @@ def parked_of(row: Record) -> ParkedDeadLetter:
     """A parked ``dead_letter`` row, with its job's state, as a :class:`ParkedDeadLetter`."""
     return ParkedDeadLetter(
         letter=ParkedLetter(
-            queue=row["queue"],
+            queue=from_storage(row["queue"]),
             identity=row["identity"],
             message_id=row["message_id"],
             origin_queue=row["origin_queue"],

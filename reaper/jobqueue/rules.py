@@ -11,8 +11,10 @@ from datetime import UTC
 from operator import ge
 from typing import Final
 
+from reaper.core.canonical import quote_owner
 from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, HeldLease
 from reaper.core.judge_leases import LeaseColumns, LeaseRulings
+from reaper.core.moments import utc
 
 __all__ = [
     "DEAD_LETTER_KEY_PREFIX",
@@ -55,14 +57,15 @@ def check_lease_page(page: LeaseColumns, rulings: LeaseRulings) -> None:
 def park_identity(lease: HeldLease) -> str:
     """One gate per episode: the job and the lease that ran out (a later lease of the same
     job, after an answer, is a new episode with a new expiry)."""
+    # the form first written, not core.moments.utc: another form would raise a second gate
     expired = lease.lease_expires_at.astimezone(UTC).isoformat()
     return f"{GATE_DELIVERY_EXHAUSTED}:{lease.job_id}:{expired}"
 
 
 def park_prompt(lease: HeldLease) -> str:
     """The ``delivery_exhausted`` gate's question, for a person."""
-    owner = "an unknown holder" if lease.lease_owner is None else repr(lease.lease_owner[:200])
-    expired = lease.lease_expires_at.astimezone(UTC).isoformat()
+    owner = quote_owner(lease.lease_owner, "an unknown holder")
+    expired = utc(lease.lease_expires_at)
     return (
         f"Job {lease.job_id} ({lease.kind[:200]}) has been delivered {lease.attempts} times, "
         f"its limit of {lease.max_attempts}, and its last lease, held by {owner}, expired at "

@@ -21,6 +21,7 @@ from uuid import UUID
 
 from reaper.core import sightings
 from reaper.core.domain import Action, SightingKey, Source, Verdict
+from reaper.core.storable import for_storage, payload_from_storage
 from reaper.jobqueue import ledger
 from reaper.jobqueue.database import Connection, Database, Record
 from reaper.jobqueue.port import SightingsRecorded
@@ -124,13 +125,13 @@ def _columns(refs: Sequence[sightings.SightingRef]) -> list[list[object]]:
         [r.stream for r in refs],
         [r.key.source.value for r in refs],
         [r.key.condition.value for r in refs],
-        [r.key.scope for r in refs],
+        [for_storage(r.key.scope) for r in refs],
     ]
 
 
 def _record_verdict(row: Record) -> Verdict:
     return sightings.verdict_from_record(
-        row["project_id"], json.loads(row["payload"]), row["trusted"]
+        row["project_id"], payload_from_storage(json.loads(row["payload"])), row["trusted"]
     )
 
 

@@ -21,6 +21,7 @@ from uuid import UUID
 from reaper.config import Settings
 from reaper.core.dead_letters import decoded_body, quote_untrusted, replay_decision
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Dispatch
+from reaper.core.moments import utc
 from reaper.core.records import Gate
 from reaper.desk.port import GateDesk
 from reaper.desk.rules import DEAD_LETTER_REPLAY, check_answerable, gate_id_range, not_the_latest
@@ -96,7 +97,7 @@ async def find_gate(store: JobQueue, named: UUID | str) -> Gate:
         what = low if low == high else f"with an id starting {str(named).strip()!r}"
         raise GateError(f"gate {what} does not exist")
     if len(found) > 1:
-        shown = ", ".join(f"{g.id} ({g.kind}, raised {g.created_at.isoformat()})" for g in found)
+        shown = ", ".join(f"{g.id} ({g.kind}, raised {utc(g.created_at)})" for g in found)
         more = " and more" if len(found) > _CANDIDATES else ""
         raise GateError(
             f"{str(named).strip()!r} names more than one gate: {shown}{more}; type more of the id"

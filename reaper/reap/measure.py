@@ -7,7 +7,8 @@ import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from reaper.broker.port import Broker
+from reaper.broker.port import Broker, QueuesByVhost
+from reaper.core.bounds import is_owned_queue
 from reaper.core.domain import (
     BrokerFacts,
     ClaimableHead,
@@ -18,12 +19,12 @@ from reaper.core.domain import (
     UnsentDispatch,
 )
 from reaper.core.observation import ChannelStats, ConsumerSeen
-from reaper.errors import ConfigError
+from reaper.errors import ConfigError, ReaperError
 from reaper.jobqueue.port import JobQueue
 from reaper.policies.declarations import load_declarations
 from reaper.policies.render import DesiredPolicy, render
 from reaper.reap.dispatch import DispatchInForce, dispatch_in_force
-from reaper.reap.listing import QuietQueues, read_listing
+from reaper.reap.listing import Listing, QuietQueues, read_listing
 from reaper.reap.pass_config import PassConfig
 from reaper.reap.progress import Found, Unreadable, unreadable_from
 
@@ -55,6 +56,9 @@ class BrokerReading:
     quiet: QuietQueues = field(default_factory=QuietQueues)
     #: The pages the listing took.
     pages: int = 0
+    #: When the vhost holds no owned queue: the other vhosts that do, as the user may read
+    #: them (empty: none, or none readable).
+    owned_elsewhere: QueuesByVhost = field(default_factory=lambda: QueuesByVhost({}))
 
     def unmeasured(self) -> frozenset[str]:
         """Queues about which this pass concludes nothing, not even that a finding cleared:
@@ -126,7 +130,24 @@ async def _read_broker(client: Broker, config: PassConfig) -> BrokerReading:
         tuple(consumers),
         quiet=listing.quiet,
         pages=listing.pages,
+        owned_elsewhere=await _owned_elsewhere(client, config, listing),
     )
+
+
+async def _owned_elsewhere(client: Broker, config: PassConfig, listing: Listing) -> QueuesByVhost:
+    """When the vhost holds no owned queue, the vhosts that do: a pass pointed at the wrong
+    vhost reads nothing of ours and would otherwise say so only as a count of 0. A broker
+    that will not say (the user may not read other vhosts) names none."""
+    thresholds = config.thresholds
+    listed = [*listing.queues, *(q for q, _ in listing.unavailable)]
+    if listing.quiet.owned or any(is_owned_queue(q.name, thresholds) for q in listed):
+        return QueuesByVhost({})
+    try:
+        found = await client.queues_by_vhost(thresholds.owned_queue_pattern)
+    except ReaperError:
+        return QueuesByVhost({})
+    counts = {v: n for v, n in found.counts.items() if v != config.vhost}
+    return QueuesByVhost(counts, found.complete)
 
 
 def _desired(config: PassConfig, facts: BrokerFacts) -> list[DesiredPolicy] | None:

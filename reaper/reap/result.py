@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Final
 from uuid import UUID
 
-from reaper.broker.port import ManagementEndpoint
+from reaper.broker.port import ManagementEndpoint, QueuesByVhost
 from reaper.core.bounds import is_dead_letter_queue, is_owned_queue
 from reaper.core.domain import (
     Action,
@@ -28,7 +28,7 @@ from reaper.reap.lease_log import VerdictLog
 from reaper.reap.listing import QuietQueues
 from reaper.reap.progress import RecordedVerdict, RowNotMoved, Unreadable
 
-__all__ = ["SEVERITY", "Inventory", "PassResult", "Problem", "Target"]
+__all__ = ["SEVERITY", "Inventory", "PassResult", "Problem", "Target", "TargetFinding"]
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,9 @@ class Problem:
     """One thing that made a pass not ok, for a person (:meth:`line`) and a machine (the
     report's ``problems``). ``kind``: ``unreadable``, ``row_not_moved`` (a write that did not
     commit: NOT DONE), ``outcome_unknown``, ``policy``, ``dead_letter`` or ``would_drop`` (an
-    owned queue whose broker would drop messages) or ``not_exported`` (the pass's metrics not
-    written or pushed). ``fix``: what a person does, when known."""
+    owned queue whose broker would drop messages), ``not_exported`` (the pass's metrics not
+    written or pushed) or ``stopped`` (a signal ended the pass early). ``fix``: what a person
+    does, when known."""
 
     kind: str
     subject: str
@@ -52,6 +53,18 @@ class Problem:
         return f"{self.label:<11} {self.subject}: {self.detail}"
 
 
+@dataclass(frozen=True)
+class TargetFinding:
+    """A finding about where the pass was pointed, not a verdict on what it measured (it is
+    not on the ledger): ``condition`` (``no_owned_queue``), the subject, what was seen, and
+    the next step."""
+
+    condition: str
+    subject: str
+    detail: str
+    next_step: str
+
+
 #: How each kind of problem is labelled in the human report.
 _LABELS: Final = {
     "unreadable": "UNREADABLE",
@@ -60,6 +73,7 @@ _LABELS: Final = {
     "policy": "POLICY",
     "dead_letter": "DEAD LETTER",
     "would_drop": "WOULD DROP",
+    "stopped": "STOPPED",
     "not_exported": "NOT EXPORTED",
 }
 
@@ -73,6 +87,7 @@ _WHY: Final = {
     "dead_letter": ("dead-letter queue not read", "dead-letter queues not read"),
     "would_drop": ("queue would drop messages", "queues would drop messages"),
     "not_exported": ("metrics export failed", "metrics exports failed"),
+    "stopped": ("stopped early", "stopped early"),
 }
 
 #: Findings worst first: what holds work now, then what loses it later, then what waits.
@@ -158,9 +173,13 @@ class PassResult:
     leases_remaining: int = 0
     #: When each finding already on record (``seen``) opened its sighting, by sighting key.
     since: Mapping[SightingKey, datetime] = field(default_factory=dict)
+    #: When the vhost holds no owned queue: the other vhosts that do (a finding).
+    owned_elsewhere: QueuesByVhost = field(default_factory=lambda: QueuesByVhost({}))
     #: Exports of this pass's metrics that failed (``--metrics-textfile``, ``--pushgateway``):
     #: each (where, why, fix), added once the export was tried, before the report is printed.
     not_exported: tuple[tuple[str, str, str], ...] = ()
+    #: What asked the pass to stop before its end (``SIGTERM``, ``SIGINT``), None: nothing.
+    stopped: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -177,7 +196,7 @@ class PassResult:
             kinds = Counter(_counted(kind, subject) for kind, subject in _once(problems))
             why = ", ".join(f"{n} {_WHY.get(k, (k, k))[n != 1]}" for k, n in kinds.items())
             return f"NOT OK: {why}"
-        n = len(self.findings())
+        n = len(self.findings()) + len(self.target_findings())
         return "OK" if not n else f"OK, {n} finding{'s' if n != 1 else ''}"
 
     def findings(self) -> list[RecordedVerdict]:
@@ -256,7 +275,44 @@ class PassResult:
             if r.verdict.drops
         ]
         found += [Problem("not_exported", *export) for export in self.not_exported]
+        if self.stopped is not None:
+            found.append(
+                Problem(
+                    "stopped",
+                    "the pass",
+                    f"stopped by {self.stopped} before its end: what it did is reported here",
+                    "run reaper reap again (or let reaper serve's next turn run) to finish",
+                )
+            )
         return found
+
+    def target_findings(self) -> list[TargetFinding]:
+        """Findings about where the pass was pointed, before the verdicts': the vhost holds
+        no owned queue and vhosts the user may read do. A finding, not a failure: a vhost
+        whose queues are not declared yet is a deployment's first day."""
+        elsewhere = self.owned_elsewhere.counts
+        if not elsewhere or self.target is None or self.thresholds is None:
+            return []
+        ranked = sorted(elsewhere.items(), key=lambda item: (-item[1], item[0]))
+        if len(ranked) == 1:
+            held = f"vhost {ranked[0][0]!r} holds {ranked[0][1]}"
+        else:
+            named = ", ".join(f"{v!r} ({n})" for v, n in ranked[:5])
+            more = f" and {len(ranked) - 5} more" if len(ranked) > 5 else ""
+            held = f"vhosts {named}{more} hold them"
+        if not self.owned_elsewhere.complete:
+            held += " (a count cut short: not every vhost was counted)"
+        best = ranked[0][0]
+        return [
+            TargetFinding(
+                "no_owned_queue",
+                f"vhost {self.target.vhost!r}",
+                f"no queue matches the owned pattern '{self.thresholds.owned_queue_pattern}'; "
+                f"{held}",
+                f"if the reaper is meant for them, point it there: REAPER_BUS__VHOST={best} (or "
+                f'[bus] vhost = "{best}"), then run reaper doctor',
+            )
+        ]
 
 
 def _once(problems: list[Problem]) -> dict[tuple[str, str], None]:

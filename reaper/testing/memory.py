@@ -36,6 +36,7 @@ from reaper.core.domain import (
 )
 from reaper.core.judge_leases import LeaseColumns, LeaseRulings
 from reaper.core.observation import Observation
+from reaper.core.storable import payload_from_storage
 from reaper.jobqueue.port import (
     DatabaseFacts,
     DeadLetterParks,
@@ -287,12 +288,10 @@ class MemoryJobQueue(Records):
         opened_at: dict[sightings.SightingRef, datetime] = {}
         for stream, events in self.ledger.items():
             for event in events:
-                if event.kind != EVENT_KIND or event.payload.get("action") not in (
-                    "surface",
-                    "cleared",
-                ):
+                payload = payload_from_storage(event.payload)
+                if event.kind != EVENT_KIND or payload.get("action") not in ("surface", "cleared"):
                     continue
-                record = sightings.verdict_from_record(stream, event.payload, event.trusted)
+                record = sightings.verdict_from_record(stream, payload, event.trusted)
                 ref = sightings.ref_of(record)
                 latest[ref], opened_at[ref] = record, event.created_at  # events in seq order
         return latest, opened_at

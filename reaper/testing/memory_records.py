@@ -22,6 +22,7 @@ from reaper.core.domain import (
 )
 from reaper.core.observation import Observation
 from reaper.core.records import Gate, LedgerEvent
+from reaper.core.storable import payload_for_storage
 from reaper.desk.port import ReplaySender
 from reaper.desk.rules import (
     DEAD_LETTER_REPLAY,
@@ -384,7 +385,7 @@ class Records:
         kind: str = EVENT_KIND,
     ) -> None:
         events = self.ledger.setdefault(stream, [])
-        canonical = canonical_json(payload)
+        canonical = canonical_json(payload_for_storage(payload))  # as the store escapes it
         digest = digest_of(canonical)
         stored = json.loads(canonical)  # as read back from the ledger
         events.append(LedgerEvent(stream, len(events) + 1, kind, stored, digest, trusted, now))

@@ -17,6 +17,7 @@ from reaper.core.dead_letters import DISPATCH_SCHEMA, DispatchPointer, decode, d
 from reaper.core.domain import Action, DeadLetter, Dispatch
 from reaper.jobqueue.port import ParkRules
 from tests.contract.conftest import Subject
+from tests.support.dispatch import dispatch_body
 from tests.support.store import NOW, Job, leased, reap_page
 
 pytestmark = pytest.mark.postgres
@@ -28,14 +29,7 @@ RULES = ParkRules(
 
 def pointer_letter(job: Job, generation: int, message_id: str = "d-1") -> DeadLetter:
     body = json.dumps(
-        {
-            "schema": DISPATCH_SCHEMA,
-            "job_id": str(job.id),
-            "project_id": str(job.project_id),
-            "dispatch_seq": generation,
-            "kind": job.kind,
-            "not_before": NOW.isoformat(),
-        }
+        dispatch_body(DispatchPointer(job.id, job.project_id, generation, job.kind, NOW))
     )
     return decode(
         {

@@ -5,13 +5,13 @@ does not resolve."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from reaper.broker.client import ManagementClient
 from reaper.errors import BrokerUnavailable
+from tests.support.accounts import broker_user
 from tests.support.services import AMQP_PORTS, BROKER_PASSWORD, BROKER_USER, BrokerUnderTest
 
 
@@ -30,18 +30,8 @@ async def failure(
 @pytest.fixture
 def untagged(broker: BrokerUnderTest) -> Iterator[tuple[str, str]]:
     """A user with a password and permissions on the test's vhost, and no tags."""
-    name, password = f"qr-untagged-{uuid.uuid4().hex[:8]}", "pw-untagged"
-    with broker.admin() as admin:
-        admin.put(f"/api/users/{name}", json={"password": password, "tags": ""}).raise_for_status()
-        admin.put(
-            f"/api/permissions/{broker.vhost_path}/{name}",
-            json={"configure": ".*", "write": ".*", "read": ".*"},
-        ).raise_for_status()
-    try:
-        yield name, password
-    finally:
-        with broker.admin() as admin:
-            admin.delete(f"/api/users/{name}")
+    with broker_user(broker, "qr-untagged", "") as name_and_password:
+        yield name_and_password
 
 
 async def test_a_vhost_that_does_not_exist(broker: BrokerUnderTest) -> None:

@@ -21,6 +21,7 @@ from reaper.broker.records import QUEUE_COLUMNS
 from reaper.core.domain import QueueStats
 from reaper.core.values import normalized
 from reaper.errors import BrokerRefused, BrokerUnavailable
+from tests.support.accounts import broker_user
 from tests.support.services import BrokerUnderTest, policy_named, poll_until
 
 pytestmark = pytest.mark.broker
@@ -328,17 +329,7 @@ async def test_a_refused_key_is_rejected_with_the_brokers_reason(
 
 
 async def test_a_user_without_policymaker_is_refused(broker: BrokerUnderTest) -> None:
-    user = f"qr-nopolicy-{uuid.uuid4().hex[:8]}"
-    password = f"pw-{uuid.uuid4().hex}"
-    with broker.admin() as admin:
-        admin.put(
-            f"/api/users/{user}", json={"password": password, "tags": "management"}
-        ).raise_for_status()
-        admin.put(
-            f"/api/permissions/{broker.vhost_path}/{user}",
-            json={"configure": ".*", "write": ".*", "read": ".*"},
-        ).raise_for_status()
-    try:
+    with broker_user(broker, "qr-nopolicy", "management") as (user, password):
         async with ManagementClient(
             broker.management_url, user, password, vhost=broker.vhost
         ) as client:
@@ -350,9 +341,6 @@ async def test_a_user_without_policymaker_is_refused(broker: BrokerUnderTest) ->
                 )
         assert caught.value.status == 401  # RabbitMQ answers 401 (LavinMQ 403)
         assert password not in str(caught.value) and password not in repr(caught.value)
-    finally:
-        with broker.admin() as admin:
-            admin.delete(f"/api/users/{user}")
 
 
 async def test_wrong_credentials_are_unavailable_and_scrubbed(

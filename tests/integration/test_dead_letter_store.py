@@ -320,18 +320,19 @@ async def test_a_letter_the_database_refuses_is_named_and_the_rest_are_parked(
     pg_dsn: str, store: PostgresStore
 ) -> None:
     good = letters(3)
-    # a value no code path gives (a dead-letter queue name with NUL): the database refuses it
-    bad = dataclasses.replace(letter(message_id="bad"), queue="vibey.x\x00.dead")
-    lone = dataclasses.replace(letter(message_id="lone"), queue="vibey.\udc80.dead")
+    # values no code path gives: a negative size (a CHECK refuses it), and an identity the
+    # driver cannot send (a lone surrogate; a real identity is a digest where one would be)
+    bad = dataclasses.replace(letter(message_id="bad"), body_bytes=-1)
+    lone = dataclasses.replace(letter(message_id="lone"), identity="msg:lone\udc80")
 
     parks = await park(store, [good[0], bad, good[1], lone, good[2]])
 
     assert [v.detail for v in parks.parked] == [
         park_verdict(x, depth=5, min_depth=1).detail for x in good
     ]
-    assert [identity for identity, _ in parks.failed] == ["msg:bad", "msg:lone"]
+    assert [identity for identity, _ in parks.failed] == ["msg:bad", "msg:lone\udc80"]
     assert all(reason for _, reason in parks.failed)
-    assert await store.parked_identities(["msg:bad", "msg:lone"]) == set()
+    assert await store.parked_identities(["msg:bad"]) == set()
     [(jobs, kept, gates)] = await query(
         pg_dsn,
         "SELECT (SELECT count(*) FROM job), (SELECT count(*) FROM dead_letter),"
@@ -339,6 +340,23 @@ async def test_a_letter_the_database_refuses_is_named_and_the_rest_are_parked(
     )
     assert (jobs, kept, gates) == (3, 3, 3)  # the refused ones left nothing behind
     assert [e.seq for e in await store.events(FLEET_PROJECT_ID)] == [1, 2, 3]
+
+
+async def test_a_queue_name_postgresql_cannot_hold_is_parked_escaped_and_read_back_exactly(
+    pg_dsn: str, store: PostgresStore
+) -> None:
+    nul = dataclasses.replace(letter(message_id="nul"), queue="vibey.x\x00.dead")
+    lone = dataclasses.replace(letter(message_id="lone"), queue="vibey.\udc80.dead")
+
+    parks = await park(store, [nul, lone])
+
+    assert (len(parks.parked), parks.failed) == (2, ())
+    rows = await query(pg_dsn, "SELECT queue FROM dead_letter ORDER BY queue")
+    assert [r["queue"] for r in rows] == ["vibey.\\udc80.dead", "vibey.x\\x00.dead"]
+    assert await store.count_parked_dead_letters("vibey.x\x00.dead") == 1
+    jobs = [v.object for v in parks.parked]
+    kept = await store.parked_dead_letters([uuid.UUID(j) for j in jobs])
+    assert sorted(p.letter.queue for p in kept.values()) == sorted([nul.queue, lone.queue])
 
 
 async def test_an_identity_half_taken_is_refused_and_rolled_back(

@@ -8,17 +8,22 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
 from reaper.schema.grants import NEEDED
+from tests.support.accounts import (
+    README_PERMISSIONS,
+    README_TAGS,
+    broker_user,
+    login_role,
+    set_user,
+)
 from tests.support.cli import CLOSED_PG_DSN, reaper_env, run_cli
-from tests.support.services import PG_ADMIN_DSN, BrokerUnderTest, on_one_broker
+from tests.support.services import BrokerUnderTest, on_one_broker
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
@@ -52,32 +57,15 @@ def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 @pytest.fixture
 def user(broker: BrokerUnderTest) -> Iterator[tuple[str, str]]:
     """A user with permissions on the test's vhost and only the 'management' tag."""
-    name, password = f"qr-mgmt-{uuid.uuid4().hex[:8]}", "pw-mgmt"
-    with broker.admin() as admin:
-        admin.put(
-            f"/api/users/{name}", json={"password": password, "tags": "management"}
-        ).raise_for_status()
-        admin.put(
-            f"/api/permissions/{broker.vhost_path}/{name}",
-            json={"configure": "", "write": "", "read": ".*"},
-        ).raise_for_status()
-    try:
-        yield name, password
-    finally:
-        with broker.admin() as admin:
-            admin.delete(f"/api/users/{name}")
+    read_only = {"configure": "", "write": "", "read": ".*"}
+    with broker_user(broker, "qr-mgmt", "management", read_only) as name_and_password:
+        yield name_and_password
 
 
 @pytest.fixture
 async def bare_role(pg_dsn: str) -> AsyncIterator[str]:
-    name = f"qr_bare_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(PG_ADMIN_DSN)
-    try:
-        await admin.execute(f'CREATE ROLE "{name}" LOGIN')
+    async with login_role(pg_dsn, "qr_bare") as name:
         yield name
-    finally:
-        await admin.execute(f'DROP ROLE IF EXISTS "{name}"')
-        await admin.close()
 
 
 async def test_healthy(
@@ -195,8 +183,7 @@ async def test_a_user_without_any_tag_and_the_pass_says_the_same(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     name, password = user
-    with broker.admin() as admin:
-        admin.put(f"/api/users/{name}", json={"password": password, "tags": ""}).raise_for_status()
+    set_user(broker, name, password, "")
     env = {
         **reaper_env(pg_dsn, broker.management_url, broker.vhost, password=password),
         "REAPER_BUS__USERNAME": name,
@@ -310,14 +297,7 @@ async def test_healthy_as_the_least_privileged_user(
     """A user with the README's tags and permissions, not an administrator: every check the
     doctor makes is one such a user may ask."""
     name, password = user
-    with broker.admin() as admin:
-        admin.put(
-            f"/api/users/{name}", json={"password": password, "tags": "monitoring,policymaker"}
-        ).raise_for_status()
-        admin.put(
-            f"/api/permissions/{broker.vhost_path}/{name}",
-            json={"configure": "^$", "write": "^amq\\.default$", "read": ".*"},
-        ).raise_for_status()
+    set_user(broker, name, password, README_TAGS, README_PERMISSIONS)
     env = {
         **reaper_env(pg_dsn, broker.management_url, broker.vhost, password=password),
         "REAPER_BUS__USERNAME": name,

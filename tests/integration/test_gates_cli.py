@@ -6,6 +6,7 @@ ledger is read from its indexes whatever its age."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -38,6 +39,11 @@ async def park(store: PostgresStore, dsn: str, hours_ago: float, kind: str) -> u
     await store.move_lease_page(page, judge_lease_page(page, Thresholds(), now), now)
     [(gate_id,)] = await query(dsn, "SELECT id FROM human_gate WHERE job_id = $1", job.id)
     return gate_id  # type: ignore[no-any-return]
+
+
+def old_identity(shown: str) -> str:
+    """The identity line of ``gates show``: a gate's identity keeps its first-written form."""
+    return next(line for line in shown.splitlines() if line.startswith("  identity:"))
 
 
 async def test_a_person_works_through_the_gates(
@@ -124,6 +130,15 @@ async def test_a_person_works_through_the_gates(
         old,
     )
     assert (by, state, finished) == ("ana@ops", "cancelled", True)
+    # every time a person reads is UTC with Z, the answer's and the refusal's alike
+    assert await run_cli(monkeypatch, tmp_path, env, "gates", "show", old.hex[:8]) == 0
+    shown = capsys.readouterr().out
+    assert re.search(r"raised:   \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(3h00m ago\)", shown)
+    assert re.search(r"answered 'cancel' at \S+Z by ana@ops", shown)
+    assert "+00:00" not in shown.replace(old_identity(shown), "")
+    args = ("gates", "answer", old.hex[:8], "--choice", "retry")
+    assert await run_cli(monkeypatch, tmp_path, env, *args) == 2
+    assert re.search(r"already answered at \S+Z with 'cancel'", capsys.readouterr().err)
 
     # the default answerer is the OS user and host
     assert (
@@ -226,3 +241,147 @@ async def test_the_ledger_is_read_from_its_indexes(
     text = json.dumps(json.loads(plan[0][0]))
     assert index in text, text
     assert "Seq Scan" not in text, text
+
+
+async def test_a_pass_that_parks_twenty_gives_the_commands_that_list_and_answer_exactly_them(
+    pg_dsn: str,
+    store: PostgresStore,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    earlier = await park(store, pg_dsn, 1, "render.video")  # an earlier pass's gate
+    now = (await store.database_facts()).now
+    project = uuid.uuid4()
+    await insert_jobs(
+        pg_dsn,
+        [leased(project, attempts=7, max_attempts=7, now=now) for _ in range(20)],
+    )
+    env = env_of(pg_dsn)
+    # the broker is unreachable (the pass is not ok), and the parks are done all the same
+    assert await run_cli(monkeypatch, tmp_path, env, "reap") == 1
+    report = capsys.readouterr().out.splitlines()
+    assert any("park     poison        20 job(s) in 1 project(s)" in line for line in report)
+    listed = [line.strip() for line in report if line.strip().startswith("their gates: ")]
+    answer = [line.strip() for line in report if line.strip().startswith("answer them at once:")]
+    assert len(listed) == len(answer) == 1
+    command = listed[0].split(": ", 1)[1].removesuffix(" (with any raised since)").split()
+    assert command[:5] == ["reaper", "gates", "list", "--kind", "poison"]
+
+    assert await run_cli(monkeypatch, tmp_path, env, *command[1:], "-o", "name") == 0
+    names = {uuid.UUID(line) for line in capsys.readouterr().out.split()}
+    raised = await query(
+        pg_dsn, "SELECT g.id FROM human_gate g JOIN job j ON j.id = g.job_id "
+        "WHERE j.project_id = $1", project,
+    )  # fmt: skip
+    assert names == {gate_id for (gate_id,) in raised} and len(names) == 20
+    assert earlier not in names
+
+    take = answer[0].split(": ", 1)[1].removesuffix(" (or cancel)").split()
+    assert take[-2:] == ["--choice", "retry"]
+    assert await run_cli(monkeypatch, tmp_path, env, *take[1:], "--yes", "--by", "ana") == 0
+    assert "20 of 20 gate(s) answered 'retry'" in capsys.readouterr().out
+    [(still_open,)] = await query(
+        pg_dsn, "SELECT answered_at IS NULL FROM human_gate WHERE id = $1", earlier
+    )
+    assert still_open
+
+
+async def _expire_and_reap(store: PostgresStore, dsn: str, job: uuid.UUID, owner: str) -> None:
+    """``job`` claimed by ``owner`` (one more attempt spent), its lease run out, then reaped."""
+    now = (await store.database_facts()).now
+    await query(
+        dsn,
+        "UPDATE job SET state = 'leased', lease_owner = $2, attempts = attempts + 1, "
+        "lease_expires_at = $3 WHERE id = $1",
+        job,
+        owner,
+        now - timedelta(minutes=2),
+    )
+    read = await store.expired_lease_page(now, 0, 100)
+    page = LeaseColumns.of_leases([read.lease(read.job_ids.index(job))])
+    await store.move_lease_page(page, judge_lease_page(page, Thresholds(), now), now)
+
+
+async def test_gates_show_of_a_poison_job_tells_its_history_from_the_ledger(
+    pg_dsn: str,
+    store: PostgresStore,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    job = replace(leased(uuid.uuid4(), attempts=4, max_attempts=7), kind="render.video")
+    await insert_jobs(pg_dsn, [replace(job, state="ready", lease_owner=None)])
+    for owner in ("worker-a/pid-1", "worker-b/pid-2", "worker-c/pid-3\x1b[2J"):
+        await _expire_and_reap(store, pg_dsn, job.id, owner)  # requeue, requeue, park
+    [(gate,)] = await query(pg_dsn, "SELECT id FROM human_gate WHERE job_id = $1", job.id)
+    env = env_of(pg_dsn)
+    args = ("gates", "answer", gate.hex[:8], "--choice", "retry", "--by", "ana@ops")
+    assert await run_cli(monkeypatch, tmp_path, env, *args, "--reason", "disk full, fixed") == 0
+    capsys.readouterr()
+
+    assert await run_cli(monkeypatch, tmp_path, env, "gates", "show", gate.hex[:8]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    start = shown.index(f"  history of job {job.id.hex[:8]} (the ledger, oldest first):")
+    history = [line.strip() for line in shown[start + 1 : start + 5]]
+    z = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+
+    def q(owner: str) -> str:  # the holder as the judge quotes it, in either quote
+        return f"(?:'{owner}'|\"{owner}\")"
+
+    assert re.fullmatch(
+        z
+        + r"  requeue  lease_expired: lease of render.video job held by "
+        + q("worker-a/pid-1")
+        + r" "
+        r"expired 120(\.\d+)?s ago, past the grace of 0s: requeue \(attempt 5 of 7 spent\)",
+        history[0],
+    ), history[0]
+    assert re.search("held by " + q("worker-b/pid-2"), history[1])
+    assert "(attempt 6 of 7 spent)" in history[1]
+    # the third holder's name drives no terminal: its escape is shown, not obeyed
+    assert re.fullmatch(
+        z
+        + r"  park     poison: lease of render.video job held by "
+        + q(r"worker-c/pid-3\\(?:x1b|u001b)\[2J")
+        + r" "
+        r"expired 120(\.\d+)?s ago with 7 of 7 attempts spent: park for a person "
+        r"\(delivery_exhausted gate\)",
+        history[2],
+    ), history[2]
+    assert re.fullmatch(
+        z + f'  answered retry by ana@ops \\(gate {gate.hex[:8]}\\); reason "disk full, fixed"',
+        history[3],
+    ), history[3]
+    assert shown[start + 5] == "  question:"
+    assert "\x1b" not in "\n".join(shown)
+
+    assert await run_cli(monkeypatch, tmp_path, env, "gates", "show", gate.hex[:8], "--json") == 0
+    shown_json = json.loads(capsys.readouterr().out)
+    assert [e["payload"].get("action") or e["kind"] for e in shown_json["history"]] == [
+        "requeue",
+        "requeue",
+        "park",
+        "GateAnswered",
+    ]
+    assert shown_json["history_total"] == 4
+
+    # a host's own events about the job count too; past 20, the newest and the command for all
+    stream = uuid.uuid4()
+    for seq in range(1, 21):
+        await query(
+            pg_dsn,
+            "INSERT INTO event (project_id, seq, kind, payload, digest, trusted, created_at) "
+            "VALUES ($1, $2, 'HostRetried', jsonb_build_object('object', $3::text), "
+            "repeat('0', 64), false, now())",
+            stream,
+            seq,
+            str(job.id),
+        )
+    assert await run_cli(monkeypatch, tmp_path, env, "gates", "show", gate.hex[:8]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    start = shown.index(f"  history of job {job.id.hex[:8]} (the ledger, oldest first):")
+    assert shown[start + 21].strip() == (
+        f"showing the newest 20 of 24: reaper events --object {job.id.hex[:8]} --limit 24"
+    )
+    assert "  HostRetried  " in shown[start + 20]

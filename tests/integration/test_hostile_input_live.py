@@ -22,9 +22,12 @@ import pytest
 from reaper.config import Settings
 from reaper.core.domain import FLEET_PROJECT_ID
 from reaper.edges.gate_board import clear_notes, read_board
+from reaper.edges.gates import answer_gate
 from reaper.edges.status_page import page_target, render_page
+from reaper.errors import GateError
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once
+from reaper.reap.sources import open_sources
 from tests.support.cli import reaper_env, run_cli
 from tests.support.dead_letters import (
     DLQ,
@@ -38,7 +41,7 @@ from tests.support.dead_letters import (
 )
 from tests.support.holders import connect
 from tests.support.services import STATS_INTERVAL_SECONDS, BrokerUnderTest
-from tests.support.store import insert_jobs, leased
+from tests.support.store import insert_jobs, leased, query
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
@@ -60,18 +63,21 @@ def deep_recursion() -> Iterator[None]:
 
 
 def publish_amqp(
-    broker: BrokerUnderTest, queue: str, body: bytes, headers: dict[str, Any], message_id: str
+    broker: BrokerUnderTest,
+    queue: str,
+    body: bytes,
+    headers: dict[str, Any],
+    message_id: str,
+    timestamp: int | None = None,
 ) -> None:
     """Publish one message with a real AMQP client, as a publisher with publish rights would."""
     connection = connect(broker)
     try:
         channel = connection.channel()
-        channel.basic_publish(
-            "",
-            queue,
-            body,
-            pika.BasicProperties(message_id=message_id, headers=headers, delivery_mode=2),
+        properties = pika.BasicProperties(
+            message_id=message_id, headers=headers, delivery_mode=2, timestamp=timestamp
         )
+        channel.basic_publish("", queue, body, properties)
     finally:
         connection.close()
 
@@ -226,3 +232,110 @@ async def test_no_name_or_answer_drives_the_terminal_in_any_text_output(
     assert "c1\\x9b31m\\x7f" in shown["reap -o wide"]
     assert "ana\\x1b[2J\\u202e" in shown["events"] and "ana\\x1b[2J\\u202e" in everything
     assert "render\\x1b[2J" in shown[f"gates show {gate.id}"]
+
+
+# ------------------------------------------------------------ what PostgreSQL cannot hold
+
+
+async def test_a_name_holding_nul_is_stored_escaped_the_same_way_every_pass(
+    broker: BrokerUnderTest,
+    pg_dsn: str,
+    store: PostgresStore,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    foreign, dlq = "foreign\x00nul", "vibey.jobs\x00.dead"
+    broker.declare_queue(foreign)
+    broker.declare_queue(dlq)
+    publish_amqp(broker, foreign, b"{}", {}, "old-1", timestamp=int(time.time()) - 3 * 3600)
+    publish_amqp(broker, dlq, b'{"task": "nul"}', {"x-first-death-queue": "vibey.jobs"}, "nul-1")
+    await wait_for_depth(broker, foreign, 1)
+    await wait_for_depth(broker, dlq, 1)
+    env = reaper_env(pg_dsn, broker.management_url, broker.vhost)
+
+    async def reap() -> tuple[int, dict[str, Any]]:
+        code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
+        return code, json.loads(capsys.readouterr().out)
+
+    parked = False
+    for _ in range(20):  # until the letter is parked and the old head is measured
+        code, report = await reap()
+        parked = parked or any(d["parked_new"] for d in report["dead_letters"])
+        if parked and foreign in {f["subject"] for f in report["findings"]}:
+            break
+        await asyncio.sleep(STATS_INTERVAL_SECONDS)
+    passes = [(code, report), await reap(), await reap()]
+    for _ in range(10):  # until the quiet mark it kept matches the listing: read back exactly
+        if any("not read: nothing arrived" in n for n in passes[-1][1]["notes"]):
+            break
+        await asyncio.sleep(STATS_INTERVAL_SECONDS)
+        passes.append(await reap())
+    assert any("not read: nothing arrived" in n for n in passes[-1][1]["notes"])
+    for code, report in passes:
+        assert (code, report["ok"], report["failed"]) == (0, True, []), report["problems"]
+        assert report["unreadable"] == []
+        # the JSON report shows the exact names; the notes say they were stored escaped
+        assert {f["subject"] for f in report["findings"]} >= {foreign}
+        assert [d["queue"] for d in report["dead_letters"]] == [dlq]
+        escaped = [n for n in report["notes"] if "stored escaped" in n]
+        assert any(n.startswith(f"queue {foreign}: ") for n in escaped), report["notes"]
+    # one sighting and one park across every pass: the identity stayed the same
+    rows = await query(
+        pg_dsn,
+        "SELECT payload ->> 'action' AS action, payload ->> 'queue' AS queue FROM event "
+        "WHERE kind = 'QueueReaped' ORDER BY seq",
+    )
+    actions = [(r["action"], r["queue"]) for r in rows if r["queue"] != "vibey.jobs"]
+    assert sorted(actions) == [("park", "vibey.jobs\\x00.dead"), ("surface", "foreign\\x00nul")]
+    [mark] = await query(pg_dsn, "SELECT queue FROM reaper_quiet_mark")
+    assert mark["queue"] == "vibey.jobs\\x00.dead"
+    [letter] = await query(pg_dsn, "SELECT queue, message_id FROM dead_letter")
+    assert (letter["queue"], letter["message_id"]) == ("vibey.jobs\\x00.dead", "nul-1")
+    [gate] = await dead_letter_gates(store)
+    assert gate.is_open and "vibey.jobs\\x00.dead" in gate.prompt
+
+
+# ------------------------------------------------------------------------ heavy letters
+
+MIB = 1024 * 1024
+
+
+async def test_heavy_letters_are_each_parked_as_cut_and_none_can_be_replayed(
+    broker: BrokerUnderTest, settings: Settings, store: PostgresStore
+) -> None:
+    """Ten letters with 2 MiB headers and 5 MiB bodies, published through the management API
+    (AMQP refuses a 2 MiB content header: RabbitMQ's frame_max is 131,072 bytes): each one
+    parked, by its message id or by the digest of what was read, recorded as cut, and refused
+    for replay. The memory a pass takes over a hundred of them: bench/hostile_memory.py."""
+    header, pad = "h" * (2 * MIB), "x" * (5 * MIB)
+    broker.declare_queue(DLQ)
+    for n in range(10):
+        properties: dict[str, object] = {
+            "headers": {"x-first-death-queue": "vibey.jobs", "big": header}
+        }
+        if n % 2 == 0:
+            properties["message_id"] = f"heavy-{n}"
+        broker.publish(DLQ, f'{{"letter": {n}, "pad": "{pad}"}}', properties=properties)
+    await wait_for_depth(broker, DLQ, 10)
+
+    await parked_after_passes(settings, DLQ, 10)
+    rows = await store.parked_dead_letters([g.job_id for g in await dead_letter_gates(store)])
+    identities = sorted(p.letter.identity for p in rows.values())
+    assert [i for i in identities if i.startswith("msg:")] == [
+        f"msg:heavy-{n}" for n in (0, 2, 4, 6, 8)
+    ]
+    assert len([i for i in identities if i.startswith("sha256:")]) == 5
+    assert all(p.letter.body_truncated for p in rows.values())  # never parked as if whole
+    parks = [e for e in await store.events(FLEET_PROJECT_ID) if e.payload["action"] == "park"]
+    assert len(parks) == 10
+    assert all("cut on reading (a text of" in str(e.payload["detail"]) for e in parks), parks
+    sources = await open_sources(settings)
+    try:
+        for gate in await dead_letter_gates(store):
+            with pytest.raises(GateError, match="not whole"):
+                await answer_gate(sources, settings, gate.id, "replay")
+    finally:
+        await sources.close()
+    assert all(g.is_open for g in await dead_letter_gates(store))
+    assert len(read_all(broker, DLQ, 10)) == 10  # nothing taken from the broker

@@ -6,13 +6,14 @@ the privilege, before the ledger's own trigger is reached."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
 import pytest
 
+from tests.support.accounts import README_PERMISSIONS, README_TAGS, login_role
+from tests.support.accounts import broker_user as readme_user
 from tests.support.cli import (
     Seeded,
     assert_ok_but_for_what_the_version_does_not_enforce,
@@ -21,7 +22,7 @@ from tests.support.cli import (
     seed_scenario,
     verdicts,
 )
-from tests.support.services import PG_ADMIN_DSN, BrokerUnderTest, on_one_broker
+from tests.support.services import BrokerUnderTest, on_one_broker
 from tests.support.store import query
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
@@ -42,12 +43,6 @@ EXPECTED_GRANTS = [
 ]
 
 
-#: The RabbitMQ side (README, Permissions): tags to read everything and write policies; no
-#: configure, write only to the default exchange (a replay), read every queue (dead letters).
-BROKER_TAGS = "monitoring,policymaker"
-BROKER_PERMISSIONS = {"configure": "^$", "write": "^amq\\.default$", "read": ".*"}
-
-
 def as_role(dsn: str, role: str) -> str:
     return dsn.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
 
@@ -55,37 +50,15 @@ def as_role(dsn: str, role: str) -> str:
 @pytest.fixture
 def broker_user(broker: BrokerUnderTest) -> Iterator[tuple[str, str]]:
     """A management user with only the tags and vhost permissions the README lists."""
-    name, password = f"qr-reaper-{uuid.uuid4().hex[:8]}", "pw-reaper"
-    with broker.admin() as admin:
-        admin.put(
-            f"/api/users/{name}", json={"password": password, "tags": BROKER_TAGS}
-        ).raise_for_status()
-        admin.put(
-            f"/api/permissions/{broker.vhost_path}/{name}", json=BROKER_PERMISSIONS
-        ).raise_for_status()
-    try:
-        yield name, password
-    finally:
-        with broker.admin() as admin:
-            admin.delete(f"/api/users/{name}")
+    with readme_user(broker, "qr-reaper", README_TAGS, README_PERMISSIONS) as name_and_password:
+        yield name_and_password
 
 
 @pytest.fixture
 async def role(pg_dsn: str) -> AsyncIterator[str]:
     """A login role of this test's own, holding nothing; dropped afterwards."""
-    name = f"qr_reaper_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(PG_ADMIN_DSN)
-    try:
-        await admin.execute(f'CREATE ROLE "{name}" LOGIN')
+    async with login_role(pg_dsn, "qr_reaper") as name:
         yield name
-    finally:
-        conn = await asyncpg.connect(pg_dsn)
-        try:
-            await conn.execute(f'DROP OWNED BY "{name}"')
-        finally:
-            await conn.close()
-        await admin.execute(f'DROP ROLE IF EXISTS "{name}"')
-        await admin.close()
 
 
 async def test_the_grants_printed_are_exactly_what_is_needed(

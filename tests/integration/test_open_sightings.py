@@ -12,8 +12,8 @@ import pytest
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
 from reaper.schema.migrations import migrate
-from tests.support.sightings import BOTH, broker_finding, stale
 from tests.support.store import NOW
+from tests.support.verdicts import BOTH, broker_finding, stale
 
 pytestmark = pytest.mark.postgres
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
-from urllib.parse import quote
 
 import pytest
 
@@ -24,6 +22,7 @@ from reaper.policies.declarations import PolicyParameters, load_declarations
 from reaper.policies.reconcile import PolicyOutcome, plan, reconcile
 from reaper.policies.render import DesiredPolicy, render
 from reaper.policies.report import plan_json, plan_text
+from tests.support.accounts import broker_user
 from tests.support.services import BrokerUnderTest, at_least, poll_until
 
 pytestmark = pytest.mark.broker
@@ -290,20 +289,8 @@ async def test_a_policy_changed_by_hand_is_restored(
 @pytest.fixture
 def management_only_user(broker: BrokerUnderTest) -> Iterator[tuple[str, str]]:
     """A user with the 'management' tag and full permissions on the vhost, no policymaker."""
-    user, password = f"qr-nopolicy-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    with broker.admin() as admin:
-        admin.put(
-            f"/api/users/{quote(user, safe='')}", json={"password": password, "tags": "management"}
-        ).raise_for_status()
-        admin.put(
-            f"/api/permissions/{broker.vhost_path}/{quote(user, safe='')}",
-            json={"configure": ".*", "write": ".*", "read": ".*"},
-        ).raise_for_status()
-    try:
-        yield user, password
-    finally:
-        with broker.admin() as admin:
-            admin.delete(f"/api/users/{quote(user, safe='')}")
+    with broker_user(broker, "qr-nopolicy", "management") as name_and_password:
+        yield name_and_password
 
 
 async def test_a_user_without_policymaker_is_refused_and_nothing_raises(

@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -45,6 +44,7 @@ from reaper.core.domain import BrokerFacts
 from reaper.core.values import normalized
 from reaper.policies.declarations import PolicyParameters, load_declarations
 from reaper.policies.render import render
+from tests.support.accounts import broker_user
 from tests.support.services import BrokerUnderTest, at_least
 from tests.support.ticks import DEFAULT_QUORUM_TICK_MS, default_tick
 
@@ -213,28 +213,20 @@ def test_d_a_management_user_may_list_policies_but_not_read_or_write_one(
     broker: BrokerUnderTest,
 ) -> None:
     assert put(broker, "held", {"pattern": "^x", "definition": {"max-length": 5}}).is_success
-    user, password = f"qr-nopolicy-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     path = f"/api/policies/{broker.vhost_path}"
-    with broker.admin() as admin:
-        admin.put(f"/api/users/{user}", json={"password": password, "tags": "management"})
-        admin.put(
-            f"/api/permissions/{broker.vhost_path}/{user}",
-            json={"configure": ".*", "write": ".*", "read": ".*"},
-        ).raise_for_status()
-    try:
-        with httpx.Client(base_url=broker.management_url, auth=(user, password)) as as_user:
-            listed_policies = as_user.get(path)
-            assert listed_policies.status_code == 200
-            assert [p["name"] for p in listed_policies.json()] == ["held"]
-            assert as_user.get(f"{path}/held").status_code == 401
-            assert as_user.get(f"{path}/absent").status_code == 401
-            written = as_user.put(
-                f"{path}/mine", json={"pattern": "^x", "definition": {"max-length": 5}}
-            )
-            assert written.status_code == 401
-    finally:
-        with broker.admin() as admin:
-            admin.delete(f"/api/users/{user}")
+    with (
+        broker_user(broker, "qr-nopolicy", "management") as (user, password),
+        httpx.Client(base_url=broker.management_url, auth=(user, password)) as as_user,
+    ):
+        listed_policies = as_user.get(path)
+        assert listed_policies.status_code == 200
+        assert [p["name"] for p in listed_policies.json()] == ["held"]
+        assert as_user.get(f"{path}/held").status_code == 401
+        assert as_user.get(f"{path}/absent").status_code == 401
+        written = as_user.put(
+            f"{path}/mine", json={"pattern": "^x", "definition": {"max-length": 5}}
+        )
+        assert written.status_code == 401
 
 
 # --------------------------------------------------------------------------- E read back

@@ -27,8 +27,8 @@ from hypothesis.stateful import (
 from reaper.core.domain import FLEET_PROJECT_ID, Action, Condition, Source, Verdict
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
-from tests.support.sightings import BOTH, broker_finding, stale
 from tests.support.store import NOW
+from tests.support.verdicts import BOTH, broker_finding, stale
 
 pytestmark = pytest.mark.postgres
 

@@ -9,6 +9,7 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
+from reaper.core.moments import utc
 from reaper.core.records import Gate
 from reaper.desk.postgres import PostgresDesk
 from reaper.errors import GateError, StoreUnavailable
@@ -58,7 +59,7 @@ async def test_answering_twice_is_refused_with_when_and_what(
     with pytest.raises(GateError) as caught:
         await desk.answer_gate(gate.id, "retry", LATER + timedelta(minutes=1))
     message = str(caught.value)
-    assert f"gate {gate.id} was already answered at {LATER.isoformat()} with 'retry'" == message
+    assert f"gate {gate.id} was already answered at {utc(LATER)} with 'retry'" == message
 
 
 async def test_unknown_gates_and_invalid_choices_are_refused(

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from reaper.broker.capabilities import capabilities_for
-from reaper.broker.port import BrokerPolicy, ManagementEndpoint, RawMessage
+from reaper.broker.port import BrokerPolicy, ManagementEndpoint, QueuesByVhost, RawMessage
 from reaper.core.domain import BrokerFacts, BrokerNode, QueueCounters, QueueStats
 from reaper.core.observation import ChannelStats, ConsumerSeen
 
@@ -51,6 +51,8 @@ class FakeBroker:
     fetched: dict[str, int] = field(default_factory=dict)
     #: Queues a page of :meth:`queue_pages` lists.
     page_size: int = 500
+    #: Queues other vhosts hold, by vhost (this broker's own are :attr:`queues`, on ``/``).
+    elsewhere: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def requests_made(self) -> int:
@@ -109,6 +111,12 @@ class FakeBroker:
         for start in range(self.page_size, len(listed), self.page_size):
             self.requests += 1
             yield listed[start : start + self.page_size]
+
+    async def queues_by_vhost(self, pattern: str) -> QueuesByVhost:
+        self.requests += 1
+        named = {"/": list(self.queues), **self.elsewhere}
+        counts = {v: sum(bool(re.search(pattern, q)) for q in qs) for v, qs in named.items()}
+        return QueuesByVhost({v: n for v, n in counts.items() if n})
 
     async def queue(self, name: str, vhost: str | None = None) -> QueueStats:
         self.requests += 1

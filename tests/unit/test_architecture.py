@@ -26,7 +26,9 @@ DOCSTRING_LINES = 12
 #: The job-queue room keeps what a pass reads and writes: this many lines at most, its SQL too.
 #: 3,000 until the database seam gained ``-v``'s session lines and the names of unreadable TLS
 #: files; a count is a stand-in for the concept check the rooms are meant to have.
-JOBQUEUE_LINES = 3_050
+#: 3,550 while the lease reap done by PostgreSQL (lease_reap.py and its SQL) stands beside the
+#: per-lease path it replaces (issue 39); lowered again as that path goes.
+JOBQUEUE_LINES = 3_550
 
 #: Each room, and the rooms it may import (itself always). The pure core imports nothing of
 #: the package; the adapters import the core; the pass imports the adapters; the demo is a use

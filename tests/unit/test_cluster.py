@@ -41,6 +41,8 @@ from reaper.reap.run import run_pass
 from reaper.testing.memory import MemoryJobQueue
 from tests.support.cli import validate_report
 from tests.support.fake_broker import FakeBroker
+from tests.support.queues import queue_stats
+from tests.support.verdicts import broker_finding
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 N1, N2, N3 = "http://node-1.test:15672", "http://node-2.test:15672", "http://node-3.test:15672"
@@ -52,15 +54,7 @@ MEMBERS = ("qr1@h", "qr2@h", "qr3@h")
 
 
 def queue(name: str, kind: str = "quorum", **fields: Any) -> QueueStats:
-    return QueueStats(
-        vhost="/",
-        name=name,
-        type=kind,
-        messages_ready=1,
-        messages_unacknowledged=0,
-        consumers=0,
-        **fields,
-    )
+    return queue_stats(name, kind, ready=1, **fields)
 
 
 # --------------------------------------------------------------------------- which queue
@@ -301,17 +295,7 @@ def test_a_dead_letter_queue_is_never_read_while_it_cannot_be_served() -> None:
 
 
 def stale_on(name: str) -> Verdict:
-    return Verdict(
-        Source.BROKER,
-        name,
-        Condition.STALE_READY,
-        1200,
-        900,
-        Unit.SECONDS,
-        Action.SURFACE,
-        queue=name,
-        trusted=False,
-    )
+    return broker_finding(name, Condition.STALE_READY, 1200, threshold=900, unit=Unit.SECONDS)
 
 
 def test_an_unread_queue_clears_nothing_and_the_others_clear_as_before() -> None:

@@ -14,7 +14,6 @@ from reaper.core.dead_letters.decode import decode, decoded_body
 from reaper.core.dead_letters.parking import (
     EVENT_TRUSTED,
     GATE_CHOICES,
-    event_payload,
     gate_prompt,
     park_fields,
     park_verdict,
@@ -25,11 +24,11 @@ from reaper.core.dead_letters.reading import (
     read_plan,
     select_new,
     unread_count,
-    within_budget,
 )
 from reaper.core.dead_letters.untrusted import CUT_MARKER, quote_untrusted
 from reaper.core.domain import BrokerFacts, DeadLetter, QueueStats
 from tests.support.brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_310
+from tests.support.queues import queue_stats
 
 DLQ = "vibey.jobs.dead"
 OWNED = r"^vibey\."
@@ -450,7 +449,7 @@ def test_gate_prompt_quotes_and_cuts_hostile_headers() -> None:
 
 def test_event_payload_of_a_park() -> None:
     job = UUID("12345678-1234-5678-1234-567812345678")
-    got = event_payload(letter(), depth=7, min_depth=1, job_id=job)
+    got = park_verdict(letter(), depth=7, min_depth=1, job_id=job).payload()
     assert got == {
         "object": str(job),
         "queue": DLQ,
@@ -468,7 +467,7 @@ def test_event_payload_of_a_park() -> None:
 
 def test_event_object_is_the_identity_without_a_job_id() -> None:
     got = letter(message_id="m1")
-    assert event_payload(got, depth=1, min_depth=1)["object"] == "msg:m1"
+    assert park_verdict(got, depth=1, min_depth=1).payload()["object"] == "msg:m1"
 
 
 def test_park_verdict_is_untrusted() -> None:
@@ -501,16 +500,14 @@ def queue(
     name: str = DLQ,
     counts_known: bool = True,
 ) -> QueueStats:
-    return QueueStats(
-        vhost="/",
-        name=name,
-        type=kind,
-        messages_ready=ready,
-        messages_unacknowledged=unacked,
-        consumers=0,
-        effective_policy=policy or {},
-        arguments=arguments or {},
+    return queue_stats(
+        name,
+        kind,
+        ready=ready,
+        unacked=unacked,
         counts_known=counts_known,
+        effective_policy=policy,
+        arguments=arguments,
     )
 
 
@@ -613,30 +610,6 @@ def test_read_count_includes_letters_a_stale_sample_shows_unacknowledged() -> No
 
 def test_counts_not_yet_known_read_nothing() -> None:
     assert read_plan(queue("classic", counts_known=False), RABBITMQ_310, 100).count == 0
-
-
-# --------------------------------------------------------------------------- budget
-
-
-def counted(count: int | None) -> DeadLetter:
-    return replace(letter(), delivery_count=count)
-
-
-def test_budget_leaves_the_margin_after_the_next_read() -> None:
-    assert within_budget([counted(None), counted(16)], 20)  # 16 + 2 + 2 = 20
-    assert not within_budget([counted(None), counted(17)], 20)
-
-
-def test_margin_is_never_below_one() -> None:
-    assert within_budget([counted(17)], 20, margin=0)  # 17 + 2 + 1 = 20
-    assert not within_budget([counted(18)], 20, margin=0)  # the next read is the 20th
-
-
-def test_budget_edges() -> None:
-    assert within_budget([], 20)
-    assert within_budget([counted(10_000)], -1)
-    assert not within_budget([counted(None)], 3)
-    assert within_budget([counted(None)], 4)
 
 
 # --------------------------------------------------------------------------- select new

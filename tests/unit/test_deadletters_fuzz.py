@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from reaper.core.dead_letters.decode import decode
 from reaper.core.dead_letters.parking import (
-    event_payload,
     gate_prompt,
     park_fields,
+    park_verdict,
     replay_decision,
 )
 from reaper.core.dead_letters.untrusted import CUT_MARKER, quote_untrusted
@@ -185,7 +185,7 @@ def test_quote_is_bounded_and_printable(value: Any, limit: int) -> None:
 def test_gate_and_event_never_carry_a_long_raw_untrusted_value(raw: dict[str, Any]) -> None:
     letter = decode(raw, queue=DLQ)
     prompt = gate_prompt(letter, owned_queue_pattern=r"^vibey\.")
-    detail = event_payload(letter, depth=1, min_depth=1)["detail"]
+    detail = park_verdict(letter, depth=1, min_depth=1).payload()["detail"]
     for value in untrusted_values(letter):
         if len(value) > 200:
             assert value not in prompt and value not in detail

@@ -15,10 +15,10 @@ from reaper.core.dead_letters import (
     DISPATCH_SCHEMA,
     DispatchPointer,
     decode,
-    dispatch_body,
     dispatch_pointer,
 )
 from reaper.core.domain import DeadLetter
+from tests.support.dispatch import dispatch_body
 
 POINTER = DispatchPointer(
     uuid.uuid4(), uuid.uuid4(), 3, "build.implement", datetime(2026, 9, 22, 12, tzinfo=UTC)

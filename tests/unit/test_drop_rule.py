@@ -17,12 +17,13 @@ from reaper.policies.declarations import PolicyParameters, load_declarations
 from reaper.policies.reconcile import reconcile
 from reaper.policies.render import render
 from tests.support.fake_broker import FakeBroker
+from tests.support.queues import queue_stats
 
 PARAMS = PolicyParameters()
 
 
 def quorum(name: str, **arguments: object) -> QueueStats:
-    return QueueStats("/", name, "quorum", 0, 0, 1, arguments=arguments)
+    return queue_stats(name, consumers=1, arguments=arguments)
 
 
 def quorum_policy(version: str, queues: list[QueueStats]) -> dict[str, object]:

@@ -33,6 +33,7 @@ from tests.support.brokers import (
     RABBITMQ_310,
 )
 from tests.support.fake_broker import FakeBroker
+from tests.support.queues import queue_stats
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 WIDE = 21_600_000
@@ -54,16 +55,14 @@ def queue(
     arguments: dict[str, Any] | None = None,
     carries: str | None = None,
 ) -> QueueStats:
-    return QueueStats(
-        vhost="/",
-        name=name,
-        type=kind,
-        messages_ready=0,
-        messages_unacknowledged=unacked,
+    return queue_stats(
+        name,
+        kind,
+        unacked=unacked,
         consumers=consumers,
         policy=carries,
-        effective_policy=policy or {},
-        arguments=arguments or {},
+        effective_policy=policy,
+        arguments=arguments,
     )
 
 

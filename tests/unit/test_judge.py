@@ -155,7 +155,7 @@ def test_an_expired_lease_past_grace_is_requeued() -> None:
     assert verdict.unit is Unit.SECONDS
     assert verdict.lease == held
     assert verdict.trusted is True
-    assert "'worker-7'" in verdict.detail and "build" in verdict.detail
+    assert '"worker-7"' in verdict.detail and "build" in verdict.detail
 
 
 def test_a_lease_is_judged_against_its_grace() -> None:
@@ -185,7 +185,7 @@ def test_an_expired_lease_out_of_attempts_is_poison_and_parked(attempts: int) ->
     assert verdict.threshold == 7
     assert verdict.unit is Unit.ATTEMPTS
     assert verdict.lease == held
-    assert "'worker-7'" in verdict.detail and "build" in verdict.detail
+    assert '"worker-7"' in verdict.detail and "build" in verdict.detail
 
 
 def test_a_lease_with_attempts_left_is_not_poison() -> None:

@@ -18,6 +18,7 @@ from reaper.policies.declarations import Declaration, PolicyParameters, load_dec
 from reaper.policies.render import DesiredPolicy, render
 from reaper.policies.verify import PolicyReason, check_queues, differences
 from tests.support.brokers import RABBITMQ_40, RABBITMQ_310
+from tests.support.queues import queue_stats
 
 EVIDENCE = (
     "node rabbit@localhost loaded /etc/rabbitmq/conf.d/20-vibey-reap.conf at boot, which "
@@ -55,17 +56,8 @@ def q(
     arguments: Mapping[str, object] | None = None,
     **more: object,
 ) -> QueueStats:
-    return QueueStats(
-        vhost="/",
-        name=name,
-        type=queue_type,
-        messages_ready=0,
-        messages_unacknowledged=0,
-        consumers=0,
-        policy=policy,
-        effective_policy=effective or {},
-        arguments=arguments or {},
-        **more,  # type: ignore[arg-type]
+    return queue_stats(
+        name, queue_type, policy=policy, effective_policy=effective, arguments=arguments, **more
     )
 
 

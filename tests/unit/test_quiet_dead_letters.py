@@ -28,7 +28,6 @@ from reaper.core.domain import (
     Condition,
     QueueStats,
     Source,
-    Unit,
     Verdict,
     sighting_scope,
 )
@@ -36,6 +35,7 @@ from reaper.core.sightings import records_to_write, ref_of, verdict_from_record
 from reaper.reap.run import run_pass
 from reaper.testing.memory import MemoryJobQueue
 from tests.support.fake_broker import FakeBroker
+from tests.support.verdicts import broker_finding
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 DLQ = "vibey.jobs.dead"
@@ -204,18 +204,9 @@ def test_the_remainder_is_bucketed_by_power_of_ten(unread: int, bucket: int) -> 
 
 
 def remainder(unread: int, queue: str = DLQ) -> Verdict:
-    return Verdict(
-        source=Source.BROKER,
-        object=queue,
-        condition=Condition.DEAD_LETTER,
-        measured=unread,
-        threshold=0,
-        unit=Unit.MESSAGES,
-        action=Action.SURFACE,
-        queue=queue,
-        detail=f"{unread} not parked",
-        trusted=True,
-        bucket=remainder_bucket(unread),
+    detail, bucket = f"{unread} not parked", remainder_bucket(unread)
+    return broker_finding(
+        queue, Condition.DEAD_LETTER, unread, trusted=True, detail=detail, bucket=bucket
     )
 
 

@@ -27,6 +27,7 @@ from reaper.reap.run import run_pass
 from reaper.testing.memory import MemoryJobQueue
 from tests.support.fake_broker import FakeBroker
 from tests.support.lavinmq_recorded import load, project
+from tests.support.queues import queue_stats
 from tests.unit.test_quiet_dead_letters import message
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -43,15 +44,8 @@ def listed(
     **fields: object,
 ) -> QueueStats:
     """The DLQ as a listing shows it: ``ready`` letters, every counter as given."""
-    queue = QueueStats(
-        vhost="/",
-        name=DLQ,
-        type="classic",
-        messages_ready=ready,
-        messages_unacknowledged=0,
-        consumers=0,
-        counters=QueueCounters(published, fetched, acknowledged, bytes_),
-    )
+    counters = QueueCounters(published, fetched, acknowledged, bytes_)
+    queue = queue_stats(DLQ, "classic", ready=ready, counters=counters)
     return replace(queue, **fields)  # type: ignore[arg-type]
 
 

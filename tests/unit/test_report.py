@@ -235,6 +235,33 @@ def test_many_lease_moves_are_summarised_and_the_summary_says_what_it_left_out()
     assert len(lines) < 25
 
 
+def test_a_pass_that_parks_more_than_it_lists_names_the_command_that_lists_every_gate() -> None:
+    r = _lease_result(expired=0, poison=20)
+    gates = {str(UUID(int=1000 + n)): UUID(int=(0xABC0 + n) << 96) for n in range(20)}
+    r = replace(r, gates=gates)
+    lines = render_text(r).splitlines()
+    summary = next(i for i, line in enumerate(lines) if "poison        20 job(s)" in line)
+    # each job the summary lists names its gate
+    for n, line in enumerate(lines[summary + 2 : summary + 7]):
+        assert line.strip().startswith(f"job {str(UUID(int=1000 + n))[:8]} ")
+        assert line.endswith(f"; gate {str(gates[str(UUID(int=1000 + n))])[:8]}")
+    since = "2026-11-29T12:00:00.000Z"  # the pass's instant: every gate it raised carries it
+    assert [line.strip() for line in lines[summary + 7 : summary + 10]] == [
+        "15 more not listed here; each is a QueueReaped event in the ledger: "
+        "reaper events --condition poison --limit 20",
+        f"their gates: reaper gates list --kind poison --since {since} (with any raised since)",
+        f"answer them at once: reaper gates answer --kind poison --since {since} "
+        "--choice retry (or cancel)",
+    ]
+    # -o wide: every park on its own line with its whole gate id and the command
+    wide = [line for line in render_text(r, wide=True).splitlines() if " park " in line]
+    assert len(wide) == 20 and "not listed" not in render_text(r, wide=True)
+    for n, line in enumerate(wide):
+        gate = gates[str(UUID(int=1000 + n))]
+        command = f"reaper gates answer {gate} --choice retry (or cancel)"
+        assert line.endswith(f"; gate {gate}: {command}")
+
+
 def test_the_json_report_lists_every_lease_verdict_and_streams_the_same_text() -> None:
     import io
 

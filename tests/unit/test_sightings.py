@@ -32,37 +32,18 @@ from reaper.core.sightings import (
     verdict_from_record,
 )
 from reaper.core.sightings import SightingRef as _Ref
+from tests.support.verdicts import BOTH, broker_finding
+from tests.support.verdicts import stale as stale_job
 
 P1, P2 = uuid.UUID(int=1), uuid.UUID(int=2)
-BOTH = frozenset({Source.JOB_QUEUE, Source.BROKER})
 
 
 def stale(project: uuid.UUID, job: str = "job-1", age: int = 1000) -> Verdict:
-    return Verdict(
-        source=Source.JOB_QUEUE,
-        object=job,
-        condition=Condition.STALE_READY,
-        measured=age,
-        threshold=900,
-        unit=Unit.SECONDS,
-        action=Action.SURFACE,
-        project_id=project,
-        detail="oldest claimable job unclaimed",
-    )
+    return stale_job(project, job, age, detail="oldest claimable job unclaimed")
 
 
 def gone(queue: str, unacked: int = 3) -> Verdict:
-    return Verdict(
-        source=Source.BROKER,
-        object=queue,
-        condition=Condition.HOLDER_GONE,
-        measured=unacked,
-        threshold=0,
-        unit=Unit.MESSAGES,
-        action=Action.SURFACE,
-        queue=queue,
-        trusted=False,
-    )
+    return broker_finding(queue, Condition.HOLDER_GONE, unacked)
 
 
 def test_refs_live_on_the_verdicts_stream() -> None:

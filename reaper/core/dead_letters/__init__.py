@@ -27,7 +27,6 @@ from reaper.core.dead_letters.parking import (
     EVENT_TRUSTED,
     GATE_CHOICES,
     ParkedLetter,
-    event_payload,
     gate_prompt,
     park_fields,
     park_verdict,
@@ -36,7 +35,6 @@ from reaper.core.dead_letters.parking import (
 from reaper.core.dead_letters.pointer import (
     DISPATCH_SCHEMA,
     DispatchPointer,
-    dispatch_body,
     dispatch_pointer,
     pointer_prompt,
     pointer_verdict,
@@ -50,7 +48,6 @@ from reaper.core.dead_letters.quiet import (
     quiet_mark,
 )
 from reaper.core.dead_letters.reading import (
-    BUDGET_MARGIN,
     READ_PAST_PARKED_CAP,
     HeaderRead,
     QuietRead,
@@ -61,12 +58,10 @@ from reaper.core.dead_letters.reading import (
     remainder_bucket,
     select_new,
     unread_count,
-    within_budget,
 )
 from reaper.core.dead_letters.untrusted import CUT_MARKER, UNTRUSTED_LIMIT, quote_untrusted
 
 __all__ = [
-    "BUDGET_MARGIN",
     "CUT_MARKER",
     "DIGEST_BODY_LIMIT",
     "DISPATCH_SCHEMA",
@@ -90,10 +85,8 @@ __all__ = [
     "decode",
     "decode_read",
     "decoded_body",
-    "dispatch_body",
     "dispatch_pointer",
     "envelope",
-    "event_payload",
     "gate_prompt",
     "header_identity",
     "header_read",
@@ -110,5 +103,4 @@ __all__ = [
     "replay_decision",
     "select_new",
     "unread_count",
-    "within_budget",
 ]

@@ -17,7 +17,6 @@ __all__ = [
     "EVENT_TRUSTED",
     "GATE_CHOICES",
     "ParkedLetter",
-    "event_payload",
     "gate_prompt",
     "park_fields",
     "park_verdict",
@@ -166,13 +165,6 @@ def park_verdict(
         detail=_park_detail(letter),
         trusted=EVENT_TRUSTED,
     )
-
-
-def event_payload(
-    letter: DeadLetter, *, depth: int, min_depth: int, job_id: UUID | str | None = None
-) -> dict[str, object]:
-    """The ``QueueReaped`` payload of a park (SPEC §3); record it with ``trusted`` False."""
-    return park_verdict(letter, depth=depth, min_depth=min_depth, job_id=job_id).payload()
 
 
 def park_fields(letter: DeadLetter) -> ParkedLetter:

@@ -22,7 +22,6 @@ from reaper.core.domain import Action, Condition, DeadLetter, Source, Unit, Verd
 __all__ = [
     "DISPATCH_SCHEMA",
     "DispatchPointer",
-    "dispatch_body",
     "dispatch_pointer",
     "pointer_prompt",
     "pointer_verdict",
@@ -71,18 +70,6 @@ def dispatch_pointer(letter: DeadLetter) -> DispatchPointer | None:
     if due.tzinfo is None:
         return None
     return DispatchPointer(job_id, project_id, seq, kind, due)
-
-
-def dispatch_body(pointer: DispatchPointer) -> dict[str, object]:
-    """The dispatch message's body for ``pointer``, as the host's relay publishes it."""
-    return {
-        "schema": DISPATCH_SCHEMA,
-        "job_id": str(pointer.job_id),
-        "project_id": str(pointer.project_id),
-        "dispatch_seq": pointer.dispatch_seq,
-        "kind": pointer.kind,
-        "not_before": pointer.not_before.isoformat(),
-    }
 
 
 def pointer_prompt(letter: DeadLetter, pointer: DispatchPointer) -> str:

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Final
 
 from reaper.core.domain import QueueStats
+from reaper.core.moments import utc
 from reaper.core.values import mapping
 
 __all__ = [
@@ -81,7 +82,7 @@ def quiet_decision(queue: QueueStats, mark: QuietMark | None, now: datetime) -> 
         return QuietDecision(True, doubt or "no earlier pass proved every letter on it parked")
     return QuietDecision(
         False,
-        f"nothing arrived since the pass at {mark.proven_at.isoformat()} found its "
+        f"nothing arrived since the pass at {utc(mark.proven_at)} found its "
         f"{mark.letters} letter(s) parked (count, bytes and counters unchanged)",
     )
 

@@ -6,7 +6,7 @@ new (:func:`select_new`), and what stays unread (:func:`unread_count`). Pure.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from reaper.core.bounds import dead_letter_exchange_in_force, delivery_limit_bound
@@ -17,7 +17,6 @@ from reaper.core.domain import BrokerFacts, DeadLetter, QueueStats
 from reaper.core.values import mapping
 
 __all__ = [
-    "BUDGET_MARGIN",
     "READ_PAST_PARKED_CAP",
     "HeaderRead",
     "QuietRead",
@@ -28,15 +27,11 @@ __all__ = [
     "remainder_bucket",
     "select_new",
     "unread_count",
-    "within_budget",
 ]
 
 #: How many already-parked dead letters one pass reads past, at most. The read is bounded by
 #: ``peek_limit`` plus this; new letters beyond it stay unread and are surfaced as unread.
 READ_PAST_PARKED_CAP = 1_000
-
-#: Deliveries kept in reserve after the next read of a letter (see ``within_budget``).
-BUDGET_MARGIN = 2
 
 
 @dataclass(frozen=True)
@@ -158,25 +153,6 @@ def _limit_named(value: int, source: str) -> str:
         "policy delivery-limit": "policy delivery-limit",
     }.get(source)
     return f"{named}: {value}" if named else f"a delivery limit of {value} ({source})"
-
-
-def within_budget(letters: Sequence[DeadLetter], limit: int, margin: int = BUDGET_MARGIN) -> bool:
-    """After a read (a probe), whether reading these letters once more stays inside ``limit``.
-
-    A letter's ``delivery_count`` (``x-delivery-count``, which the broker writes over any value
-    a publisher set from the second delivery on; absent: none) counts the deliveries before the
-    read that showed it; that read spent one more and the next read spends another, so reading
-    again is inside the budget when ``count + 2 + margin <= limit``. ``margin`` is at least 1 (no
-    letter is read at its last permitted delivery); the default 2 also covers an off-by-one
-    between broker versions or one concurrent reader. A negative limit is unlimited. Sound for
-    the queue only if the caller stops probing once this answered False (each probe spends a
-    delivery on the head); without that state across passes, do not probe: ``read_plan`` blocks
-    such queues.
-    """
-    if limit < 0:
-        return True
-    reserve = max(1, margin)
-    return all((letter.delivery_count or 0) + 2 + reserve <= limit for letter in letters)
 
 
 def select_new(

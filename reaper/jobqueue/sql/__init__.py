@@ -1,6 +1,7 @@
 """The job queue's SQL: one file of named queries, and the loader of named-query files.
 
-``queries.sql`` holds every query a pass (and the gate and ledger commands' reads) runs, each
+``queries.sql`` holds every query a pass (and the gate and ledger commands' reads) runs (the
+lease reap's batches are in ``lease_reap.sql``), each
 under a ``-- name: NAME --`` header followed by a one-line description; :data:`QUERIES` maps each
 name to its text. Reading the SQL means opening one file. What only a gate's answer runs is the
 desk's (:mod:`reaper.desk.sql`); the schema's migrations and the migrator's own queries are in
@@ -34,6 +35,15 @@ def load_queries(package: str = __name__, filename: str = "queries.sql") -> dict
     return parse_queries(resources.files(package).joinpath(filename).read_text("utf-8"))
 
 
-QUERIES: dict[str, str] = load_queries()
+def _all_queries() -> dict[str, str]:
+    queries = load_queries()
+    for name, text in load_queries(filename="lease_reap.sql").items():
+        if name in queries:
+            raise ValueError(f"query {name!r} is defined twice")
+        queries[name] = text
+    return queries
+
+
+QUERIES: dict[str, str] = _all_queries()
 
 __all__ = ["QUERIES", "load_queries", "parse_queries"]

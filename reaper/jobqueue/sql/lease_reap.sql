@@ -1,0 +1,228 @@
+-- The lease reap, done by PostgreSQL a batch at a time (SPEC §1 (a), (c), (d); §3; §8). Loaded
+-- with queries.sql. A batch is one transaction: pick_lease_batch locks the lane's next expired
+-- leases by the leased-expiry index's key and takes their streams' locks; reap_lease_batch then
+-- rules on each of them as it stands under the lock, moves it, raises a park's gate, writes a
+-- requeue's outbox row (outbox dispatch only) and appends each move's QueueReaped event. Python
+-- sends bounds and thresholds, never a lease. Common parameters: $1 now, $2 grace seconds, and
+-- the key the batch starts after ($3 expiry, $4 job id).
+--
+-- lease_ruling and the lease_outbox_ parts are not queries but pieces spliced into the
+-- statements (reaper/jobqueue/lease_reap.py). lease_ruling is the ruling every statement here
+-- shares, over a `candidates` relation of job columns and `past_ms` (how far past its expiry,
+-- in milliseconds, rounded up): reaper/core/judge_leases.py's judge_lease_page and
+-- core/canonical.py's canonical JSON in SQL, held to the same bytes by
+-- tests/integration/test_lease_reap_sql.py.
+
+-- name: lease_ruling --
+-- Each candidate past the grace: poison (attempts spent: park) or not (requeue), its event's
+-- canonical payload and digest, and a park's gate identity and prompt.
+SELECT c.*, p.poison, p.payload, encode(sha256(convert_to(p.payload, 'UTF8')), 'hex') AS digest,
+       'delivery_exhausted:' || c.id || ':' || h.expired AS identity,
+       format('Job %s (%s) has been delivered %s times, its limit of %s, and its last lease, '
+              'held by %s, expired at %s without the job finishing. It is parked and will not '
+              'be delivered again on its own. Answer ''retry'' to deliver it exactly once '
+              'more (one attempt was refunded when it was parked), or ''cancel'' to give it '
+              'up (it ends cancelled and is never delivered again); leave this gate open to '
+              'keep it parked.', c.id, left(c.kind, 200), c.attempts, c.max_attempts,
+              coalesce(to_json(left(c.lease_owner, 200))::text, 'an unknown holder'),
+              to_char(c.lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+       AS prompt
+FROM candidates AS c
+CROSS JOIN LATERAL (
+    SELECT trim_scale(c.past_ms / 1000.0)::text AS past,
+           coalesce(to_json(left(c.lease_owner, 200))::text
+                    || CASE WHEN length(c.lease_owner) > 200 THEN '…' ELSE '' END,
+                    'no recorded owner') AS held,
+           to_char(c.lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+           || CASE WHEN to_char(c.lease_expires_at AT TIME ZONE 'UTC', 'US') = '000000' THEN ''
+                   ELSE to_char(c.lease_expires_at AT TIME ZONE 'UTC', '.US') END
+           || '+00:00' AS expired
+) AS h
+CROSS JOIN LATERAL (
+    SELECT c.attempts >= c.max_attempts AS poison
+) AS r
+CROSS JOIN LATERAL (
+    SELECT r.poison, CASE WHEN r.poison THEN format(
+        '{"action":"park","condition":"poison","detail":%s,"measured":%s,"object":"%s",'
+        '"queue":null,"source":"job_queue","threshold":%s,"unit":"attempts"}',
+        to_json(format('lease of %s job held by %s expired %ss ago with %s of %s attempts '
+                       'spent: park for a person (delivery_exhausted gate)',
+                       c.kind, h.held, h.past, c.attempts, c.max_attempts)),
+        c.attempts, c.id, c.max_attempts)
+    ELSE format(
+        '{"action":"requeue","condition":"lease_expired","detail":%s,"measured":%s,'
+        '"object":"%s","queue":null,"source":"job_queue","threshold":%s,"unit":"seconds"}',
+        to_json(format('lease of %s job held by %s expired %ss ago, past the grace of %ss: '
+                       'requeue (attempt %s of %s spent)',
+                       c.kind, h.held, h.past, $2::int, c.attempts, c.max_attempts)),
+        h.past || CASE WHEN c.past_ms % 1000 = 0 THEN '.0' ELSE '' END, c.id, $2::int)
+    END AS payload
+) AS p
+WHERE c.past_ms > $2::int * 1000
+
+-- name: pick_lease_batch --
+-- The first step of a batch: lock the lane's next expired leases ($5 one project or NULL; $6
+-- the lane of $7, projects split by a hash of their id; at most $8), oldest first
+-- after the key, skipping rows another transaction holds, then take their streams' locks in
+-- stream order (lock_streams' lock), so that reap_lease_batch, a statement later, numbers
+-- their events after every other reaper's. Returns how many were locked, the key of the last
+-- (where the batch ends and the next starts) and their projects.
+WITH picked AS (
+    SELECT j.id, j.project_id, j.lease_expires_at
+    FROM job AS j
+    WHERE j.state = 'leased'
+      AND j.lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
+      AND (j.lease_expires_at, j.id) > ($3::timestamptz, $4::uuid)
+      AND ($5::uuid IS NULL OR j.project_id = $5::uuid)
+      AND ($7::int = 1 OR (hashtext(j.project_id::text) & 2147483647) % $7::int = $6::int)
+    ORDER BY j.lease_expires_at, j.id
+    LIMIT $8::int
+    FOR NO KEY UPDATE OF j SKIP LOCKED
+),
+projects AS (
+    SELECT DISTINCT project_id FROM picked ORDER BY project_id
+),
+streams AS (
+    SELECT count(pg_advisory_xact_lock(1818584167, hashtext(project_id::text))) AS locked
+    FROM projects
+)
+SELECT (SELECT count(*) FROM picked) AS picked,
+       (SELECT max(lease_expires_at) FROM picked) AS last_expiry,
+       (SELECT id FROM picked ORDER BY lease_expires_at DESC, id DESC LIMIT 1) AS last_id,
+       (SELECT array_agg(project_id) FROM projects) AS projects,
+       (SELECT locked FROM streams) AS streams;
+
+-- name: reap_lease_batch --
+-- The batch's work, a statement after pick_lease_batch in its transaction: every expired lease
+-- of the batch's projects ($5) between the key it started after ($3, $4) and its last ($6, $7),
+-- as it stands under the lock (a row another transaction holds is skipped), ruled by
+-- lease_ruling and moved. Requeue: ready, lease cleared, run_after = now. Park: awaiting_human,
+-- lease cleared, one attempt refunded, and one delivery_exhausted gate per episode (by its
+-- identity; $8 its choices). Each move's event goes on its project's stream after the last
+-- there, whoever wrote it; an event whose number a host writer took first is returned (its
+-- stream, payload and digest, NULL when none: the usual case) for the caller to append in the
+-- same transaction. The outbox variant (see leases.py) also starts each requeue's dispatch
+-- episode. Returns the moves per project and condition, and the oldest and newest expiry.
+WITH candidates AS (
+    SELECT j.ctid AS row_ctid, j.id, j.project_id, j.kind, j.lease_owner, j.lease_expires_at,
+           j.attempts, j.max_attempts,
+           ceil((extract(epoch FROM $1::timestamptz) - extract(epoch FROM j.lease_expires_at))
+                * 1000) AS past_ms
+    FROM job AS j
+    WHERE j.state = 'leased'
+      AND j.lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
+      AND (j.lease_expires_at, j.id) > ($3::timestamptz, $4::uuid)
+      AND (j.lease_expires_at, j.id) <= ($6::timestamptz, $7::uuid)
+      AND j.project_id = ANY ($5::uuid[])
+    FOR NO KEY UPDATE OF j SKIP LOCKED
+),
+ruled AS ({lease_ruling}),
+requeued AS (
+    UPDATE job AS j
+    SET state = 'ready', run_after = $1::timestamptz, lease_owner = NULL,
+        lease_expires_at = NULL, updated_at = $1::timestamptz/*outbox:bump*/
+    FROM ruled AS r
+    WHERE j.ctid = r.row_ctid AND NOT r.poison
+    RETURNING j.id/*outbox:returning*/
+),
+parked AS (
+    UPDATE job AS j
+    SET state = 'awaiting_human', attempts = greatest(j.attempts - 1, 0), lease_owner = NULL,
+        lease_expires_at = NULL, updated_at = $1::timestamptz
+    FROM ruled AS r
+    WHERE j.ctid = r.row_ctid AND r.poison
+    RETURNING j.id
+),
+gates AS (
+    INSERT INTO human_gate (project_id, job_id, kind, prompt, choices, identity, created_at)
+    SELECT r.project_id, r.id, 'delivery_exhausted', r.prompt, $8::jsonb, r.identity,
+           $1::timestamptz
+    FROM ruled AS r
+    JOIN parked AS m ON m.id = r.id
+    ON CONFLICT (identity) WHERE identity IS NOT NULL DO NOTHING
+),/*outbox:rows*/
+moved AS (
+    SELECT r.*, row_number() OVER (PARTITION BY r.project_id
+                                   ORDER BY r.lease_expires_at, r.id) AS n
+    FROM ruled AS r
+    WHERE r.id IN (SELECT id FROM requeued UNION ALL SELECT id FROM parked)
+),
+last_seqs AS (
+    SELECT s.project_id,
+           coalesce((SELECT max(e.seq) FROM event AS e WHERE e.project_id = s.project_id), 0)
+               AS last_seq
+    FROM (SELECT DISTINCT project_id FROM moved) AS s
+),
+events AS (
+    INSERT INTO event (project_id, seq, kind, payload, digest, trusted, created_at)
+    SELECT m.project_id, ls.last_seq + m.n, 'QueueReaped', m.payload::jsonb, m.digest, true,
+           $1::timestamptz
+    FROM moved AS m
+    JOIN last_seqs AS ls USING (project_id)
+    ON CONFLICT DO NOTHING
+    RETURNING project_id, seq
+),
+tally AS (
+    SELECT project_id, poison, count(*) AS n, min(lease_expires_at) AS oldest,
+           max(lease_expires_at) AS newest
+    FROM moved
+    GROUP BY project_id, poison
+),
+unwritten AS (
+    SELECT m.project_id, m.payload, m.digest, m.lease_expires_at, m.id
+    FROM moved AS m
+    JOIN last_seqs AS ls USING (project_id)
+    WHERE (SELECT count(*) FROM events) < (SELECT count(*) FROM moved)
+      AND NOT EXISTS (SELECT 1 FROM events AS e
+                      WHERE e.project_id = m.project_id AND e.seq = ls.last_seq + m.n)
+)
+SELECT (SELECT array_agg(project_id ORDER BY project_id, poison) FROM tally) AS projects,
+       (SELECT array_agg(poison ORDER BY project_id, poison) FROM tally) AS parks,
+       (SELECT array_agg(n ORDER BY project_id, poison) FROM tally) AS moves,
+       (SELECT min(oldest) FROM tally) AS oldest,
+       (SELECT max(newest) FROM tally) AS newest,
+       (SELECT array_agg(project_id ORDER BY lease_expires_at, id) FROM unwritten) AS streams,
+       (SELECT array_agg(payload ORDER BY lease_expires_at, id) FROM unwritten) AS payloads,
+       (SELECT array_agg(digest ORDER BY lease_expires_at, id) FROM unwritten) AS digests;
+
+-- name: lease_rulings --
+-- The dry run's question, read-only: the rulings reap_lease_batch would give the expired leases
+-- after the key ($5 to $8 as pick_lease_batch's), one row each, none of them locked or moved.
+WITH candidates AS (
+    SELECT j.id, j.project_id, j.kind, j.lease_owner, j.lease_expires_at, j.attempts,
+           j.max_attempts,
+           ceil((extract(epoch FROM $1::timestamptz) - extract(epoch FROM j.lease_expires_at))
+                * 1000) AS past_ms
+    FROM job AS j
+    WHERE j.state = 'leased'
+      AND j.lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
+      AND (j.lease_expires_at, j.id) > ($3::timestamptz, $4::uuid)
+      AND ($5::uuid IS NULL OR j.project_id = $5::uuid)
+      AND ($7::int = 1 OR (hashtext(j.project_id::text) & 2147483647) % $7::int = $6::int)
+    ORDER BY j.lease_expires_at, j.id
+    LIMIT $8::int
+)
+SELECT id, project_id, lease_expires_at, poison, payload, digest, identity, prompt
+FROM ({lease_ruling}) AS ruled
+ORDER BY lease_expires_at, id;
+
+-- name: lease_outbox_bump --
+-- Outbox dispatch: a requeue starts a new dispatch episode (SPEC §3, ADR-0044 §4).
+, dispatch_seq = j.dispatch_seq + 1
+
+-- name: lease_outbox_returning --
+-- What a requeue's outbox row is made of.
+, j.project_id, j.kind, j.dispatch_seq, j.run_after
+
+-- name: lease_outbox_rows --
+-- One outbox row per requeue, as dispatch_jobs writes it (idempotent by its key).
+outbox AS (
+    INSERT INTO job_outbox (key, job_id, project_id, payload, not_before, created_at)
+    SELECT 'dispatch:' || b.id || ':' || b.dispatch_seq, b.id, b.project_id,
+           jsonb_build_object('schema', 'vibey.job.dispatch/1', 'job_id', b.id,
+                              'project_id', b.project_id, 'dispatch_seq', b.dispatch_seq,
+                              'kind', b.kind, 'not_before', b.run_after),
+           b.run_after, $1::timestamptz
+    FROM requeued AS b
+    ON CONFLICT (key) DO NOTHING
+),
