@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import zlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -22,6 +23,8 @@ _log = logging.getLogger("reaper.broker")
 
 __all__ = [
     "CUT_PREFIX",
+    "ENCODINGS",
+    "INFLATE_STEP",
     "MAX_DEPTH",
     "MAX_KEPT_BYTES",
     "MAX_RECEIVED_BYTES",
@@ -51,6 +54,14 @@ MAX_KEPT_BYTES: Final = 96 * 1024 * 1024
 #: The most an answer may send, cut or not (2 MiB headers on 1,100 letters are 2.3 GB): past it
 #: the answer is refused rather than read on.
 MAX_RECEIVED_BYTES: Final = 4 * 1024 * 1024 * 1024
+
+#: The most a compressed answer inflates to at a time. A 2 MiB header of one repeated
+#: character gzips to some 2 KB, so one chunk as sent inflated whole held 21 MB at once
+#: (measured: 10 such letters in one ``get``, RabbitMQ 3.10, peak RSS 98 MB against 57).
+INFLATE_STEP: Final = 256 * 1024
+
+#: The encodings the client asks for (``Accept-Encoding``) and inflates here.
+ENCODINGS: Final = "gzip, deflate"
 
 #: The longest integer kept as a number (the interpreter refuses to parse past 4,300 digits).
 _MAX_DIGITS: Final = 100
@@ -209,6 +220,26 @@ class BoundedAnswer:
         self._keep(data)
 
 
+async def _inflated(raw: AsyncIterator[bytes], encoding: str) -> AsyncIterator[bytes]:
+    """The answer's bytes as JSON, at most :data:`INFLATE_STEP` at a time."""
+    if encoding == "identity":
+        async for chunk in raw:
+            yield chunk
+        return
+    if encoding not in ("gzip", "deflate"):
+        raise AnswerTooLarge(f"came in an encoding that was not asked for ({encoding})")
+    inflater = zlib.decompressobj(zlib.MAX_WBITS | 32)  # a gzip or a zlib header, either
+    async for chunk in raw:
+        while chunk:
+            out = inflater.decompress(chunk, INFLATE_STEP)
+            chunk = inflater.unconsumed_tail
+            if out:
+                yield out
+    rest = inflater.flush()
+    if rest:
+        yield rest
+
+
 def decoded(kept: bytes) -> object:
     """The kept copy as JSON values. Raises ``ValueError`` when it is not JSON."""
     text = kept.decode("utf-8", "replace")
@@ -222,18 +253,28 @@ def _integer(digits: str) -> object:
 
 
 async def read_answer(
-    chunks: AsyncIterator[bytes], headers: Mapping[str, str], status: int, phrase: str
+    raw: AsyncIterator[bytes],
+    headers: Mapping[str, str],
+    status: int,
+    phrase: str,
+    *,
+    inflate: bool = True,
 ) -> Answer:
-    """An answer read as it arrives, only a bounded copy kept: no answer is ever held whole."""
+    """An answer read as it arrives (``raw``: as sent, still compressed unless not
+    ``inflate``), inflated a bounded step at a time, only a bounded copy kept: no answer is
+    ever held whole."""
     bounded = BoundedAnswer()
     too_large: str | None = None
+    encoding = headers.get("content-encoding", "identity").strip().lower()
     try:
-        async for chunk in chunks:
+        async for chunk in _inflated(raw, encoding if inflate else "identity"):
             bounded.feed(chunk)
     except AnswerTooLarge as exc:
         too_large = exc.why
+    except zlib.error as exc:
+        too_large = f"could not be inflated ({encoding}: {exc})"
     size = headers.get("content-length", "")
-    identity = headers.get("content-encoding", "identity").lower() == "identity"
+    identity = encoding == "identity"
     declared = int(size) if size.isdigit() and identity else None
     kept, received = bounded.kept(), bounded.received
     return Answer(status, phrase, kept, received, declared, too_large)

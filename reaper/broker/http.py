@@ -12,7 +12,6 @@ is never sent elsewhere (``docs/brokers.md``, "A clustered broker").
 
 from __future__ import annotations
 
-import logging
 import re
 import ssl
 import time
@@ -23,12 +22,9 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
-from reaper.broker.bounded import Answer, decoded, read_answer
+from reaper.broker.bounded import ENCODINGS, Answer, decoded, read_answer
 from reaper.broker.failures import connect_words, not_http_words, reason_words, tags_fix
 from reaper.errors import BrokerRefused, BrokerUnavailable, scrub
-
-#: ``-v``: each request the pass makes, what came back and how long it took.
-_log = logging.getLogger("reaper.broker")
 
 __all__ = [
     "BrokerRejected",
@@ -169,7 +165,7 @@ class ManagementApi:
             auth=httpx.BasicAuth(username, password),
             timeout=httpx.Timeout(timeout_seconds),
             transport=transport,
-            headers={"accept": "application/json"},
+            headers={"accept": "application/json", "accept-encoding": ENCODINGS},
             follow_redirects=False,
             verify=context,
         )
@@ -300,16 +296,18 @@ class ManagementApi:
     async def _read(
         self, method: str, url: str, *, params: Mapping[str, str | int] | None, json: object
     ) -> Answer:
-        """Send one request and read its answer as it arrives, keeping only a bounded copy
-        (:class:`~reaper.broker.bounded.BoundedAnswer`): no answer is ever held whole."""
+        """Send one request; read its answer as sent (still compressed: a test's double has
+        it read already), only a bounded copy kept (:func:`bounded.read_answer`)."""
         request = self._http.build_request(method, url, params=params, json=json)
         response = await self._http.send(request, stream=True)
+        read = response.is_stream_consumed
         try:
             return await read_answer(
-                response.aiter_bytes(),
+                response.aiter_bytes() if read else response.aiter_raw(),
                 response.headers,
                 response.status_code,
                 response.reason_phrase,
+                inflate=not read,
             )
         finally:
             await response.aclose()

@@ -3,11 +3,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
+import os
+import signal
 import sys
+import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 from uuid import UUID
@@ -32,6 +38,7 @@ from reaper.reap.policies import policy_plan
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
 from reaper.reap.sources import open_sources
+from reaper.reap.stopping import StopRequest
 from reaper.schema.migrations import MigrationRun, one_line
 from reaper.schema.migrations import migrate as migrate_schema
 from reaper.schema.plan import script
@@ -59,7 +66,9 @@ async def reap(
     ``quiet``: the status line alone)."""
     if isinstance(project_id, str):
         project_id = await _project(loaded, project_id)
-    result = await reap_once(loaded.settings, dry_run=dry_run, project_id=project_id)
+    stop = StopRequest()
+    with _stop_on_signals(stop):
+        result = await reap_once(loaded.settings, dry_run=dry_run, project_id=project_id, stop=stop)
     if log.isEnabledFor(logging.DEBUG):  # -v: what the pass decided, beside what it read
         for line in decisions(result):
             log.debug("decided: %s", line)
@@ -75,6 +84,42 @@ async def reap(
         for line in await clear_notes(loaded.settings, result):  # what waits for a person
             print(line)
     return EXIT_OK if result.ok else EXIT_NOT_OK
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: StopRequest) -> Iterator[None]:
+    """SIGTERM or SIGINT asks the pass to stop (the moves in flight end, then the report); a
+    second one ends the process at once, as the signal does by default."""
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT)
+
+    def first(signum: signal.Signals) -> None:
+        if stop.by is not None:  # a second one, delivered before the first was handled
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        stop.request(signum.name)
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_DFL)
+        print(
+            f"reaper: {signum.name}: ending the moves in flight, then the report of what was "
+            "done (a second signal ends it at once)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # a pass run in a thread (a test's): signals go to the main thread's handlers
+        return
+    for sig in signals:
+        loop.add_signal_handler(sig, first, sig)
+    try:
+        yield
+    finally:
+        if stop.by is None:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
 
 
 def decisions(result: PassResult) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Final
 
 from reaper.broker.port import Broker
 from reaper.core import dead_letters
@@ -143,6 +144,7 @@ async def _park_queue(step: _Step, name: str) -> tuple[DeadLetterOutcome | None,
     """One owned queue: read once proven safe, and its new letters parked. None: a source
     failed part-way (named in what is found), or a write that had to come first failed."""
     found = Found()
+    depth: int | None = None
     try:
         # Fresh from the broker: reconciliation may just have put the dead-letter policy in force.
         queue = await step.broker.queue(name)
@@ -198,7 +200,25 @@ async def _park_queue(step: _Step, name: str) -> tuple[DeadLetterOutcome | None,
         parked_read, said = await _read_and_park(step, store, queue, mark, plan.count, fetched)
         return parked_read, found + said
     except SourceUnreadable as exc:
+        if depth is not None and _read_timed_out(exc):
+            # the queue's own problem: the rest of the broker was read, and is judged
+            blocked = f"{exc.reason}; {READ_TIMED_OUT_FIX}"
+            return DeadLetterOutcome(name, depth, 0, 0, depth, blocked), found
         return None, found + Found.failed(exc)
+
+
+#: What a person does about a read of a dead-letter queue that timed out. The broker builds a
+#: ``get``'s whole answer before it sends a byte: 100 letters with 2 MiB headers took it 11 to
+#: 15 s (RabbitMQ 3.10, bench/hostile_memory.py), past the default timeout of 10 s.
+READ_TIMED_OUT_FIX: Final = (
+    "letters with large headers make the broker slow to answer a read: raise "
+    "bus.timeout_seconds (REAPER_BUS__TIMEOUT_SECONDS), or see what fills the queue"
+)
+
+
+def _read_timed_out(exc: SourceUnreadable) -> bool:
+    """Whether a broker failure is a read (``get``) of the queue that timed out."""
+    return exc.source == "broker" and "timed out" in exc.reason and "/get" in str(exc.reason)
 
 
 async def _read_and_park(

@@ -14,8 +14,8 @@ what is left then is counted and reported, and the next turn comes at once.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Final
 from uuid import UUID
@@ -25,7 +25,7 @@ from reaper.core.judge_leases import LeaseColumns, LeaseRulings, judge_lease_pag
 from reaper.errors import SourceUnreadable
 from reaper.jobqueue.port import JobQueue, LeaseMoves, MovesInterrupted
 from reaper.reap.lease_log import LeaseLog
-from reaper.reap.progress import Found, RowNotMoved
+from reaper.reap.progress import Found, RowNotMoved, cut_short_words
 
 __all__ = ["LEASE_PAGE_SIZE", "LeaseReapOutcome", "reap_leases"]
 
@@ -53,13 +53,15 @@ async def reap_leases(
     log: LeaseLog,
     monotonic: Callable[[], float] = time.monotonic,
     page_size: int | None = None,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> LeaseReapOutcome:
     """Read the expired leases in pages (of ``page_size``, by default :data:`LEASE_PAGE_SIZE`)
     until none is left or ``budget_seconds`` (by ``monotonic``) is spent, judge each page, and
     (``write``) move what the judge ruled, each with its event. A dry run (``write`` false)
     reads and judges the same and moves nothing. A database that goes away part-way is named
-    in ``unreadable``, and what had committed is still logged as recorded. What the budget
-    left is counted (``remaining``) and noted."""
+    in ``unreadable``, and what had committed is still logged as recorded. What the budget,
+    a lost connection or a stop request (``stopping``, asked before each page) left is counted
+    (``remaining``: the expired leases past the last page read) and noted."""
     page_size = page_size or LEASE_PAGE_SIZE
     grace = thresholds.lease_grace_seconds
     deadline = monotonic() + budget_seconds
@@ -77,23 +79,55 @@ async def reap_leases(
                 moved, said = await _move(store, page, rulings, now, dispatch, log)
                 found += said
                 if not moved:
-                    return LeaseReapOutcome(0, found)
+                    left, said = await _left_after_loss(store, now, grace, project_id, after)
+                    return LeaseReapOutcome(left, found + said)
             if len(page) < page_size:
                 return LeaseReapOutcome(0, found)
-            if monotonic() >= deadline:
+            if monotonic() >= deadline or stopping():
                 left = await store.count_expired_leases(now, grace, project_id, after)
-                return LeaseReapOutcome(left, found + _left(left, budget_seconds))
+                why = None if stopping() else budget_seconds
+                return LeaseReapOutcome(left, found + _left(left, why))
     except SourceUnreadable as exc:
         return LeaseReapOutcome(0, found + Found.failed(exc))
 
 
-def _left(left: int, budget_seconds: float) -> Found:
-    """The note on the expired leases past the last page read, once the budget is spent."""
+def _left(left: int, budget_seconds: float | None) -> Found:
+    """The note on the expired leases past the last page read, once the budget is spent
+    (``budget_seconds``) or the pass was asked to stop (None)."""
     if not left:
         return Found()  # the last page was the last
+    if budget_seconds is None:
+        return Found.noted(
+            f"{left} more expired lease(s) left unread when the pass was asked to stop: the "
+            "next pass takes them (reaper reap, or the next turn of reaper serve)"
+        )
     return Found.noted(
         f"{left} more expired lease(s) left when the lease reap's budget of {budget_seconds:g} s "
         "was spent: the next turn comes at once and takes them"
+    )
+
+
+async def _left_after_loss(
+    store: JobQueue,
+    now: datetime,
+    grace: int,
+    project_id: UUID | None,
+    after: tuple[datetime, UUID] | None,
+) -> tuple[int, Found]:
+    """How many expired leases lie past the last page read, once the connection was lost in
+    the middle of a page's moves: asked again on a new connection, or said to be unknown."""
+    try:
+        left = await store.count_expired_leases(now, grace, project_id, after)
+    except SourceUnreadable as exc:
+        return 0, Found.noted(
+            "how many expired leases lie past the last page read is unknown (PostgreSQL could "
+            f"not be asked again: {exc.reason}): the next pass reads and moves them"
+        )
+    if not left:
+        return 0, Found()
+    return left, Found.noted(
+        f"{left} more expired lease(s) left unread after the connection to PostgreSQL was "
+        "lost: the next pass takes them (reaper reap, or the next turn of reaper serve)"
     )
 
 
@@ -110,7 +144,7 @@ async def _move(
         moves = await store.move_lease_page(page, rulings, now, dispatch=dispatch)
     except MovesInterrupted as exc:
         log.add(page, rulings, {*exc.moves.requeued, *exc.moves.parked})
-        return False, Found.failed(exc) + _report(exc.moves)
+        return False, Found.failed(exc) + _report(exc.moves, lost=exc.reason)
     log.add(page, rulings, {*moves.requeued, *moves.parked})
     return True, _report(moves)
 
@@ -120,8 +154,12 @@ async def _move(
 _SKIPS_NAMED: Final = 3
 
 
-def _report(moves: LeaseMoves) -> Found:
-    """The notes and the writes not done of one page's moves."""
+def _report(moves: LeaseMoves, *, lost: str | None = None) -> Found:
+    """The notes and the writes not done of one page's moves; ``lost``: why the connection
+    to PostgreSQL went away part-way, and then what was not moved was not moved for that
+    (its batch rolled back, or never ran), never for a row that changed."""
+    if lost is not None:
+        return _report(replace(moves, skipped=())) + _not_moved(moves.skipped, lost)
     notes = [
         f"job {job_id} changed after it was read (finished, re-leased, or moved by "
         "another reaper): left alone"
@@ -145,3 +183,20 @@ def _report(moves: LeaseMoves) -> Found:
             )
         )
     return Found(notes=tuple(notes), not_moved=tuple(not_moved))
+
+
+def _not_moved(jobs: Sequence[UUID], lost: str) -> Found:
+    """The moves a lost connection left undone, as one write not done."""
+    if not jobs:
+        return Found()
+    shown = ", ".join(str(job) for job in jobs[:_SKIPS_NAMED])
+    more = f" and {len(jobs) - _SKIPS_NAMED} more" if len(jobs) > _SKIPS_NAMED else ""
+    return Found(
+        not_moved=(
+            RowNotMoved(
+                f"{len(jobs)} lease move(s) (job {shown}{more})",
+                f"not moved: {cut_short_words(lost)}; each is still an expired lease, as it was "
+                "read, and the next pass moves it",
+            ),
+        )
+    )

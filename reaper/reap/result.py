@@ -37,7 +37,8 @@ class Problem:
     report's ``problems``). ``kind``: ``unreadable``, ``row_not_moved`` (a write that did not
     commit: NOT DONE), ``outcome_unknown``, ``policy``, ``dead_letter`` or ``would_drop`` (an
     owned queue whose broker would drop messages), ``not_exported`` (the pass's metrics not
-    written or pushed). ``fix``: what a person does, when known."""
+    written or pushed) or ``stopped`` (a signal ended the pass early). ``fix``: what a person
+    does, when known."""
 
     kind: str
     subject: str
@@ -72,6 +73,7 @@ _LABELS: Final = {
     "policy": "POLICY",
     "dead_letter": "DEAD LETTER",
     "would_drop": "WOULD DROP",
+    "stopped": "STOPPED",
     "not_exported": "NOT EXPORTED",
 }
 
@@ -85,6 +87,7 @@ _WHY: Final = {
     "dead_letter": ("dead-letter queue not read", "dead-letter queues not read"),
     "would_drop": ("queue would drop messages", "queues would drop messages"),
     "not_exported": ("metrics export failed", "metrics exports failed"),
+    "stopped": ("stopped early", "stopped early"),
 }
 
 #: Findings worst first: what holds work now, then what loses it later, then what waits.
@@ -175,6 +178,8 @@ class PassResult:
     #: Exports of this pass's metrics that failed (``--metrics-textfile``, ``--pushgateway``):
     #: each (where, why, fix), added once the export was tried, before the report is printed.
     not_exported: tuple[tuple[str, str, str], ...] = ()
+    #: What asked the pass to stop before its end (``SIGTERM``, ``SIGINT``), None: nothing.
+    stopped: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -270,6 +275,15 @@ class PassResult:
             if r.verdict.drops
         ]
         found += [Problem("not_exported", *export) for export in self.not_exported]
+        if self.stopped is not None:
+            found.append(
+                Problem(
+                    "stopped",
+                    "the pass",
+                    f"stopped by {self.stopped} before its end: what it did is reported here",
+                    "run reaper reap again (or let reaper serve's next turn run) to finish",
+                )
+            )
         return found
 
     def target_findings(self) -> list[TargetFinding]:

@@ -39,6 +39,7 @@ from reaper.reap.sightings import (
     sightings_on_record,
 )
 from reaper.reap.sources import open_sources
+from reaper.reap.stopping import StopRequest
 
 __all__ = ["reap_once", "run_pass", "utcnow"]
 
@@ -60,6 +61,7 @@ async def run_pass(
     broker_error: str | None = None,
     policies_dir: Path | None = None,
     leases_only: bool = False,
+    stop: StopRequest | None = None,
 ) -> PassResult:
     """Run one whole pass over already-opened sources (``None``: it could not be opened, and
     ``store_error``/``broker_error`` say why), in the order of SPEC §5: measure both sources
@@ -67,7 +69,8 @@ async def run_pass(
     the policies: their safety proof rests on the dead-letter policy in force), record the
     sightings. A dry run judges, plans and reports the same, and writes nothing. ``now`` is the
     database's clock, read as the pass begins (``clock`` stands in when it cannot be read).
-    ``leases_only`` (a hook switched off) runs the lease reap alone: no broker, no sighting."""
+    ``leases_only`` (a hook switched off): the lease reap alone, no broker, no sighting.
+    ``stop`` asked (a signal): the lease moves in flight end, no later step runs."""
     if leases_only and broker is not None:
         raise ValueError("a lease-only pass reads no broker")
     began = monotonic()
@@ -94,18 +97,18 @@ async def run_pass(
     ledger = store if not dry_run and reading.job_queue is not None else None
     if not dry_run and ledger is None:
         found += Found.noted("the ledger (PostgreSQL) could not be read: nothing was written")
+    stop = stop or StopRequest()
     lease_log = LeaseLog()
     leases = await _reap_leases(
-        config, store, reading, now, ledger is not None, lease_log, monotonic
+        config, store, reading, now, ledger is not None, lease_log, monotonic, stop
     )
-    found += leases.found
     policies, dead_letters = await _broker_steps(
-        config, broker, store, reading, judgement, now, ledger
+        config, broker, store, reading, judgement, now, ledger, stop
     )
-    found += policies.found + dead_letters.found
+    found += leases.found + policies.found + dead_letters.found
     on_record = store if reading.job_queue is not None else None  # the ledger, read
-    sightings = await _record(config, on_record, reading, judgement, dead_letters, found, now)
-    found += sightings.found
+    sightings = await _record(config, on_record, reading, judgement, dead_letters, found, now, stop)
+    found += sightings.found + _stopped(stop)
     found += _stored_escaped(ledger, found, dead_letters)
     gates, listed = await gates_of_parks(ledger, lease_log, found.verdicts, now)
     endpoints = broker.endpoints() if broker is not None else ()
@@ -123,6 +126,7 @@ async def run_pass(
         took=monotonic() - began,
         gates=gates,
         since=sightings.since,
+        stopped=stop.by,
     )
 
 
@@ -134,10 +138,11 @@ async def _record(
     dead_letters: DeadLettersOutcome,
     found: Found,
     now: datetime,
+    stop: StopRequest,
 ) -> SightingsOutcome:
-    """The surfaced verdicts to the ledger's sightings (none in a lease-only pass); a dry run
-    only reads which are on record already."""
-    if config.leases_only:
+    """The surfaced verdicts to the ledger's sightings (none in a lease-only pass, nor once the
+    pass was asked to stop); a dry run only reads which are on record already."""
+    if config.leases_only or stop():
         return SightingsOutcome()
     surfaced = [
         v
@@ -153,6 +158,17 @@ async def _record(
         sources_read=_sources_read(reading, found),
         unmeasured=reading.broker.unmeasured() if reading.broker else frozenset(),
         project_id=config.project_id,
+    )
+
+
+def _stopped(stop: StopRequest) -> Found:
+    """What a pass asked to stop left undone, and what runs next."""
+    if not stop():
+        return Found()
+    return Found.noted(
+        f"stopped by {stop.by}: the lease moves in flight ended (committed or rolled back); the "
+        "policies, dead letters and sightings were not run: run reaper reap again, or let the "
+        "next turn of reaper serve run them"
     )
 
 
@@ -207,6 +223,7 @@ async def _reap_leases(
     write: bool,
     log: LeaseLog,
     monotonic: Callable[[], float],
+    stop: StopRequest,
 ) -> LeaseReapOutcome:
     """The lease step, when the job queue was read."""
     if reading.job_queue is None or store is None:
@@ -221,6 +238,7 @@ async def _reap_leases(
         write=write,
         log=log,
         monotonic=monotonic,
+        stopping=stop,
     )
 
 
@@ -232,9 +250,11 @@ async def _broker_steps(
     judgement: Judgement,
     now: datetime,
     ledger: JobQueue | None,
+    stop: StopRequest,
 ) -> tuple[PoliciesOutcome, DeadLettersOutcome]:
-    """The policies reconciled, then the dead letters parked, when the broker was read."""
-    if reading.broker is None or broker is None:
+    """The policies reconciled, then the dead letters parked, when the broker was read (and
+    the pass was not asked to stop)."""
+    if reading.broker is None or broker is None or stop():
         return PoliciesOutcome(), DeadLettersOutcome()
     facts = reading.broker.facts
     policies = await reconcile_policies(config, broker, facts, reading.broker)
@@ -274,6 +294,7 @@ def _result(
     took: float,
     gates: Mapping[str, UUID],
     since: Mapping[SightingKey, datetime],
+    stopped: str | None,
 ) -> PassResult:
     jq, br = reading.job_queue, reading.broker
     return PassResult(
@@ -302,6 +323,7 @@ def _result(
         gates=gates,
         leases_remaining=leases.remaining,
         since=since,
+        stopped=stopped,
     )
 
 
@@ -322,6 +344,7 @@ async def reap_once(
     dry_run: bool = False,
     project_id: UUID | None = None,
     clock: Callable[[], datetime] = utcnow,
+    stop: StopRequest | None = None,
 ) -> PassResult:
     """Open both sources, run one pass, close them."""
     sources = await open_sources(settings)
@@ -335,6 +358,7 @@ async def reap_once(
             clock=clock,
             store_error=sources.store_error,
             broker_error=sources.broker_error,
+            stop=stop,
         )
     finally:
         await sources.close()

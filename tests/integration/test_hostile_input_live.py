@@ -22,9 +22,12 @@ import pytest
 from reaper.config import Settings
 from reaper.core.domain import FLEET_PROJECT_ID
 from reaper.edges.gate_board import clear_notes, read_board
+from reaper.edges.gates import answer_gate
 from reaper.edges.status_page import page_target, render_page
+from reaper.errors import GateError
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once
+from reaper.reap.sources import open_sources
 from tests.support.cli import reaper_env, run_cli
 from tests.support.dead_letters import (
     DLQ,
@@ -291,3 +294,48 @@ async def test_a_name_holding_nul_is_stored_escaped_the_same_way_every_pass(
     assert (letter["queue"], letter["message_id"]) == ("vibey.jobs\\x00.dead", "nul-1")
     [gate] = await dead_letter_gates(store)
     assert gate.is_open and "vibey.jobs\\x00.dead" in gate.prompt
+
+
+# ------------------------------------------------------------------------ heavy letters
+
+MIB = 1024 * 1024
+
+
+async def test_heavy_letters_are_each_parked_as_cut_and_none_can_be_replayed(
+    broker: BrokerUnderTest, settings: Settings, store: PostgresStore
+) -> None:
+    """Ten letters with 2 MiB headers and 5 MiB bodies, published through the management API
+    (AMQP refuses a 2 MiB content header: RabbitMQ's frame_max is 131,072 bytes): each one
+    parked, by its message id or by the digest of what was read, recorded as cut, and refused
+    for replay. The memory a pass takes over a hundred of them: bench/hostile_memory.py."""
+    header, pad = "h" * (2 * MIB), "x" * (5 * MIB)
+    broker.declare_queue(DLQ)
+    for n in range(10):
+        properties: dict[str, object] = {
+            "headers": {"x-first-death-queue": "vibey.jobs", "big": header}
+        }
+        if n % 2 == 0:
+            properties["message_id"] = f"heavy-{n}"
+        broker.publish(DLQ, f'{{"letter": {n}, "pad": "{pad}"}}', properties=properties)
+    await wait_for_depth(broker, DLQ, 10)
+
+    await parked_after_passes(settings, DLQ, 10)
+    rows = await store.parked_dead_letters([g.job_id for g in await dead_letter_gates(store)])
+    identities = sorted(p.letter.identity for p in rows.values())
+    assert [i for i in identities if i.startswith("msg:")] == [
+        f"msg:heavy-{n}" for n in (0, 2, 4, 6, 8)
+    ]
+    assert len([i for i in identities if i.startswith("sha256:")]) == 5
+    assert all(p.letter.body_truncated for p in rows.values())  # never parked as if whole
+    parks = [e for e in await store.events(FLEET_PROJECT_ID) if e.payload["action"] == "park"]
+    assert len(parks) == 10
+    assert all("cut on reading (a text of" in str(e.payload["detail"]) for e in parks), parks
+    sources = await open_sources(settings)
+    try:
+        for gate in await dead_letter_gates(store):
+            with pytest.raises(GateError, match="not whole"):
+                await answer_gate(sources, settings, gate.id, "replay")
+    finally:
+        await sources.close()
+    assert all(g.is_open for g in await dead_letter_gates(store))
+    assert len(read_all(broker, DLQ, 10)) == 10  # nothing taken from the broker

@@ -132,10 +132,16 @@ async def test_the_database_refuses_to_change_the_ledger(pg_dsn: str, statement:
 
 
 @pytest.mark.parametrize(
-    ("package", "queries"), [("reaper.jobqueue.sql", QUERIES), ("reaper.desk.sql", DESK_QUERIES)]
+    ("package", "files", "queries"),
+    [
+        ("reaper.jobqueue.sql", ("queries.sql", "lease_reap.sql"), QUERIES),
+        ("reaper.desk.sql", ("queries.sql",), DESK_QUERIES),
+    ],
 )
-def test_every_query_is_named_and_described(package: str, queries: dict[str, str]) -> None:
-    text = resources.files(package).joinpath("queries.sql").read_text()
+def test_every_query_is_named_and_described(
+    package: str, files: tuple[str, ...], queries: dict[str, str]
+) -> None:
+    text = "".join(resources.files(package).joinpath(f).read_text() for f in files)
     for name, sql in queries.items():
         assert sql.startswith("--"), f"{name} has no description line"
         assert "now()" not in sql.lower().replace("default now()", ""), name

@@ -9,18 +9,20 @@ published with pika) is in ``tests/integration/test_hostile_input_live.py``.
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any
+from unittest.mock import patch
 
 import httpx
 import respx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reaper.broker.bounded import BoundedAnswer, decoded
+from reaper.broker.bounded import INFLATE_STEP, BoundedAnswer, decoded, is_cut, read_answer
 from reaper.broker.client import ManagementClient
 from reaper.config import load_config
 from reaper.core.dead_letters.decode import CUT_PREFIX as CORE_CUT_PREFIX
@@ -268,3 +270,37 @@ def test_a_bounded_read_keeps_what_is_within_bounds(value: Any, chunk: int) -> N
     for at in range(0, len(data), chunk):
         bounded.feed(data[at : at + chunk])
     assert decoded(bounded.kept()) == json.loads(data)
+
+
+# ------------------------------------------------------------------------ compressed answers
+
+
+async def _chunks(*chunks: bytes) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+async def test_a_compressed_answer_is_inflated_a_bounded_step_at_a_time() -> None:
+    """2 MiB of one character gzips to some 2 KB: one chunk as sent must not inflate whole."""
+    answer = json.dumps([{"headers": {"big": "h" * (8 * 1024 * 1024)}, "payload": "{}"}])
+    sent = gzip.compress(answer.encode())
+    assert len(sent) < 64 * 1024  # one chunk as it arrives
+    steps: list[int] = []
+
+    class Counting(BoundedAnswer):
+        def feed(self, chunk: bytes) -> None:
+            steps.append(len(chunk))
+            super().feed(chunk)
+
+    with patch("reaper.broker.bounded.BoundedAnswer", Counting):
+        read = await read_answer(_chunks(sent), {"content-encoding": "gzip"}, 200, "OK")
+    assert max(steps) <= INFLATE_STEP and sum(steps) == len(answer)
+    [message] = decoded(read.kept)  # type: ignore[misc]
+    assert is_cut(message["headers"]["big"]) and read.too_large is None
+
+
+async def test_a_broken_or_unasked_encoding_is_named_never_raised() -> None:
+    broken = await read_answer(_chunks(b"not gzip"), {"content-encoding": "gzip"}, 200, "OK")
+    assert broken.too_large is not None and "could not be inflated (gzip" in broken.too_large
+    other = await read_answer(_chunks(b"x"), {"content-encoding": "br"}, 200, "OK")
+    assert other.too_large == "came in an encoding that was not asked for (br)"

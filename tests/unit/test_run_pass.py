@@ -15,8 +15,10 @@ from reaper.config import Settings
 from reaper.core.domain import FLEET_PROJECT_ID, Action, Condition, Source
 from reaper.core.judge_leases import LeaseRulings
 from reaper.edges.report import render_text, to_json
+from reaper.errors import BrokerUnavailable
 from reaper.jobqueue.port import LeaseMoves, MovesInterrupted
 from reaper.reap.run import run_pass
+from reaper.reap.stopping import StopRequest
 from reaper.testing.memory import JobRow, MemoryJobQueue
 from tests.support.fake_broker import FakeBroker
 
@@ -267,3 +269,104 @@ async def test_leases_another_reaper_moved_are_named_a_few_per_page_and_counted(
     assert list(found.notes[3:]) == [
         f"and 7 more job(s) read with job {skipped[2]}, each changed after it was read: left alone"
     ]
+
+
+class ConnectionLost(MemoryJobQueue):
+    """Moves the first lease, then the connection is lost: the batch of the rest rolled back
+    (the store reports them as it reports rows that were not moved)."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=lambda: NOW)
+
+    async def move_lease_page(self, page, rulings, now, **_):  # type: ignore[no-untyped-def]
+        r = rulings
+        first = LeaseRulings(r.grace, r.rows[:1], r.poison[:1], r.measured[:1], r.details[:1])
+        done = await super().move_lease_page(page, first, now)
+        rest = tuple(page.job_ids[i] for i in rulings.rows[1:])
+        raise MovesInterrupted(
+            "PostgreSQL at db, moving expired leases: ConnectionDoesNotExistError: connection "
+            "was closed in the middle of operation",
+            replace(done, skipped=rest),
+        )
+
+
+def expired_leases(store: MemoryJobQueue, n: int) -> None:
+    project = uuid.uuid4()
+    for k in range(n):
+        store.add_job(
+            JobRow(
+                project_id=project,
+                run_after=NOW - timedelta(hours=1),
+                state="leased",
+                attempts=1,
+                lease_owner=f"w-{k}",
+                lease_expires_at=NOW - timedelta(minutes=k + 1),
+            )
+        )
+
+
+async def test_moves_a_lost_connection_left_undone_are_not_moved_never_changed() -> None:
+    store = ConnectionLost()
+    expired_leases(store, 4)
+
+    result = await run_pass(settings(), store=store, broker=None, clock=lambda: NOW)
+
+    text = render_text(result, wide=True)
+    assert "changed after it was read" not in text
+    [lost] = [p for p in result.problems() if p.kind == "row_not_moved"]
+    assert lost.subject.startswith("3 lease move(s) (job ")
+    assert lost.detail.startswith("not moved: the connection to PostgreSQL was lost; each is")
+    assert not result.ok and result.expired_leases == 4
+
+
+async def test_a_pass_asked_to_stop_ends_its_moves_in_flight_and_runs_no_later_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("reaper.reap.leases.LEASE_PAGE_SIZE", 2)
+    store = MemoryJobQueue(clock=lambda: NOW)
+    expired_leases(store, 5)
+    broker = FakeBroker()
+    broker.declare("vibey.jobs.dead", "quorum")
+    broker.put_letters("vibey.jobs.dead", [letter("m-1")])
+    stop = StopRequest()
+    stop.request("SIGTERM")
+
+    result = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW, stop=stop)
+
+    moved = [r for r in result.verdicts if r.verdict.action is Action.REQUEUE and r.recorded]
+    assert len(moved) == 2  # the page in flight, and no more
+    assert result.leases_remaining == 3 and result.expired_leases == 5
+    assert broker.reads == [] and result.policies == () and result.dead_letters == ()
+    [stopped] = [p for p in result.problems() if p.kind == "stopped"]
+    assert stopped.detail.startswith("stopped by SIGTERM before its end")
+    assert not result.ok and result.status() == "NOT OK: 1 stopped early"
+    assert any("3 more expired lease(s) left unread when the pass" in n for n in result.notes)
+
+
+class SlowToRead(FakeBroker):
+    """A broker whose read of a dead-letter queue times out (letters with large headers)."""
+
+    async def get_messages(self, queue, count, **kwargs):  # type: ignore[no-untyped-def]
+        raise BrokerUnavailable(
+            "RabbitMQ management API at http://broker timed out after 10 s on POST "
+            f"/api/queues/v/{queue}/get (ReadTimeout): not sent to another node, whether it "
+            "took effect is unknown"
+        )
+
+
+async def test_a_dead_letter_read_that_times_out_is_that_queues_problem_with_its_fix() -> None:
+    store = MemoryJobQueue(clock=lambda: NOW)
+    broker = SlowToRead()
+    broker.declare("vibey.jobs.dead", "quorum")
+    broker.put_letters("vibey.jobs.dead", [letter("m-1"), letter("m-2")])
+
+    result = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW)
+
+    assert result.unreadable == ()  # the rest of the broker was read and judged
+    [problem] = result.problems()
+    assert (problem.kind, problem.subject) == ("dead_letter", "vibey.jobs.dead")
+    assert (
+        "timed out after 10 s" in problem.detail and "raise bus.timeout_seconds" in problem.detail
+    )
+    [outcome] = result.dead_letters
+    assert (outcome.parked_new, outcome.unread) == (0, 2)
