@@ -14,7 +14,14 @@ from typing import Protocol
 from reaper.core.domain import BrokerFacts, QueueStats
 from reaper.core.observation import ChannelStats, ConsumerSeen
 
-__all__ = ["Broker", "BrokerPolicy", "ManagementEndpoint", "QueuesByVhost", "RawMessage"]
+__all__ = [
+    "Broker",
+    "BrokerPolicy",
+    "ManagementEndpoint",
+    "QueuesByVhost",
+    "RawMessage",
+    "policy_body",
+]
 
 
 @dataclass(frozen=True)
@@ -44,12 +51,19 @@ class BrokerPolicy:
 
     def body(self) -> dict[str, object]:
         """The policy as the management API writes it."""
-        return {
-            "pattern": self.pattern,
-            "apply-to": self.apply_to,
-            "priority": self.priority,
-            "definition": dict(self.definition),
-        }
+        return policy_body(self.pattern, self.apply_to, self.priority, self.definition)
+
+
+def policy_body(
+    pattern: object, apply_to: object, priority: object, definition: Mapping[str, object]
+) -> dict[str, object]:
+    """A policy's body as the management API writes and holds it."""
+    return {
+        "pattern": pattern,
+        "apply-to": apply_to,
+        "priority": priority,
+        "definition": dict(definition),
+    }
 
 
 @dataclass(frozen=True)

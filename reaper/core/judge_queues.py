@@ -349,16 +349,7 @@ def _stale_head(
         if lower_bound
         else f"head message waiting {num(age)}s with no consumer"
     )
-    verdict = _queue_verdict(
-        queue,
-        Condition.STALE_READY,
-        Action.SURFACE,
-        measured=age,
-        threshold=limit,
-        unit=Unit.SECONDS,
-        detail=f"{waiting}: {why}",
-    )
-    return verdict, []
+    return _stale(queue, age, limit, f"{waiting}: {why}"), []
 
 
 def _wedged(queue: QueueStats, thresholds: Thresholds, stalled: Stalled | None) -> Verdict | None:
@@ -370,19 +361,14 @@ def _wedged(queue: QueueStats, thresholds: Thresholds, stalled: Stalled | None) 
         return None
     age = num_value(round(stalled.seconds, 3))
     consumers = count(queue.consumers)
-    return _queue_verdict(
+    return _stale(
         queue,
-        Condition.STALE_READY,
-        Action.SURFACE,
-        measured=age,
-        threshold=limit,
-        unit=Unit.SECONDS,
-        detail=(
-            f"wedged: {count(queue.messages_ready)} ready message(s) and {consumers} "
-            f"consumer(s), and nothing delivered from the queue for at least {num(age)}s "
-            f"(since a pass first saw it so), more than stale_ready_seconds {limit}: every "
-            "consumer's prefetch is held, or a single-active-consumer queue delivers to nobody"
-        ),
+        age,
+        limit,
+        f"wedged: {count(queue.messages_ready)} ready message(s) and {consumers} "
+        f"consumer(s), and nothing delivered from the queue for at least {num(age)}s "
+        f"(since a pass first saw it so), more than stale_ready_seconds {limit}: every "
+        "consumer's prefetch is held, or a single-active-consumer queue delivers to nobody",
     )
 
 
@@ -419,6 +405,19 @@ def judge_held(held: Iterable[Held], listed: set[str], thresholds: Thresholds) -
             ),
             trusted=False,  # a broker's channel and queue names are not our words
         )
+
+
+def _stale(queue: QueueStats, age: float | int, limit: float | int, detail: str) -> Verdict:
+    """``stale_ready`` on ``queue``: its head or its deliveries ``age`` seconds still."""
+    return _queue_verdict(
+        queue,
+        Condition.STALE_READY,
+        Action.SURFACE,
+        measured=age,
+        threshold=limit,
+        unit=Unit.SECONDS,
+        detail=detail,
+    )
 
 
 def _queue_verdict(

@@ -10,9 +10,8 @@ from typing import TypeAlias
 from reaper.edges import doctor, gate_commands, production
 from reaper.edges.completion import SHELLS
 from reaper.edges.logs import LOG_FORMATS
-from reaper.edges.output_option import add_output
+from reaper.edges.options import add_output, add_project
 from reaper.edges.serve import ListenError, parse_listen
-from reaper.reap.ids import argument, project_text
 from reaper.version import __version__
 
 __all__ = ["build_parser"]
@@ -179,11 +178,8 @@ def _add_reap(commands: Commands) -> None:
         "report summarises lease moves above 10 per condition); the same as -o json",
         json_first=True,
     )
-    reap.add_argument(
-        "--project",
-        type=argument(project_text),
-        metavar="PROJECT",
-        help="only this project's job-queue work (its id, a prefix the outputs print, or fleet)",
+    add_project(
+        reap, "only this project's job-queue work (its id, a prefix the outputs print, or fleet)"
     )
     reap.add_argument(
         "--metrics-textfile",

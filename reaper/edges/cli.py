@@ -26,7 +26,7 @@ from reaper.edges import commands, completion, doctor, gate_commands, logs, prod
 from reaper.edges.arguments import build_parser
 from reaper.edges.commands import EXIT_NOT_OK, EXIT_OK, EXIT_USAGE
 from reaper.edges.manpage import manpage
-from reaper.edges.output_option import output_of
+from reaper.edges.options import output_of
 from reaper.edges.wording import table
 from reaper.errors import ConfigError, GateError, ReaperError, scrub
 

@@ -29,7 +29,7 @@ from reaper.edges import colour
 from reaper.edges.commands import dispatch_of
 from reaper.edges.doctor_fixes import broker_fix, database_fix, vhost_fix
 from reaper.edges.doctor_vhost import owned_queues
-from reaper.edges.output_option import add_output
+from reaper.edges.options import add_output
 from reaper.edges.production import open_database
 from reaper.errors import BrokerUnavailable, ReaperError
 from reaper.jobqueue.database import Database

@@ -18,7 +18,7 @@ from reaper.core.domain import EVENT_KIND
 from reaper.core.records import LedgerEvent
 from reaper.desk.port import GateDesk
 from reaper.edges.gate_views import parse_since
-from reaper.edges.output_option import add_output, output_of
+from reaper.edges.options import add_output, add_project, output_of
 from reaper.edges.wording import utc
 from reaper.jobqueue.port import EventFilter, JobQueue
 from reaper.reap.ids import (
@@ -26,7 +26,6 @@ from reaper.reap.ids import (
     argument,
     choose,
     project_name,
-    project_text,
     resolve_object,
     resolve_project,
 )
@@ -53,12 +52,7 @@ def add_parser(commands: Any) -> None:
         "print them: any unique prefix, and `fleet` for the fleet's own stream.",
     )
     events.add_argument("--since", metavar="AGE|ISO", help="e.g. 1h, or 2026-12-01T09:00Z")
-    events.add_argument(
-        "--project",
-        type=argument(project_text),
-        metavar="PROJECT",
-        help="only this project's stream (id, prefix or fleet)",
-    )
+    add_project(events, "only this project's stream (id, prefix or fleet)")
     events.add_argument("--kind", metavar="KIND", help="QueueReaped or GateAnswered")
     for word, example in (("condition", "poison"), ("action", "park"), ("source", "broker")):
         events.add_argument(

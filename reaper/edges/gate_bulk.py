@@ -19,9 +19,10 @@ from reaper.core.dead_letters import quote_untrusted
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED
 from reaper.edges.gate_views import GateView, format_age, parse_duration, parse_since, view_of
 from reaper.edges.gates import answer_gate, default_answerer, short_id
+from reaper.edges.options import add_project
 from reaper.errors import GateError, ReaperError
 from reaper.jobqueue.port import JobQueue
-from reaper.reap.ids import argument, gate_kind, project_text, resolve_project
+from reaper.reap.ids import argument, gate_kind, resolve_project
 from reaper.reap.sources import Sources, open_sources
 
 __all__ = ["add_selection", "answer_selection", "has_selection"]
@@ -44,12 +45,7 @@ def add_selection(answer: argparse.ArgumentParser, kinds: tuple[str, ...]) -> No
         help=f"only gates of this kind: {' or '.join(kinds)} (poison and dead_letter as the "
         "report says them)",
     )
-    pick.add_argument(
-        "--project",
-        type=argument(project_text),
-        metavar="PROJECT",
-        help="only this project's (id, prefix or fleet)",
-    )
+    add_project(pick, "only this project's (id, prefix or fleet)")
     pick.add_argument("--older-than", metavar="AGE", help="only gates raised before AGE (1h)")
     pick.add_argument(
         "--since", metavar="AGE|ISO", help="only gates raised at or after: 1h, or an ISO time"

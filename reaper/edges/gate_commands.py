@@ -26,10 +26,10 @@ from reaper.edges.gate_views import (
     view_of,
 )
 from reaper.edges.gates import answer_gate, default_answerer
-from reaper.edges.output_option import add_output, output_of
+from reaper.edges.options import add_output, add_project, output_of
 from reaper.jobqueue.port import EventFilter, JobQueue
 from reaper.reap.gates import find_gate
-from reaper.reap.ids import argument, gate_kind, project_text, resolve_project
+from reaper.reap.ids import argument, gate_kind, resolve_project
 from reaper.reap.sources import open_sources
 
 __all__ = ["COMMANDS", "GATE_ACTIONS", "add_parsers", "run"]
@@ -90,12 +90,7 @@ def add_parsers(commands: Any) -> None:
         help=f"only gates of this kind: {GATE_DELIVERY_EXHAUSTED} (or poison), "
         f"{GATE_BUS_DEAD_LETTERED} (or dead_letter)",
     )
-    listing.add_argument(
-        "--project",
-        type=argument(project_text),
-        metavar="PROJECT",
-        help="only this project's gates (id, prefix or fleet)",
-    )
+    add_project(listing, "only this project's gates (id, prefix or fleet)")
     listing.add_argument(
         "--older-than", metavar="AGE", help="only gates raised longer ago than AGE (e.g. 1h)"
     )

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from reaper.broker.port import policy_body
 from reaper.core.bounds import dead_letter_exchange_in_force
 from reaper.core.domain import BrokerFacts, QueueStats
 from reaper.core.enforcement import TimeoutSetting
@@ -120,12 +121,7 @@ class DesiredPolicy:
 
     def body(self) -> dict[str, object]:
         """The policy as the management API holds it."""
-        return {
-            "pattern": self.pattern,
-            "apply-to": self.apply_to,
-            "priority": self.priority,
-            "definition": dict(self.definition),
-        }
+        return policy_body(self.pattern, self.apply_to, self.priority, self.definition)
 
     def selects(self, queue: QueueStats) -> bool:
         """Whether ``queue`` is one this policy is declared for: its name matches the pattern

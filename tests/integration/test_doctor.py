@@ -150,10 +150,7 @@ async def test_a_user_without_the_monitoring_and_policymaker_tags(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     name, password = user
-    env = {
-        **reaper_env(pg_dsn, broker.management_url, broker.vhost, password=password),
-        "REAPER_BUS__USERNAME": name,
-    }
+    env = reaper_env(pg_dsn, broker.management_url, broker.vhost, username=name, password=password)
     code, report, _ = await doctor(monkeypatch, tmp_path, capsys, env)
     assert code == 1
     checks = by_name(report)
@@ -184,10 +181,7 @@ async def test_a_user_without_any_tag_and_the_pass_says_the_same(
 ) -> None:
     name, password = user
     set_user(broker, name, password, "")
-    env = {
-        **reaper_env(pg_dsn, broker.management_url, broker.vhost, password=password),
-        "REAPER_BUS__USERNAME": name,
-    }
+    env = reaper_env(pg_dsn, broker.management_url, broker.vhost, username=name, password=password)
     code, report, _ = await doctor(monkeypatch, tmp_path, capsys, env)
     assert code == 1
     reached = by_name(report)[f"broker {broker.management_url}"]
@@ -298,10 +292,7 @@ async def test_healthy_as_the_least_privileged_user(
     doctor makes is one such a user may ask."""
     name, password = user
     set_user(broker, name, password, README_TAGS, README_PERMISSIONS)
-    env = {
-        **reaper_env(pg_dsn, broker.management_url, broker.vhost, password=password),
-        "REAPER_BUS__USERNAME": name,
-    }
+    env = reaper_env(pg_dsn, broker.management_url, broker.vhost, username=name, password=password)
     code, report, text = await doctor(monkeypatch, tmp_path, capsys, env)
     assert code == 0, text
     checks = by_name(report)

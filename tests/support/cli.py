@@ -49,6 +49,7 @@ def reaper_env(
     management_url: str,
     vhost: str,
     *,
+    username: str = "guest",
     password: str = "guest",
     **extra: str,
 ) -> dict[str, str]:
@@ -57,7 +58,7 @@ def reaper_env(
         "REAPER_DATABASE__DSN": pg_dsn,
         "REAPER_BUS__MANAGEMENT_URL": management_url,
         "REAPER_BUS__VHOST": vhost,
-        "REAPER_BUS__USERNAME": "guest",
+        "REAPER_BUS__USERNAME": username,
         "REAPER_BUS__PASSWORD": password,
         **extra,
     }

@@ -8,16 +8,13 @@ import json
 import math
 import os
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
-import reaper.config.loading as loading
-import reaper.config.secrets as secrets
-from reaper import errors
 from reaper.config import (
     FOREIGN_QUEUE_NAMES,
     LoadedConfig,
@@ -30,6 +27,7 @@ from reaper.config.loading import resolve_config_dir
 from reaper.config.provenance import ConfigValue
 from reaper.core.domain import Thresholds
 from reaper.errors import ConfigError, scrub
+from tests.support.config_dirs import isolate_config
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "conf.d"
@@ -79,15 +77,8 @@ UNSET_KEYS = {
 
 
 @pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """No ./conf.d, no /etc/queue-reaper/conf.d, no secret registered by another test."""
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
-    monkeypatch.setattr(loading, "DEFAULT_CONFIG_DIRS", (Path("conf.d"), tmp_path / "etc"))
-    monkeypatch.setattr(secrets, "DEFAULT_SECRETS_DIR", tmp_path / "run-secrets")
-    monkeypatch.setattr(errors, "_known_secrets", set())
-    yield tmp_path
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return isolate_config(tmp_path, monkeypatch)
 
 
 def toml_value(value: Any) -> str:

@@ -3,28 +3,19 @@ directory; an unreadable file is a problem naming its path and never its content
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-import reaper.config.loading as loading
-import reaper.config.secrets as secrets
-from reaper import errors
 from reaper.config import load_config
 from reaper.config.loading import show
 from reaper.errors import ConfigError
+from tests.support.config_dirs import isolate_config
 
 
 @pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
-    monkeypatch.setattr(loading, "DEFAULT_CONFIG_DIRS", (Path("conf.d"), tmp_path / "etc"))
-    monkeypatch.setattr(secrets, "DEFAULT_SECRETS_DIR", tmp_path / "run-secrets")
-    monkeypatch.setattr(errors, "_known_secrets", set())
-    yield tmp_path
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return isolate_config(tmp_path, monkeypatch)
 
 
 def origins(environ: dict[str, str], config_dir: Path | None = None) -> dict[str, str]:

@@ -1,18 +1,23 @@
-"""The output option of the commands that print a listing or a report: ``-o/--output`` with
-the forms the command offers, and ``--json`` for ``-o json``."""
+"""The options several commands share: the output form (``-o/--output`` with the forms the
+command offers, ``--json`` for ``-o json``) and ``--project``."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
 
-__all__ = ["add_output", "output_of"]
+from reaper.reap.ids import argument, project_text
+
+__all__ = ["add_output", "add_project", "output_of"]
+
+#: A command's parser, or a group of its options.
+Options = argparse.ArgumentParser | argparse._ArgumentGroup
 
 JSON_HELP = "the same as -o json"
 
 
 def add_output(
-    parser: argparse.ArgumentParser,
+    parser: Options,
     choices: Sequence[str],
     help: str,
     *,
@@ -30,6 +35,11 @@ def add_output(
     parser.add_argument("-o", "--output", choices=tuple(choices), default="text", help=help)
     if not json_first:
         add_json()
+
+
+def add_project(parser: Options, help: str) -> None:
+    """Give ``parser`` ``--project``: a project's id, a prefix the outputs print, or fleet."""
+    parser.add_argument("--project", type=argument(project_text), metavar="PROJECT", help=help)
 
 
 def output_of(args: argparse.Namespace) -> str:
