@@ -199,7 +199,7 @@ class ManagementApi:
         Every failure leaves here as a ``BrokerUnavailable`` (or subclass); ``missing`` names
         what a 404 means ("queue 'x'")."""
         write = method in _WRITE_METHODS
-        what = f"{method} {path}"
+        what = f"{method} {path if len(path) <= 200 else path[:200] + '…'}"
         response: Answer | None = None
         url = self.management_url
         if self.tls_problem is not None and any(
@@ -233,7 +233,7 @@ class ManagementApi:
                     "persists, check the broker's log and any proxy in between",
                     url=url,
                 ) from None
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:  # a URL too long to send
                 raise self.unavailable(
                     f"failed on {what}: {type(exc).__name__}: {exc}", url=url
                 ) from None

@@ -244,6 +244,17 @@ async def test_an_item_that_is_not_a_message_is_parked_opaque() -> None:
     assert [d.parked_new for d in result.dead_letters] == [2], result.problems()
 
 
+async def test_a_name_too_long_to_send_back_fails_that_request_not_the_pass() -> None:
+    """Found by the property below: a queue whose name, read back, is 21,831 NULs makes the
+    next request's URL (each NUL sent as %00) longer than httpx will send."""
+    answers = baseline()
+    answers[("GET", f"/api/queues/%2F/{DLQ}")] = {**dlq_item(), "name": "\x00" * 21_831}
+    result, _ = await a_pass(answers, {})
+    assert result.status() and render_text(result, wide=True)
+    said = json.dumps(to_json(result))
+    assert "InvalidURL: URL too long" in said and "\\u0000" * 300 not in said
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(hostile_answers())
 async def test_no_answer_ends_a_pass(
