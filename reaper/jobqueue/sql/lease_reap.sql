@@ -15,10 +15,10 @@
 
 -- name: lease_ruling --
 -- Each candidate past the grace: poison (attempts spent: park) or not (requeue), its event's
--- canonical payload and digest, and a park's gate identity and prompt.
+-- canonical payload and digest, and a park's gate identity and prompt (NULL for a requeue).
 SELECT c.*, p.poison, p.payload, encode(sha256(convert_to(p.payload, 'UTF8')), 'hex') AS digest,
        'delivery_exhausted:' || c.id || ':' || h.expired AS identity,
-       format('Job %s (%s) has been delivered %s times, its limit of %s, and its last lease, '
+       CASE WHEN p.poison THEN format('Job %s (%s) has been delivered %s times, its limit of %s, and its last lease, '
               'held by %s, expired at %s without the job finishing. It is parked and will not '
               'be delivered again on its own. Answer ''retry'' to deliver it exactly once '
               'more (one attempt was refunded when it was parked), or ''cancel'' to give it '
@@ -26,17 +26,18 @@ SELECT c.*, p.poison, p.payload, encode(sha256(convert_to(p.payload, 'UTF8')), '
               'keep it parked.', c.id, left(c.kind, 200), c.attempts, c.max_attempts,
               coalesce(to_json(left(c.lease_owner, 200))::text, 'an unknown holder'),
               to_char(c.lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
-       AS prompt
+       END AS prompt
 FROM candidates AS c
 CROSS JOIN LATERAL (
     SELECT trim_scale(c.past_ms / 1000.0)::text AS past,
            coalesce(to_json(left(c.lease_owner, 200))::text
                     || CASE WHEN length(c.lease_owner) > 200 THEN '…' ELSE '' END,
                     'no recorded owner') AS held,
+           CASE WHEN c.attempts >= c.max_attempts THEN  -- a park's alone: its gate's words
            to_char(c.lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
            || CASE WHEN to_char(c.lease_expires_at AT TIME ZONE 'UTC', 'US') = '000000' THEN ''
                    ELSE to_char(c.lease_expires_at AT TIME ZONE 'UTC', '.US') END
-           || '+00:00' AS expired
+           || '+00:00' END AS expired
 ) AS h
 CROSS JOIN LATERAL (
     SELECT c.attempts >= c.max_attempts AS poison
@@ -125,7 +126,8 @@ requeued AS (
         lease_expires_at = NULL, updated_at = $1::timestamptz/*outbox:bump*/
     FROM ruled AS r
     WHERE j.ctid = r.row_ctid AND NOT r.poison
-    RETURNING j.id/*outbox:returning*/
+    RETURNING j.id, r.project_id, r.payload, r.digest, r.lease_expires_at, r.poison
+              /*outbox:returning*/
 ),
 parked AS (
     UPDATE job AS j
@@ -133,21 +135,22 @@ parked AS (
         lease_expires_at = NULL, updated_at = $1::timestamptz
     FROM ruled AS r
     WHERE j.ctid = r.row_ctid AND r.poison
-    RETURNING j.id
+    RETURNING j.id, r.project_id, r.payload, r.digest, r.lease_expires_at, r.poison,
+              r.identity, r.prompt
 ),
 gates AS (
     INSERT INTO human_gate (project_id, job_id, kind, prompt, choices, identity, created_at)
-    SELECT r.project_id, r.id, 'delivery_exhausted', r.prompt, $8::jsonb, r.identity,
+    SELECT m.project_id, m.id, 'delivery_exhausted', m.prompt, $8::jsonb, m.identity,
            $1::timestamptz
-    FROM ruled AS r
-    JOIN parked AS m ON m.id = r.id
+    FROM parked AS m
     ON CONFLICT (identity) WHERE identity IS NOT NULL DO NOTHING
 ),/*outbox:rows*/
-moved AS (
-    SELECT r.*, row_number() OVER (PARTITION BY r.project_id
-                                   ORDER BY r.lease_expires_at, r.id) AS n
-    FROM ruled AS r
-    WHERE r.id IN (SELECT id FROM requeued UNION ALL SELECT id FROM parked)
+moved AS (  -- what each move returned: no join back to the rulings
+    SELECT u.*, row_number() OVER (PARTITION BY u.project_id
+                                   ORDER BY u.lease_expires_at, u.id) AS n
+    FROM (SELECT id, project_id, payload, digest, lease_expires_at, poison FROM requeued
+          UNION ALL
+          SELECT id, project_id, payload, digest, lease_expires_at, poison FROM parked) AS u
 ),
 last_seqs AS (
     SELECT s.project_id,
@@ -237,8 +240,8 @@ LEFT JOIN (SELECT lease_expires_at, id FROM ruled ORDER BY lease_expires_at DESC
 , dispatch_seq = j.dispatch_seq + 1
 
 -- name: lease_outbox_returning --
--- What a requeue's outbox row is made of.
-, j.project_id, j.kind, j.dispatch_seq, j.run_after
+-- What a requeue's outbox row is made of (its project is returned already).
+, j.kind, j.dispatch_seq, j.run_after
 
 -- name: lease_outbox_rows --
 -- One outbox row per requeue, as dispatch_jobs writes it (idempotent by its key).
