@@ -195,6 +195,9 @@ async def test_a_batch_cut_off_by_a_terminated_backend_is_not_moved_never_change
     ), lost
     said = re.search(r"(\d+) expired lease\(s\) not moved after the connection", text)
     still = int(said[1]) if said else 0
-    # every expired lease is accounted for: moved, named not moved, unknown, or still there
-    assert recorded + not_moved + unknown + still == LEASES, (recorded, not_moved, unknown, still)
+    # every expired lease is accounted for: recorded moved, named not moved, or still there as
+    # counted after the loss; a batch whose commit got no answer is either moved or still there
+    assert still == left, (still, left)
+    counted = recorded + not_moved + still
+    assert counted <= LEASES <= counted + unknown, (recorded, not_moved, unknown, still)
     assert report["inventory"]["expired_leases"] == LEASES, report["inventory"]

@@ -140,25 +140,25 @@ async def test_eight_reapers_at_once_move_each_lease_once_and_park_each_letter_o
     assert sum(summary.dead_letters_on_broker.values()) == seeded.dead_letter_count
     assert summary.untouched_on_broker == seeded.untouched
 
-    # the reapers really were at it together: the work was shared and they contended
+    # the reapers really were at it together: the work was shared. Each batch locks its leases
+    # (SKIP LOCKED) before it rules on them, so no reaper ever reads a lease another holds:
+    # contention shows as work shared, never as a lease found already moved.
     runs = [run for round_ in rounds for run in round_]
     movers = Counter(_moved(run) > 0 for run in runs)
     parkers = Counter(_parked(run) > 0 for run in runs)
     assert sum(_moved(run) for run in runs) == len(seeded.all_episodes)
     assert sum(_parked(run) for run in runs) == seeded.dead_letter_count
     assert movers[True] > len(rounds[0]) // 2 or movers[True] >= 2, movers
-    contended = sum(
-        1
+    assert not any(
+        run.report and any("changed after it was read" in n for n in run.report["notes"])
         for run in runs
-        if run.report and any("changed after it was read" in n for n in run.report["notes"])
     )
-    assert contended >= 1, "no reaper ever found a lease another had just moved"
     print(
         f"\nRabbitMQ {broker.version}: {REAPERS} reapers x {len(rounds)} round(s) over "
         f"{len(seeded.all_episodes)} leases in {PROJECTS} projects (and the scenario's) and "
         f"{seeded.dead_letter_count} dead letters in {DLQS} owned queues (and the scenario's); "
-        f"{movers[True]} of {len(runs)} passes moved leases, {parkers[True]} parked letters, "
-        f"{contended} met another's moves; seeding {seeding:.1f} s, reaping {reaping:.1f} s "
+        f"{movers[True]} of {len(runs)} passes moved leases, {parkers[True]} parked letters; "
+        f"seeding {seeding:.1f} s, reaping {reaping:.1f} s "
         f"(passes {[round(r.seconds, 1) for r in rounds[0]]} in round 1); {summary.events} "
         f"events on {summary.streams} streams; {time.monotonic() - started:.1f} s in all"
     )
