@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Final
 from uuid import UUID
 
-from reaper.core.domain import Action, Condition, Verdict
+from reaper.core.domain import Action, Condition, Unit, Verdict
 from reaper.edges.wording import LEASE_CONDITIONS, age, measure, short, utc, where
 from reaper.reap.progress import RecordedVerdict
 
@@ -143,10 +143,16 @@ class LeaseMoves:
         self.per_condition: dict[Condition, int] = {}
         self.projects: dict[Condition, Counter[UUID | None]] = {}
         self.first: dict[Condition, list[Verdict]] = {}
+        #: per condition, how long ago the newest and the oldest moved lease expired
+        self.span: dict[Condition, tuple[float, float]] = {}
 
     def add(self, r: RecordedVerdict) -> None:
         v = r.verdict
         self.count += 1
+        if v.unit is Unit.SECONDS and v.measured is not None:
+            ago = float(v.measured)
+            low, high = self.span.get(v.condition, (ago, ago))
+            self.span[v.condition] = (min(low, ago), max(high, ago))
         self.per_condition[v.condition] = self.per_condition.get(v.condition, 0) + 1
         self.projects.setdefault(v.condition, Counter())[v.project_id] += 1
         first = self.first.setdefault(v.condition, [])
@@ -180,9 +186,12 @@ class LeaseMoves:
         projects = self.projects[condition]
         top = sorted(projects.items(), key=lambda item: (-item[1], str(item[0])))
         named = ", ".join(f"{short(p)} {n}" for p, n in top[:SUMMARY_PROJECTS])
+        seen = self.span.get(condition)
+        span = "" if seen is None else f", expired {age(seen[0])} to {age(seen[1])} ago"
         rest = len(top) - SUMMARY_PROJECTS
         out = [
-            f"  {action:<8} {condition.value:<13} {count} job(s) in {len(projects)} project(s)",
+            f"  {action:<8} {condition.value:<13} {count} job(s) in {len(projects)} project(s)"
+            + span,
             f"  {'':<22} by project: {named}"
             + (f", and {rest} more project(s)" if rest > 0 else ""),
         ]

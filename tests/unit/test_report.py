@@ -206,7 +206,9 @@ def test_many_lease_moves_are_summarised_and_the_summary_says_what_it_left_out()
     lines = text.splitlines()
     assert "Done (43):" in lines
     summary = next(i for i, line in enumerate(lines) if "lease_expired 40 job(s)" in line)
-    assert " ".join(lines[summary].split()) == "requeue lease_expired 40 job(s) in 3 project(s)"
+    assert " ".join(lines[summary].split()) == (
+        "requeue lease_expired 40 job(s) in 3 project(s), expired 1 s to 40 s ago"
+    )
     # the per-project counts add up to every move, the project with the most first
     assert len(lines[summary + 1].split("by project: ")[1].split(", ")) == 3
     parts = lines[summary + 1].split("by project: ")[1].split(", ")
