@@ -224,8 +224,11 @@ async def test_no_name_or_answer_drives_the_terminal_in_any_text_output(
     [forging_gate] = [g for g in gates if g is not gate]
     await run("gates", "answer", str(gate.id), "--choice", "retry", "--by", "ana\x1b[2J\u202e")
     await run("gates", "answer", str(forging_gate.id), "--choice", "retry", "--by", f"bo\n{FORGED}")
-    await run("reap")
+    # a lease that ran out, its kind and holder carrying a newline: requeued by the text report
+    expired = replace(leased(uuid.uuid4(), owner=f"w\n{FORGED}"), kind=f"mail\n{FORGED}")
+    await insert_jobs(pg_dsn, [expired])
     await run("reap", "-o", "wide")
+    await run("reap")
     await run("policies", "plan")
     await run("doctor")
     await run("gates", "list", "--all")
@@ -244,6 +247,7 @@ async def test_no_name_or_answer_drives_the_terminal_in_any_text_output(
     assert "render\\x1b[2J" in shown[f"gates show {gate.id}"]
     assert f"send\\x0d\\n{FORGED}" in shown[f"gates show {forging_gate.id}"]
     assert f"bo\\n{FORGED}" in shown["events"]
+    assert "requeue  lease_expired" in shown["reap -o wide"], shown["reap -o wide"]
 
 
 # ------------------------------------------------------------ what PostgreSQL cannot hold
