@@ -5,7 +5,8 @@ lines. A character that drives the terminal instead of showing (ESC and every ot
 control, DEL, the bidirectional controls that reorder what follows, a lone surrogate a
 terminal cannot encode) is shown escaped, ``\\x1b`` and ``\\u202e``: nobody who may declare a
 queue can clear the on-call person's screen or forge a line of a report. JSON keeps the exact
-value; HTML escapes markup and these alike.
+value; HTML escapes markup and these alike. The newline, which ends the reaper's own lines, is
+shown as ``\\n`` by :func:`one_line` where a value is put into one of them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["for_terminal"]
+__all__ = ["for_terminal", "one_line"]
 
 #: C0 controls but the newline that ends a line, DEL and C1, the bidi embeddings, overrides
 #: and isolates (U+202A to U+202E, U+2066 to U+2069), and lone surrogates.
@@ -31,3 +32,9 @@ def for_terminal(text: str) -> str:
 def _escaped(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def one_line(text: str) -> str:
+    """``text`` to be put into one line: every newline shown as ``\\n`` (a carriage return is
+    shown as ``\\x0d`` by :func:`for_terminal`). JSON keeps the exact value."""
+    return text.replace("\n", "\\n")

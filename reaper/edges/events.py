@@ -16,6 +16,7 @@ from reaper.config import LoadedConfig
 from reaper.core.dead_letters import quote_untrusted
 from reaper.core.domain import EVENT_KIND
 from reaper.core.records import LedgerEvent
+from reaper.core.terminal import one_line
 from reaper.desk.port import GateDesk
 from reaper.edges.gate_views import parse_since
 from reaper.edges.options import add_output, add_project, output_of
@@ -182,11 +183,12 @@ def _id(value: object, wide: bool) -> str:
     try:
         return str(value) if wide else str(UUID(str(value)))[:8]
     except ValueError:
-        return str(value)
+        return one_line(str(value))
 
 
 def _plain(value: object) -> str:
-    return "-" if value is None else str(value)
+    """A value the reaper or an operator wrote (an answer's ``--by``), kept on its line."""
+    return "-" if value is None else one_line(str(value))
 
 
 def _positive(value: str) -> int:

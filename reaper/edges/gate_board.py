@@ -20,6 +20,7 @@ from uuid import UUID
 from reaper.config import Settings
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED
 from reaper.core.records import Gate
+from reaper.core.terminal import one_line
 from reaper.errors import ReaperError, StoreUnavailable
 from reaper.jobqueue.port import GateCount, JobQueue, ParkedDeadLetter
 from reaper.reap.dead_letters import DeadLetterOutcome
@@ -134,7 +135,9 @@ async def clear_notes(settings: Settings, result: PassResult) -> list[str]:
     except ReaperError as exc:
         return [f"Whether a dead-letter queue may be cleared is not known: {exc}"]
     return [
-        f"Safe to clear: {s.queue} ({s.letters} letter(s), every one parked and answered): "
-        f"`{s.command}` (an act left to you: the reaper never clears a queue)"
+        one_line(
+            f"Safe to clear: {s.queue} ({s.letters} letter(s), every one parked and answered): "
+            f"`{s.command}` (an act left to you: the reaper never clears a queue)"
+        )
         for s in safe_to_clear(could, board.waiting, settings.bus.vhost)
     ]

@@ -20,7 +20,7 @@ from uuid import UUID
 from reaper.core.dead_letters import decoded_body, quote_untrusted, replay_decision
 from reaper.core.domain import EVENT_KIND, GATE_BUS_DEAD_LETTERED
 from reaper.core.records import Gate, LedgerEvent
-from reaper.core.terminal import for_terminal
+from reaper.core.terminal import for_terminal, one_line
 from reaper.desk.rules import DEAD_LETTER_REPLAY, offered_choices
 from reaper.edges.gates import short_id
 from reaper.edges.wording import table, utc
@@ -90,7 +90,7 @@ def view_of(
     age = max(0.0, (now - gate.created_at).total_seconds())
     if not gate.is_open:
         when = utc(gate.answered_at) if gate.answered_at else "?"
-        by = f" by {gate.answered_by}" if gate.answered_by else ""
+        by = f" by {one_line(gate.answered_by)}" if gate.answered_by else ""
         return GateView(gate, age, (), (f"answered {gate.answer!r} at {when}{by}",), parked)
     if gate.superseded_by is not None:
         why = f"its job has been parked again since: answer gate {short_id(gate.superseded_by)}"
@@ -198,18 +198,27 @@ def render_show(view: GateView) -> str:
     else:
         at = utc(g.answered_at) if g.answered_at else "?"
         lines.append(
-            f"  state:    answered {g.answer!r} at {at} by {g.answered_by or 'nobody named'}"
+            f"  state:    answered {g.answer!r} at {at} by "
+            + one_line(g.answered_by or "nobody named")
         )
     if view.parked is not None:
         lines.extend(_letter_lines(view.parked))
     lines.extend(_history_lines(view))
     lines.append("  question:")
-    lines.extend(f"    {line}" for line in g.prompt.splitlines())
+    lines.extend(f"    {line}" for line in _prompt_lines(g))
     if view.choices:
         lines.append("  answers:")
         lines.extend(f"    {command}" for command in view.commands())
     lines.extend(f"  {why}" for why in view.withheld)
     return "\n".join(lines)
+
+
+def _prompt_lines(gate: Gate) -> list[str]:
+    """A dead letter's question is lines the reaper wrote, its headers quoted in them; every
+    other question is one line, a job's kind in it as the host wrote it (newlines shown)."""
+    if gate.kind == GATE_BUS_DEAD_LETTERED:
+        return gate.prompt.splitlines()
+    return [one_line(gate.prompt)]
 
 
 def _letter_lines(parked: ParkedDeadLetter) -> list[str]:
@@ -253,7 +262,7 @@ def history_line(event: LedgerEvent) -> str:
     p = event.payload
     when = utc(event.created_at)
     if event.kind == "GateAnswered":
-        by = for_terminal(str(p.get("by") or "nobody named"))
+        by = for_terminal(one_line(str(p.get("by") or "nobody named")))
         gate = str(p.get("gate") or "")[:8]
         reason = f"; reason {quote_untrusted(p.get('reason'))}" if p.get("reason") else ""
         return f"{when}  answered {p.get('choice')} by {by} (gate {gate}){reason}"

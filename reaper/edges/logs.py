@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from reaper.core.moments import utc
-from reaper.core.terminal import for_terminal
+from reaper.core.terminal import for_terminal, one_line
 
 __all__ = ["LOG_FORMATS", "THIRD_PARTY_LOGGERS", "configure"]
 
@@ -26,11 +26,12 @@ def _utc(record: logging.LogRecord) -> str:
 
 
 class TextFormatter(logging.Formatter):
-    """``<UTC time> <LEVEL> <logger>: <message>``, a traceback below when there is one, shown
-    as a terminal may (:func:`~reaper.core.terminal.for_terminal`)."""
+    """``<UTC time> <LEVEL> <logger>: <message>`` on one line, a traceback below when there is
+    one, shown as a terminal may (:func:`~reaper.core.terminal.for_terminal`)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{_utc(record)} {record.levelname} {record.name}: {record.getMessage()}"
+        # the message one line (a name in it cannot start another), a traceback below it
+        line = f"{_utc(record)} {record.levelname} {record.name}: {one_line(record.getMessage())}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return for_terminal(line)

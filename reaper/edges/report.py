@@ -16,6 +16,7 @@ from typing import Final
 
 from reaper.core.cluster import node_summary
 from reaper.core.domain import Action, Source
+from reaper.core.terminal import one_line
 from reaper.edges.report_findings import finding_lines
 from reaper.edges.report_json import render_json, to_json, verdict_json, write_json
 from reaper.edges.report_moves import LISTED_MOVES, LeaseMoves, acted_lines, raised_since
@@ -124,7 +125,7 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
         lines += ["", f"NOT OK ({len(problems)}):"]
         fixes: set[str] = set()
         for label, subject, detail, fix in _grouped(problems, wide):
-            lines.append(f"  {label:<11} {subject}: {detail}")
+            lines.append(f"  {label:<11} {one_line(subject)}: {one_line(detail)}")
             if fix and fix not in fixes:  # a fix said once
                 fixes.add(fix)
                 lines.append(f"  {'':<11} fix: {fix}")
@@ -133,7 +134,8 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
     if findings or aimed:
         lines += ["", f"Findings ({len(findings) + len(aimed)}), worst first:"]
         for t in aimed:
-            lines += [f"  {t.condition} {t.subject}: {t.detail}", f"  {'':<14} {t.next_step}"]
+            said = one_line(f"{t.subject}: {t.detail}")
+            lines += [f"  {t.condition} {said}", f"  {'':<14} {t.next_step}"]
         lines += finding_lines(findings, lambda r: _state(r, result), wide=wide)
 
     since = raised_since(result.started_at)
@@ -238,7 +240,7 @@ def _policy_lines(result: PassResult, wide: bool) -> list[str]:
     said: set[str] = set()
     for p in result.policies:
         verified = {True: "in force", False: "NOT in force", None: "nothing to check"}[p.verified]
-        failing = f"; failing: {', '.join(p.queues_failing)}" if p.queues_failing else ""
+        failing = f"; failing: {one_line(', '.join(p.queues_failing))}" if p.queues_failing else ""
         where_ = f"on {plural(p.queues_checked, 'queue')}"
         if p.unenforceable:  # how many it bounds; the rest are unbounded findings
             bounded = p.queues_checked - len(p.queues_failing)
@@ -247,7 +249,7 @@ def _policy_lines(result: PassResult, wide: bool) -> list[str]:
             failing = failing if wide else ""
         lines.append(f"  {p.name}: {p.action}, {verified} {where_} [{p.reason}]" + failing)
         if wide:
-            lines.append(f"    {p.detail}")
+            lines.append(f"    {one_line(p.detail)}")
             continue
         for fallback in p.fallbacks:
             if fallback not in said:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from reaper.core.domain import Condition
+from reaper.core.terminal import one_line
 from reaper.edges.wording import measure, next_step, where
 from reaper.reap.progress import RecordedVerdict
 
@@ -55,7 +56,7 @@ def finding_lines(findings: Sequence[RecordedVerdict], state: State, *, wide: bo
             f"{measure(v, threshold=first)}{shown}  [{standing}]"
         )
         if wide and v.detail:
-            lines.append(f"  {'':<12} {v.detail}")
+            lines.append(f"  {'':<12} {one_line(v.detail)}")
     return lines
 
 
@@ -65,7 +66,7 @@ def _group_line(group: Sequence[RecordedVerdict], step: str, standing: str) -> s
     verdicts = [r.verdict for r in group]
     queues = all(v.queue and v.object == v.queue for v in verdicts)
     names = [
-        f"{v.queue if queues else where(v)}"
+        f"{one_line(v.queue) if queues and v.queue else where(v)}"
         + (f" {m}" if (m := measure(v, threshold=False)) else "")
         for v in verdicts
     ]

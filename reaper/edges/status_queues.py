@@ -16,7 +16,7 @@ from reaper.core.bounds import (
     is_owned_queue,
 )
 from reaper.core.domain import BrokerFacts, Condition, QueueStats
-from reaper.core.terminal import for_terminal
+from reaper.core.terminal import for_terminal, one_line
 from reaper.edges.gate_board import GateBoard, safe_to_clear
 from reaper.edges.wording import age
 from reaper.reap.dead_letters import DeadLetterOutcome
@@ -30,8 +30,8 @@ QUEUES_SHOWN: Final = 100
 
 def escape(text: str) -> str:
     """Text for the page: markup escaped, and what would drive a terminal shown escaped too
-    (``\\x1b``, ``\\u202e``), as every text output shows it (SPEC §11)."""
-    return escape_markup(for_terminal(text))
+    (``\\x1b``, ``\\u202e``, a newline as ``\\n``), as every text output shows it (SPEC §11)."""
+    return escape_markup(for_terminal(one_line(text)))
 
 
 def queue_section(result: PassResult) -> list[str]:

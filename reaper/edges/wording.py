@@ -8,6 +8,7 @@ from typing import Final
 
 from reaper.core.domain import Condition, Verdict
 from reaper.core.moments import utc
+from reaper.core.terminal import one_line
 from reaper.core.values import display_number
 from reaper.reap.ids import project_name
 
@@ -70,11 +71,12 @@ def short(identifier: object) -> str:
 
 
 def where(verdict: Verdict, *, wide: bool = False) -> str:
-    """What a verdict is about; ids cut to 8 hex unless ``wide``."""
+    """What a verdict is about; ids cut to 8 hex unless ``wide``; a name on one line."""
     if verdict.queue and verdict.object != verdict.queue:
-        return f"{verdict.object if wide else short(verdict.object)} from queue {verdict.queue}"
+        thing = verdict.object if wide else short(verdict.object)
+        return one_line(f"{thing} from queue {verdict.queue}")
     if verdict.queue:
-        return f"queue {verdict.queue}"
+        return one_line(f"queue {verdict.queue}")
     job = verdict.object if wide else short(verdict.object)
     project = project_name(verdict.project_id, wide=wide)
     return f"job {job} (project {project})"

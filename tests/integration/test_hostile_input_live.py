@@ -178,6 +178,9 @@ HOSTILE_NAMES = (
     "c1\x9b31m\x7f",
     "vibey.stale\x1b[31mRED\x1b[0m",
 )
+#: What a newline (and a carriage return before it) in a job's kind or an answer's ``--by``
+#: would forge as a line of its own (every RabbitMQ version strips CR and LF from queue names).
+FORGED = "NOT OK: forged"
 #: Every character no text output may carry raw (the newline ends its lines).
 DRIVES = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
@@ -196,7 +199,8 @@ async def test_no_name_or_answer_drives_the_terminal_in_any_text_output(
         broker.publish(name, "{}", properties={"timestamp": old})
     await wait_for_depth(broker, HOSTILE_NAMES[0], 1)
     poison = replace(leased(uuid.uuid4(), attempts=7, max_attempts=7), kind="render\x1b[2J")
-    await insert_jobs(pg_dsn, [poison])
+    forging = replace(leased(uuid.uuid4(), attempts=7, max_attempts=7), kind=f"send\r\n{FORGED}")
+    await insert_jobs(pg_dsn, [poison, forging])
     env = reaper_env(pg_dsn, broker.management_url, broker.vhost)
 
     shown: dict[str, str] = {}
@@ -215,23 +219,35 @@ async def test_no_name_or_answer_drives_the_terminal_in_any_text_output(
         await asyncio.sleep(STATS_INTERVAL_SECONDS)
     # JSON keeps each name exactly
     assert all(any(n in o for o in named) for n in HOSTILE_NAMES[:5]), named
-    [gate] = await store.list_gates(kind="delivery_exhausted")
+    gates = await store.list_gates(kind="delivery_exhausted")
+    [gate] = [g for g in gates if "render" in g.prompt]
+    [forging_gate] = [g for g in gates if g is not gate]
     await run("gates", "answer", str(gate.id), "--choice", "retry", "--by", "ana\x1b[2J\u202e")
-    await run("reap")
+    await run("gates", "answer", str(forging_gate.id), "--choice", "retry", "--by", f"bo\n{FORGED}")
+    # a lease that ran out, its kind and holder carrying a newline: requeued by the text report
+    expired = replace(leased(uuid.uuid4(), owner=f"w\n{FORGED}"), kind=f"mail\n{FORGED}")
+    await insert_jobs(pg_dsn, [expired])
     await run("reap", "-o", "wide")
+    await run("reap")
     await run("policies", "plan")
     await run("doctor")
     await run("gates", "list", "--all")
     await run("gates", "show", str(gate.id))
+    await run("gates", "show", str(forging_gate.id))
     await run("events")
     for command, text in shown.items():
         assert not DRIVES.search(text), (command, DRIVES.findall(text))
+        forged = [line for line in text.splitlines() if line.lstrip().startswith(FORGED)]
+        assert not forged, (command, forged, text)
     everything = "\n".join(shown.values())
     for escaped in ("celery\\x1b[2J", "\\x1b]0;F\\x07", "foreign\\x08\\x08NOT OK", "bidi\\u202e"):
         assert escaped in shown["reap -o wide"], (escaped, shown["reap -o wide"])
     assert "c1\\x9b31m\\x7f" in shown["reap -o wide"]
     assert "ana\\x1b[2J\\u202e" in shown["events"] and "ana\\x1b[2J\\u202e" in everything
     assert "render\\x1b[2J" in shown[f"gates show {gate.id}"]
+    assert f"send\\x0d\\n{FORGED}" in shown[f"gates show {forging_gate.id}"]
+    assert f"bo\\n{FORGED}" in shown["events"]
+    assert "requeue  lease_expired" in shown["reap -o wide"], shown["reap -o wide"]
 
 
 # ------------------------------------------------------------ what PostgreSQL cannot hold
