@@ -60,10 +60,13 @@ async def test_a_vhost_without_our_queues_is_a_finding_naming_the_vhost_that_hol
     assert "): OK, 1 finding   " in text[0]
     assert "0 owned queues, 1 foreign" in text[2]
     assert text[4] == "Findings (1), worst first:"
-    assert text[5] == (
+    finding = (
         f"  no_owned_queue vhost {broker.vhost!r}: no queue matches the owned pattern "
         f"'{pattern}'; vhost {other.vhost!r} holds 2"
     )
+    # a shared test broker holds other tests' vhosts: the count may stop at its bound, and then
+    # says so
+    assert text[5] in (finding, f"{finding} (a count cut short: not every vhost was counted)")
     assert text[6].strip() == (
         f"if the reaper is meant for them, point it there: REAPER_BUS__VHOST={other.vhost} "
         f'(or [bus] vhost = "{other.vhost}"), then run reaper doctor'
