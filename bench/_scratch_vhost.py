@@ -50,7 +50,7 @@ def _alive(description: str) -> int | None:
 
 
 def _terminate(signum: int, _frame: FrameType | None) -> None:
-    print(f"  stopped by {signal.Signals(signum).name}: deleting this run's vhost", flush=True)
+    print(f"  stopped by {signal.Signals(signum).name}: removing what this run made", flush=True)
     raise SystemExit(128 + signum)
 
 

@@ -2,7 +2,7 @@
 columns against one whole pass over the same vhost, the pass's requests and its peak RSS.
 
     python bench/broker_scale.py [--sizes 1000,10000] [--url http://127.0.0.1:15673]
-    python bench/broker_scale.py --sizes 1000,10000,50000 --own-broker --url URL
+    python bench/broker_scale.py --sizes 1000,10000,50000 --own-broker --version 4.3
 
 For each size a vhost of this run's own is filled by ``POST /api/definitions`` imports of
 5,000 queues each: a tenth quorum queues owned by the reaper (``vibey.jobs.*``, a dead-letter
@@ -18,19 +18,22 @@ and within 10 MB of the smallest size's, and requests that grow with pages.
 Every wait is bounded by ``--wait-seconds`` and says what it waited for when it gives up. The
 vhost is deleted after each size and on any exit (SIGINT and SIGTERM included), and the bench
 waits until the broker no longer lists it; leftovers of an earlier run are deleted first
-(``bench/_scratch_vhost.py``).
+(``bench/_scratch_vhost.py``). With ``--own-broker`` each size runs on a throwaway node of
+its own instead (``bench/_own_broker.py``), stopped and removed after it, vhost and all.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -41,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import dsn_for, migrated, report_result, scratch_database
+from _own_broker import TREES, own_broker
 from _scratch_vhost import ScratchVhosts, exit_on_signals
 
 from reaper.broker.client import DEFAULT_PAGE_SIZE, ManagementClient
@@ -320,7 +324,8 @@ async def one_size(
             "uptime": uptime(),
         }
     finally:
-        vhosts.delete(vhost)
+        if not args.own_broker:  # an own node goes with its vhost
+            vhosts.delete(vhost)
 
 
 def arguments() -> argparse.Namespace:
@@ -339,21 +344,48 @@ def arguments() -> argparse.Namespace:
     parser.add_argument(
         "--own-broker",
         action="store_true",
-        help=f"the broker serves only this bench: sizes above {SHARED_BROKER_LIMIT:,} allowed",
+        help="each size on a throwaway node of the bench's own (instead of --url): sizes "
+        f"above {SHARED_BROKER_LIMIT:,} allowed",
+    )
+    parser.add_argument(
+        "--version", choices=sorted(TREES), default="4.0", help="the --own-broker's RabbitMQ"
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
-async def measure(args: argparse.Namespace, admin: httpx.Client, vhosts: ScratchVhosts) -> int:
+@contextlib.contextmanager
+def broker(args: argparse.Namespace) -> Iterator[tuple[httpx.Client, ScratchVhosts]]:
+    """The broker of one size: ``--url``'s, or a node of the bench's own."""
+    with contextlib.ExitStack() as stack:
+        if args.own_broker:
+            args.url = stack.enter_context(own_broker(args.version))
+        admin = stack.enter_context(
+            httpx.Client(base_url=args.url, auth=(args.user, args.password), timeout=120)
+        )
+        vhosts = ScratchVhosts(admin, "qr-bench-scale-", args.user, "bench/broker_scale.py")
+        if args.own_broker:
+            yield admin, vhosts
+            return
+        vhosts.sweep()
+        try:
+            yield admin, vhosts
+        finally:
+            if not vhosts.delete_all():
+                print("  a vhost of this run is still on the broker (above): delete it")
+
+
+async def measure(args: argparse.Namespace) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"broker scale at {args.url}, sizes {', '.join(f'{n:,}' for n in sizes)}")
+    where = f"own {args.version} node" if args.own_broker else args.url
+    print(f"broker scale at {where}, sizes {', '.join(f'{n:,}' for n in sizes)}")
     print(f"  {uptime()}")
     rows = []
     async with scratch_database("qr_bench_scale") as database:
         await migrated(dsn_for(database))
         for n in sizes:
-            rows.append(await one_size(args, admin, vhosts, dsn_for(database), n))
+            with broker(args) as (admin, vhosts):
+                rows.append(await one_size(args, admin, vhosts, dsn_for(database), n))
     print()
     print(
         f"{'queues':>8} {'listing s':>10} {'pass s':>8} {'ratio':>6} {'beyond s':>9} "
@@ -386,7 +418,7 @@ async def measure(args: argparse.Namespace, admin: httpx.Client, vhosts: Scratch
         + f": {'PASS' if ok else 'FAIL'}"
     )
     report_result(
-        "broker_scale", {"url": args.url, "sizes": rows, "growth_mb": round(growth, 1), "ok": ok}
+        "broker_scale", {"url": where, "sizes": rows, "growth_mb": round(growth, 1), "ok": ok}
     )
     return 0 if ok else 1
 
@@ -404,14 +436,7 @@ def main() -> int:
         )
         return 2
     exit_on_signals()
-    with httpx.Client(base_url=args.url, auth=(args.user, args.password), timeout=120) as admin:
-        vhosts = ScratchVhosts(admin, "qr-bench-scale-", args.user, "bench/broker_scale.py")
-        vhosts.sweep()
-        try:
-            return asyncio.run(measure(args, admin, vhosts))
-        finally:
-            if not vhosts.delete_all():
-                print("  a vhost of this run is still on the broker (above): delete it")
+    return asyncio.run(measure(args))
 
 
 if __name__ == "__main__":
