@@ -98,8 +98,9 @@ class BrokerRejected(BrokerUnavailable):
 
 
 def segment(value: str) -> str:
-    """One path segment, percent-encoded: the vhost ``/`` is ``%2F``."""
-    return quote(value, safe="")
+    """One path segment, percent-encoded: the vhost ``/`` is ``%2F``; a lone surrogate (a
+    hostile answer's, never a real name) is sent as its bytes, not raised."""
+    return quote(value, safe="", errors="surrogatepass")
 
 
 class ManagementApi:

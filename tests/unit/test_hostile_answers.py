@@ -255,6 +255,15 @@ async def test_a_name_too_long_to_send_back_fails_that_request_not_the_pass() ->
     assert "InvalidURL: URL too long" in said and "\\u0000" * 300 not in said
 
 
+async def test_a_name_read_back_with_a_lone_surrogate_is_asked_for_not_raised() -> None:
+    """Found by the property below: a lone surrogate cannot be percent-encoded as UTF-8."""
+    answers = baseline()
+    answers[("GET", f"/api/queues/%2F/{DLQ}")] = {**dlq_item(), "name": "x\udc80"}
+    result, _ = await a_pass(answers, {})
+    assert result.status() and render_text(result, wide=True)
+    json.dumps(to_json(result))
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(hostile_answers())
 async def test_no_answer_ends_a_pass(
