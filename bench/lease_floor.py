@@ -91,7 +91,7 @@ async def the_floor(dsn: str) -> dict[str, float]:
             async with c.transaction():
                 await c.execute(QUERIES["walk_leased_expiry_index"])
                 picked = await c.fetchrow(
-                    QUERIES["pick_lease_batch"], now, 0, *after, None, lane, LANES, BATCH_MAX
+                    statement("pick_lease_batch"), now, 0, *after, None, lane, LANES, BATCH_MAX
                 )
                 if not picked["picked"]:
                     return

@@ -67,6 +67,7 @@ def statement(name: str, dispatch: Dispatch = Dispatch.POLLING) -> str:
     rulings = QUERIES["lease_rulings"].rstrip(";")
     text = QUERIES[name].replace("{lease_rulings}", rulings)
     text = text.replace("{lease_ruling}", QUERIES["lease_ruling"])
+    text = text.replace("{lease_lane}", QUERIES["lease_lane"].rstrip(";"))
     outbox = dispatch is Dispatch.OUTBOX
     for part in ("bump", "returning", "rows"):
         text = text.replace(f"/*outbox:{part}*/", QUERIES[f"lease_outbox_{part}"] if outbox else "")
@@ -215,7 +216,7 @@ async def _prepare(conn: Connection, lane: _Lane) -> None:
     that costs as much as a batch): each run once over nothing, writing nothing. A refusal is
     the batches' to name."""
     try:
-        await conn.fetchrow(QUERIES["pick_lease_batch"], *lane.pick_args(FIRST_KEY, 0))
+        await conn.fetchrow(statement("pick_lease_batch"), *lane.pick_args(FIRST_KEY, 0))
         await conn.fetchrow(
             statement("reap_lease_batch", lane.dispatch),
             lane.now, lane.grace, *FIRST_KEY, [], *FIRST_KEY, _CHOICES,
@@ -259,7 +260,7 @@ async def _transaction(
     await transaction.start()
     try:
         await conn.execute(QUERIES["walk_leased_expiry_index"])  # this transaction only
-        picked = await conn.fetchrow(QUERIES["pick_lease_batch"], *lane.pick_args(after, size))
+        picked = await conn.fetchrow(statement("pick_lease_batch"), *lane.pick_args(after, size))
         if not picked["picked"]:
             await transaction.rollback()
             return None

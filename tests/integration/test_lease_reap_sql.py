@@ -22,7 +22,7 @@ from reaper.core.domain import Dispatch, HeldLease, Thresholds
 from reaper.core.judge_leases import judge_lease_page
 from reaper.jobqueue.lease_reap import FIRST_KEY, statement
 from reaper.jobqueue.rules import park_identity, park_prompt
-from reaper.jobqueue.sql import QUERIES, load_queries
+from reaper.jobqueue.sql import load_queries
 from tests.support.store import NOW, Job, insert_jobs
 
 pytestmark = pytest.mark.postgres
@@ -140,7 +140,7 @@ async def _moves_agree(
     conn: asyncpg.Connection, grace: int, verdicts: dict, leases: list[HeldLease], outbox: bool
 ) -> None:
     picked = await conn.fetchrow(
-        QUERIES["pick_lease_batch"], NOW, grace, *FIRST_KEY, None, 0, 1, len(leases)
+        statement("pick_lease_batch"), NOW, grace, *FIRST_KEY, None, 0, 1, len(leases)
     )
     assert picked["picked"] == len(verdicts)
     if verdicts:

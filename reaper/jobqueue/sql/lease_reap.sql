@@ -61,6 +61,20 @@ CROSS JOIN LATERAL (
 ) AS p
 WHERE c.past_ms > $2::int * 1000
 
+-- name: lease_lane --
+-- Not a query: the lane's next expired leases after the key, oldest first ($1 now, $2 grace,
+-- $3 and $4 the key, $5 a project or NULL, $6 the lane of $7, $8 how many), spliced into
+-- pick_lease_batch (which locks them) and lease_rulings (which only reads them), so that the dry
+-- run asks exactly what the reap takes.
+FROM job AS j
+WHERE j.state = 'leased'
+  AND j.lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
+  AND (j.lease_expires_at, j.id) > ($3::timestamptz, $4::uuid)
+  AND ($5::uuid IS NULL OR j.project_id = $5::uuid)
+  AND ($7::int = 1 OR (hashtext(j.project_id::text) & 2147483647) % $7::int = $6::int)
+ORDER BY j.lease_expires_at, j.id
+LIMIT $8::int;
+
 -- name: pick_lease_batch --
 -- The first step of a batch: lock the lane's next expired leases ($5 one project or NULL; $6
 -- the lane of $7, projects split by a hash of their id; at most $8), oldest first
@@ -70,14 +84,7 @@ WHERE c.past_ms > $2::int * 1000
 -- (where the batch ends and the next starts) and their projects.
 WITH picked AS (
     SELECT j.id, j.project_id, j.lease_expires_at
-    FROM job AS j
-    WHERE j.state = 'leased'
-      AND j.lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
-      AND (j.lease_expires_at, j.id) > ($3::timestamptz, $4::uuid)
-      AND ($5::uuid IS NULL OR j.project_id = $5::uuid)
-      AND ($7::int = 1 OR (hashtext(j.project_id::text) & 2147483647) % $7::int = $6::int)
-    ORDER BY j.lease_expires_at, j.id
-    LIMIT $8::int
+    {lease_lane}
     FOR NO KEY UPDATE OF j SKIP LOCKED
 ),
 projects AS (
@@ -200,14 +207,7 @@ WITH candidates AS (
            j.max_attempts,
            ceil((extract(epoch FROM $1::timestamptz) - extract(epoch FROM j.lease_expires_at))
                 * 1000) AS past_ms
-    FROM job AS j
-    WHERE j.state = 'leased'
-      AND j.lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
-      AND (j.lease_expires_at, j.id) > ($3::timestamptz, $4::uuid)
-      AND ($5::uuid IS NULL OR j.project_id = $5::uuid)
-      AND ($7::int = 1 OR (hashtext(j.project_id::text) & 2147483647) % $7::int = $6::int)
-    ORDER BY j.lease_expires_at, j.id
-    LIMIT $8::int
+    {lease_lane}
 )
 SELECT id, project_id, lease_expires_at, poison, payload, digest, identity, prompt
 FROM ({lease_ruling}) AS ruled
