@@ -16,7 +16,7 @@ import pytest
 
 from reaper.config import load_config
 from reaper.edges.report import render_json, render_text, write_json
-from reaper.jobqueue.lease_reap import lease_rulings
+from reaper.jobqueue.lease_reap import lease_rulings, statement
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
 from reaper.reap.run import run_pass
@@ -150,7 +150,7 @@ async def test_a_page_read_walks_the_index_to_the_pages_end_not_through_every_le
             if walk:
                 await conn.execute(QUERIES["walk_leased_expiry_index"])
             text = await conn.fetchval(
-                "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["pick_lease_batch"], *args
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + statement("pick_lease_batch"), *args
             )
             await tx.rollback()
             plans[walk] = _scans(json.loads(text)[0]["Plan"])
