@@ -175,9 +175,9 @@ async def _project(loaded: LoadedConfig, named: str) -> UUID:
         pass  # a prefix, or fleet: read from the ledger
     sources = await open_sources(loaded.settings, broker=False)
     try:
-        if sources.desk is None:
+        if sources.store is None:
             raise GateError(f"--project {named}: the ledger is unreadable: {sources.store_error}")
-        return await resolve_project(sources.desk, named)
+        return await resolve_project(sources.store, named)
     finally:
         await sources.close()
 

@@ -100,8 +100,8 @@ async def answer_selection(
             return _EXIT_NOT_OK
         now = (await store.database_facts()).now
         project = None
-        if args.project is not None and sources.desk is not None:
-            project = await resolve_project(sources.desk, args.project)
+        if args.project is not None and sources.store is not None:
+            project = await resolve_project(sources.store, args.project)
         raised = _Raised(
             None if older is None else now - older,
             None if args.since is None else parse_since(args.since, now),

@@ -12,7 +12,6 @@ from typing import Any, Final
 
 from reaper.config import LoadedConfig
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED
-from reaper.desk.port import GateDesk
 from reaper.edges import events, gate_bulk
 from reaper.edges.gate_views import (
     HISTORY_EVENTS,
@@ -141,14 +140,14 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
             return _EXIT_NOT_OK
         if args.gates_command == "show":
             view = (await _views(store, loaded, [await find_gate(store, args.gate)]))[0]
-            view = await _with_history(store, sources.desk, view)
+            view = await _with_history(store, view)
             print(json.dumps(list_json([view])[0], indent=2) if args.json else render_show(view))
             return _EXIT_OK
         now = (await store.database_facts()).now
         older = parse_duration(args.older_than) if args.older_than else None
         project = None
-        if args.project is not None and sources.desk is not None:
-            project = await resolve_project(sources.desk, args.project)
+        if args.project is not None and sources.store is not None:
+            project = await resolve_project(sources.store, args.project)
         gates = await store.list_gates(
             open_only=not args.all,
             kind=args.kind,
@@ -202,7 +201,7 @@ async def _views(
     ]
 
 
-async def _with_history(store: JobQueue, desk: GateDesk | None, view: GateView) -> GateView:
+async def _with_history(store: JobQueue, view: GateView) -> GateView:
     """``view`` with the ledger's newest events of its job, and how many there are in all."""
     job = view.gate.job_id
     if job is None:
@@ -210,8 +209,8 @@ async def _with_history(store: JobQueue, desk: GateDesk | None, view: GateView) 
     chosen = EventFilter(object=str(job), limit=HISTORY_EVENTS)
     found = await store.read_events(chosen)
     total = len(found)
-    if total == chosen.limit and desk is not None:
-        total = await desk.count_events(chosen)
+    if total == chosen.limit:
+        total = await store.count_events(chosen)
     return replace(view, history=tuple(found), history_total=total)
 
 

@@ -21,11 +21,11 @@ from reaper.core.dead_letters import decoded_body, quote_untrusted, replay_decis
 from reaper.core.domain import EVENT_KIND, GATE_BUS_DEAD_LETTERED
 from reaper.core.records import Gate, LedgerEvent
 from reaper.core.terminal import for_terminal, one_line
-from reaper.desk.rules import DEAD_LETTER_REPLAY, offered_choices
 from reaper.edges.gates import short_id
 from reaper.edges.wording import table, utc
 from reaper.errors import GateError
 from reaper.jobqueue.port import ParkedDeadLetter
+from reaper.jobqueue.rules import DEAD_LETTER_REPLAY, offered_choices
 from reaper.reap.ids import project_name
 
 __all__ = [

@@ -13,8 +13,7 @@ from uuid import UUID
 from reaper.config import Settings
 from reaper.core.dead_letters import quote_untrusted
 from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, Dispatch
-from reaper.desk.rules import DEAD_LETTER_REPLAY
-from reaper.jobqueue.rules import DEAD_LETTER_KEY_PREFIX, DELIVERY_CANCEL
+from reaper.jobqueue.rules import DEAD_LETTER_KEY_PREFIX, DEAD_LETTER_REPLAY, DELIVERY_CANCEL
 from reaper.reap import gates
 from reaper.reap.gates import AnswerPreview, GateAnswer
 from reaper.reap.sources import Sources

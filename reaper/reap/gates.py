@@ -1,6 +1,6 @@
 """Answering a gate (SPEC §1): find it by its id or a unique prefix, check the answer, take it
-at the desk (:mod:`reaper.desk`, ``Sources.desk``), and return what was done as a value
-(:mod:`reaper.edges.gates` says it in words).
+on the store (:meth:`~reaper.jobqueue.port.JobQueue.answer_gate`), and return what was done as
+a value (:mod:`reaper.edges.gates` says it in words).
 
 Every answer commits with its ``GateAnswered`` event and the job's move in one transaction. A
 ``replay`` publishes the kept body to its origin queue first, only where
@@ -23,10 +23,14 @@ from reaper.core.dead_letters import decoded_body, quote_untrusted, replay_decis
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Dispatch
 from reaper.core.moments import utc
 from reaper.core.records import Gate
-from reaper.desk.port import GateDesk
-from reaper.desk.rules import DEAD_LETTER_REPLAY, check_answerable, gate_id_range, not_the_latest
 from reaper.errors import BrokerUnavailable, GateError, StoreUnavailable
 from reaper.jobqueue.port import JobQueue, ParkedDeadLetter
+from reaper.jobqueue.rules import (
+    DEAD_LETTER_REPLAY,
+    check_answerable,
+    gate_id_range,
+    not_the_latest,
+)
 from reaper.reap.dispatch import dispatch_in_force
 from reaper.reap.sources import Sources
 
@@ -125,13 +129,6 @@ async def _open(
     return store, gate, now, dispatch.mode
 
 
-def _desk(sources: Sources, gate: Gate) -> GateDesk:
-    """Where the answer is taken: the desk opened over the store's database."""
-    if sources.desk is None:
-        raise GateError(f"cannot answer gate {gate.id}: no desk is open over the store")
-    return sources.desk
-
-
 async def answer_gate(
     sources: Sources,
     settings: Settings,
@@ -149,10 +146,9 @@ async def answer_gate(
     refused or not routed) and :class:`BrokerUnavailable` / :class:`StoreUnavailable` when a
     source fails; in every such case nothing was recorded, unless the message says the body
     was published."""
-    _, gate, now, dispatch = await _open(sources, settings, gate_id, clock)
-    desk = _desk(sources, gate)
+    store, gate, now, dispatch = await _open(sources, settings, gate_id, clock)
     if gate.kind != GATE_BUS_DEAD_LETTERED:
-        answered = await desk.answer_gate(
+        answered = await store.answer_gate(
             gate.id, choice, now, answered_by=answered_by, dispatch=dispatch, reason=reason
         )
         return GateAnswer(answered, dispatch=dispatch)
@@ -164,7 +160,7 @@ async def answer_gate(
         return message_id
 
     try:
-        answered, parked = await desk.answer_dead_letter_gate(
+        answered, parked = await store.answer_dead_letter_gate(
             gate.id, choice, now, replay=replay, answered_by=answered_by, reason=reason
         )
     except StoreUnavailable as exc:

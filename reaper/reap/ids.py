@@ -21,8 +21,8 @@ from reaper.core.domain import (
     Condition,
     Source,
 )
-from reaper.desk.port import GateDesk
 from reaper.errors import GateError
+from reaper.jobqueue.port import JobQueue
 
 __all__ = [
     "FLEET",
@@ -101,7 +101,7 @@ def project_text(text: str) -> str:
     return text
 
 
-async def resolve_project(store: GateDesk, text: str) -> UUID:
+async def resolve_project(store: JobQueue, text: str) -> UUID:
     """The project ``text`` names: ``fleet``, a whole id, or a unique prefix of a stream's id
     in the ledger."""
     if text.strip().lower() == FLEET:
@@ -115,7 +115,7 @@ async def resolve_project(store: GateDesk, text: str) -> UUID:
     return _one("project", text, found)
 
 
-async def resolve_object(store: GateDesk, text: str) -> str:
+async def resolve_object(store: JobQueue, text: str) -> str:
     """The event object ``text`` names: a job by its whole id or a unique prefix of it, else
     ``text`` itself (a queue's name)."""
     low_high = _id_range(text)

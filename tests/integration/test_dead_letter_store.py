@@ -30,7 +30,6 @@ from reaper.core.domain import (
     DeadLetter,
 )
 from reaper.core.records import Gate
-from reaper.desk.postgres import PostgresDesk
 from reaper.edges.gates import answer_gate
 from reaper.errors import GateError
 from reaper.jobqueue.port import DeadLetterParks, ParkRules
@@ -383,9 +382,7 @@ async def test_an_identity_half_taken_is_refused_and_rolled_back(
 
 
 def sources(store: PostgresStore, broker: Any = None) -> SimpleNamespace:
-    return SimpleNamespace(
-        store=store, broker=broker, store_error=None, desk=PostgresDesk(store.database)
-    )
+    return SimpleNamespace(store=store, broker=broker, store_error=None)
 
 
 async def test_dismiss_settles_the_job_and_keeps_the_letter(
@@ -409,17 +406,19 @@ async def test_dismiss_settles_the_job_and_keeps_the_letter(
 
 
 async def test_the_store_alone_dismisses_and_refuses_replay(
-    pg_dsn: str, store: PostgresStore, desk: PostgresDesk
+    pg_dsn: str, store: PostgresStore
 ) -> None:
     one, two = letter(message_id="s-1"), letter(message_id="s-2")
     await park(store, [one, two])
     with pytest.raises(GateError, match="replay publishes the body to the broker"):
-        await desk.answer_gate((await gate_of(store, one.identity)).id, "replay", LATER)
+        await store.answer_gate((await gate_of(store, one.identity)).id, "replay", LATER)
     assert (await gate_of(store, one.identity)).is_open
     with pytest.raises(GateError, match="replay publishes the body to the broker"):
-        await desk.answer_dead_letter_gate((await gate_of(store, one.identity)).id, "replay", LATER)
+        await store.answer_dead_letter_gate(
+            (await gate_of(store, one.identity)).id, "replay", LATER
+        )
 
-    answered = await desk.answer_gate((await gate_of(store, two.identity)).id, "dismiss", LATER)
+    answered = await store.answer_gate((await gate_of(store, two.identity)).id, "dismiss", LATER)
     assert answered.answer == "dismiss"
     [(state,)] = await query(pg_dsn, "SELECT state FROM job WHERE id = $1", answered.job_id)
     assert state == "cancelled"
