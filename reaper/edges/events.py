@@ -17,11 +17,9 @@ from reaper.core.dead_letters import quote_untrusted
 from reaper.core.domain import EVENT_KIND
 from reaper.core.records import LedgerEvent
 from reaper.core.terminal import one_line
-from reaper.edges.gate_views import parse_since
 from reaper.edges.options import add_output, add_project, output_of
 from reaper.edges.wording import utc
-from reaper.jobqueue.port import EventFilter, JobQueue
-from reaper.reap.ids import (
+from reaper.gates.ids import (
     VOCABULARY,
     argument,
     choose,
@@ -29,6 +27,8 @@ from reaper.reap.ids import (
     resolve_object,
     resolve_project,
 )
+from reaper.gates.views import parse_since
+from reaper.jobqueue.port import EventFilter, JobQueue
 from reaper.reap.sources import open_sources
 
 __all__ = ["OUTPUTS", "add_parser", "event_json", "event_line", "run"]

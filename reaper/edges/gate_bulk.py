@@ -1,7 +1,7 @@
 """``reaper gates answer`` over a selection (SPEC §12): the open gates a ``--kind``,
 ``--project``, ``--older-than``, ``--queue`` or ``--all`` selects, shown with their count, then
 answered only once confirmed (``--yes``, or the count typed at a terminal). Each is answered as
-a single answer is (:func:`reaper.edges.gates.answer_gate`): its own transaction and its own
+a single answer is (:func:`reaper.gates.answering.answer_gate`): its own transaction and its own
 ``GateAnswered`` event, the gate row locked, so a person answering one of them at the same time
 gives one answer per gate. ``--dry-run`` shows the selection and writes nothing."""
 
@@ -17,12 +17,13 @@ from uuid import UUID
 from reaper.config import LoadedConfig
 from reaper.core.dead_letters import quote_untrusted
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED
-from reaper.edges.gate_views import GateView, format_age, parse_duration, parse_since, view_of
-from reaper.edges.gates import answer_gate, default_answerer, short_id
-from reaper.edges.options import add_project
+from reaper.edges.options import add_project, default_answerer
 from reaper.errors import GateError, ReaperError
+from reaper.gates.answering import answer_gate
+from reaper.gates.ids import argument, gate_kind, resolve_project, short_id
+from reaper.gates.views import GateView, format_age, parse_duration, parse_since, view_of
+from reaper.gates.wording import answered_line
 from reaper.jobqueue.port import JobQueue
-from reaper.reap.ids import argument, gate_kind, resolve_project
 from reaper.reap.sources import Sources, open_sources
 
 __all__ = ["add_selection", "answer_selection", "has_selection"]
@@ -221,7 +222,7 @@ async def _answer_each(
     by = args.by or default_answerer()
     for i, view in enumerate(views):
         try:
-            line = await answer_gate(
+            answer = await answer_gate(
                 sources, loaded.settings, view.gate.id, args.choice, answered_by=by,
                 reason=args.reason,
             )  # fmt: skip
@@ -237,7 +238,7 @@ async def _answer_each(
             )
             return _EXIT_NOT_OK
         answered += 1
-        print(line)
+        print(answered_line(answer))
     print(
         f"{answered} of {len(views)} gate(s) answered {args.choice!r}, each with its own "
         f"GateAnswered event" + (f"; {refused} not answered (above)" if refused else "")

@@ -13,7 +13,10 @@ from typing import Any, Final
 from reaper.config import LoadedConfig
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED
 from reaper.edges import events, gate_bulk
-from reaper.edges.gate_views import (
+from reaper.edges.options import add_output, add_project, default_answerer, output_of
+from reaper.gates.answering import answer_gate, preview_answer
+from reaper.gates.ids import argument, find_gate, gate_kind, resolve_project
+from reaper.gates.views import (
     HISTORY_EVENTS,
     GateView,
     by_job,
@@ -24,11 +27,8 @@ from reaper.edges.gate_views import (
     render_show,
     view_of,
 )
-from reaper.edges.gates import answer_gate, default_answerer
-from reaper.edges.options import add_output, add_project, output_of
+from reaper.gates.wording import answered_line, would_line
 from reaper.jobqueue.port import EventFilter, JobQueue
-from reaper.reap.gates import find_gate
-from reaper.reap.ids import argument, gate_kind, resolve_project
 from reaper.reap.sources import open_sources
 
 __all__ = ["COMMANDS", "GATE_ACTIONS", "add_parsers", "run"]
@@ -229,15 +229,17 @@ async def _answer(loaded: LoadedConfig, args: argparse.Namespace) -> int:
         if sources.store is None:
             print(f"reaper: cannot answer: {sources.store_error}", file=sys.stderr)
             return _EXIT_NOT_OK
-        outcome = await answer_gate(
-            sources,
-            loaded.settings,
-            args.gate,
-            args.choice,
-            answered_by=args.by or default_answerer(),
-            reason=args.reason,
-            dry_run=args.dry_run,
-        )
+        by = args.by or default_answerer()
+        if args.dry_run:
+            preview = await preview_answer(
+                sources, loaded.settings, args.gate, args.choice, answered_by=by
+            )
+            outcome = would_line(preview)
+        else:
+            answer = await answer_gate(
+                sources, loaded.settings, args.gate, args.choice, answered_by=by, reason=args.reason
+            )
+            outcome = answered_line(answer)
     finally:
         await sources.close()
     print(outcome)

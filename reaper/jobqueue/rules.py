@@ -6,7 +6,6 @@ a parked job as, the ``GateAnswered`` event's payload. Shared by
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Final, TypeVar
 from uuid import UUID
@@ -36,7 +35,6 @@ __all__ = [
     "answered_payload",
     "check_answerable",
     "dead_letter_key",
-    "gate_id_range",
     "not_the_latest",
     "offered_choices",
     "park_identity",
@@ -90,8 +88,6 @@ _CONDITION_OF_GATE: Final = {
     GATE_DELIVERY_EXHAUSTED: Condition.POISON.value,
     GATE_BUS_DEAD_LETTERED: Condition.DEAD_LETTER.value,
 }
-
-_HEX_PREFIX: Final = re.compile(r"[0-9a-f]{1,32}")
 
 #: The two answers of a ``bus_dead_lettered`` gate.
 DEAD_LETTER_REPLAY, DEAD_LETTER_DISMISS = GATE_CHOICES
@@ -161,18 +157,6 @@ def answered_payload(
         "queue": queue,
         "message_id": message_id,
     }
-
-
-def gate_id_range(prefix: str) -> tuple[UUID, UUID]:
-    """The ids a gate id or prefix of one (hex, dashes anywhere) stands for, lowest and
-    highest, so a prefix is looked up on the primary key; ``GateError`` for what is not one."""
-    hex_digits = prefix.strip().lower().replace("-", "")
-    if _HEX_PREFIX.fullmatch(hex_digits) is None:
-        raise GateError(
-            f"not a gate id or a prefix of one (hex digits, e.g. the 8 `gates list` shows): "
-            f"{prefix!r}"
-        )
-    return UUID(hex_digits.ljust(32, "0")), UUID(hex_digits.ljust(32, "f"))
 
 
 def replay_parts(gate: Gate, replay: _R | None, parked: _P | None) -> tuple[_R, _P]:

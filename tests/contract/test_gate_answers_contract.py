@@ -18,8 +18,8 @@ from reaper.core.domain import (
 )
 from reaper.core.records import Gate
 from reaper.errors import GateError
+from reaper.gates.ids import gate_id_range
 from reaper.jobqueue.port import EventFilter, GateCount, ParkedDeadLetter
-from reaper.jobqueue.rules import gate_id_range
 from tests.contract.conftest import Subject
 from tests.contract.test_job_queue_contract import RULES, dead_letter
 from tests.support.store import NOW, leased, reap_page

@@ -30,8 +30,9 @@ from reaper.core.domain import (
     DeadLetter,
 )
 from reaper.core.records import Gate
-from reaper.edges.gates import answer_gate
 from reaper.errors import GateError
+from reaper.gates.answering import answer_gate
+from reaper.gates.wording import answered_line
 from reaper.jobqueue.port import DeadLetterParks, ParkRules
 from reaper.jobqueue.postgres import PostgresStore
 from tests.support.store import NOW, insert_jobs, leased, query, reap_page
@@ -392,7 +393,9 @@ async def test_dismiss_settles_the_job_and_keeps_the_letter(
     [verdict] = (await park(store, [one])).parked
     gate = await gate_of(store, one.identity)
 
-    outcome = await answer_gate(sources(store), settings, gate.id, "dismiss", clock=lambda: LATER)
+    outcome = answered_line(
+        await answer_gate(sources(store), settings, gate.id, "dismiss", clock=lambda: LATER)
+    )
 
     assert outcome.startswith(f"gate {gate.id} (bus_dead_lettered) answered 'dismiss'")
     assert "nothing was sent" in outcome and '"vibey.jobs.dead"' in outcome
@@ -527,7 +530,9 @@ async def test_delivery_exhausted_gates_are_answered_by_the_store(
     with pytest.raises(GateError, match="'dismiss' is not an answer"):
         await answer_gate(sources(store), settings, gate.id, "dismiss")
 
-    outcome = await answer_gate(sources(store), settings, gate.id, "retry", clock=lambda: LATER)
+    outcome = answered_line(
+        await answer_gate(sources(store), settings, gate.id, "retry", clock=lambda: LATER)
+    )
 
     assert outcome == (
         f"gate {gate.id} (delivery_exhausted) answered 'retry': job {job.id} is ready for "
@@ -548,7 +553,7 @@ class Unreachable:
 
 
 def test_replay_message_ids_fit_amqp() -> None:
-    from reaper.reap.gates import replay_message_id
+    from reaper.gates.answering import replay_message_id
 
     gate = uuid.UUID(int=1)
     assert replay_message_id("msg:m-1", gate) == f"replay:msg:m-1:{gate}"

@@ -36,8 +36,10 @@ JOBQUEUE_LINES = 3_450
 #: the package; the adapters import the core; the pass imports the adapters; the demo is a use
 #: case on the pass, and the edges sit on top of both (the demo never imports an edge). The
 #: schema migrates through the job queue's driver seam and reads its SQL with the job queue's
-#: loader; a pass never migrates, so neither the pass nor the job queue imports it. The test
-#: double implements the job queue's port by its rules; nothing of the package imports it.
+#: loader; a pass never migrates, so neither the pass nor the job queue imports it. The gates
+#: (what waits for a person) sit on the job queue's port and the broker's, below the pass and
+#: the edges, which only print them. The test double implements the job queue's port by its
+#: rules; nothing of the package imports it.
 ROOMS: dict[str, set[str]] = {
     "reaper.__main__": {"reaper.edges.cli"},
     "reaper.version": set(),
@@ -58,6 +60,15 @@ ROOMS: dict[str, set[str]] = {
         "reaper.jobqueue.rules",
     },
     "reaper.broker": {"reaper.core", "reaper.errors"},
+    "reaper.gates": {
+        "reaper.core",
+        "reaper.errors",
+        "reaper.config",
+        "reaper.jobqueue.dispatch",
+        "reaper.jobqueue.port",
+        "reaper.jobqueue.rules",
+        "reaper.broker.port",
+    },
     "reaper.policies": {"reaper.core", "reaper.errors", "reaper.broker.port"},
     "reaper.reap": {
         "reaper.core",
@@ -66,6 +77,7 @@ ROOMS: dict[str, set[str]] = {
         "reaper.jobqueue",
         "reaper.broker",
         "reaper.policies",
+        "reaper.gates",
     },
     "reaper.edges": {
         "reaper.core",
@@ -75,6 +87,7 @@ ROOMS: dict[str, set[str]] = {
         "reaper.jobqueue",
         "reaper.broker",
         "reaper.policies",
+        "reaper.gates",
         "reaper.reap",
         "reaper.schema",
         "reaper.demo",
@@ -86,6 +99,7 @@ ROOMS: dict[str, set[str]] = {
         "reaper.jobqueue",
         "reaper.broker",
         "reaper.policies",
+        "reaper.gates",
         "reaper.reap",
         "reaper.schema",
     },

@@ -19,14 +19,13 @@ from uuid import UUID
 
 from reaper.core.dead_letters import decoded_body, quote_untrusted, replay_decision
 from reaper.core.domain import EVENT_KIND, GATE_BUS_DEAD_LETTERED
+from reaper.core.moments import utc
 from reaper.core.records import Gate, LedgerEvent
-from reaper.core.terminal import for_terminal, one_line
-from reaper.edges.gates import short_id
-from reaper.edges.wording import table, utc
+from reaper.core.terminal import for_terminal, one_line, table
 from reaper.errors import GateError
+from reaper.gates.ids import project_name, short_id
 from reaper.jobqueue.port import ParkedDeadLetter
 from reaper.jobqueue.rules import DEAD_LETTER_REPLAY, offered_choices
-from reaper.reap.ids import project_name
 
 __all__ = [
     "GateView",
