@@ -16,12 +16,11 @@ from uuid import UUID
 
 from reaper.config import LoadedConfig
 from reaper.core.dead_letters import quote_untrusted
-from reaper.core.domain import GATE_BUS_DEAD_LETTERED
 from reaper.edges.options import add_project, default_answerer
 from reaper.errors import GateError, ReaperError
 from reaper.gates.answering import answer_gate
 from reaper.gates.ids import argument, gate_kind, resolve_project, short_id
-from reaper.gates.views import GateView, format_age, parse_duration, parse_since, view_of
+from reaper.gates.views import GateView, format_age, parse_duration, parse_since, views_of
 from reaper.gates.wording import answered_line
 from reaper.jobqueue.port import JobQueue
 from reaper.reap.sources import Sources, open_sources
@@ -135,24 +134,14 @@ async def _select(
         raised_before=raised.before,
         raised_since=raised.since,
     )
-    jobs = [g.job_id for g in gates if g.kind == GATE_BUS_DEAD_LETTERED and g.job_id]
-    parked = await store.parked_dead_letters(jobs) if jobs else {}
-    reap = loaded.settings.queue.reap
     take: list[GateView] = []
     left: list[tuple[GateView, str]] = []
-    for gate in gates:
-        letter = parked.get(gate.job_id) if gate.job_id else None
+    for view in await views_of(store, loaded.settings, gates, now):
+        letter = view.parked
         if args.queue is not None and (
             letter is None or args.queue not in (letter.letter.queue, letter.letter.origin_queue)
         ):
             continue
-        view = view_of(
-            gate,
-            letter,
-            now,
-            owned_queue_pattern=reap.owned_queue_pattern,
-            dead_letter_queue_pattern=reap.dead_letter_queue_pattern,
-        )
         if args.choice in view.choices:
             take.append(view)
         else:

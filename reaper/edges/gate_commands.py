@@ -6,8 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
-from datetime import datetime
 from typing import Any, Final
 
 from reaper.config import LoadedConfig
@@ -17,18 +15,15 @@ from reaper.edges.options import add_output, add_project, default_answerer, outp
 from reaper.gates.answering import answer_gate, preview_answer
 from reaper.gates.ids import argument, find_gate, gate_kind, resolve_project
 from reaper.gates.views import (
-    HISTORY_EVENTS,
-    GateView,
-    by_job,
     list_json,
     parse_duration,
     parse_since,
     render_list,
     render_show,
-    view_of,
+    views_of,
+    with_history,
 )
 from reaper.gates.wording import answered_line, would_line
-from reaper.jobqueue.port import EventFilter, JobQueue
 from reaper.reap.sources import open_sources
 
 __all__ = ["COMMANDS", "GATE_ACTIONS", "add_parsers", "run"]
@@ -139,8 +134,8 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
             print(f"reaper: cannot read gates: {sources.store_error}", file=sys.stderr)
             return _EXIT_NOT_OK
         if args.gates_command == "show":
-            view = (await _views(store, loaded, [await find_gate(store, args.gate)]))[0]
-            view = await _with_history(store, view)
+            [view] = await views_of(store, loaded.settings, [await find_gate(store, args.gate)])
+            view = await with_history(store, view)
             print(json.dumps(list_json([view])[0], indent=2) if args.json else render_show(view))
             return _EXIT_OK
         now = (await store.database_facts()).now
@@ -155,7 +150,7 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
             raised_before=None if older is None else now - older,
             raised_since=None if args.since is None else parse_since(args.since, now),
         )
-        views = await _views(store, loaded, gates, now)
+        views = await views_of(store, loaded.settings, gates, now)
     finally:
         await sources.close()
     output = output_of(args)
@@ -180,38 +175,6 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     )
     print(text)
     return _EXIT_OK
-
-
-async def _views(
-    store: JobQueue, loaded: LoadedConfig, gates: list[Any], now: datetime | None = None
-) -> list[GateView]:
-    jobs = [g.job_id for g in gates if g.kind == GATE_BUS_DEAD_LETTERED and g.job_id]
-    parked = await store.parked_dead_letters(jobs) if jobs else {}
-    now = now if now is not None else (await store.database_facts()).now
-    reap = loaded.settings.queue.reap
-    return [
-        view_of(
-            g,
-            by_job(parked, g),
-            now,
-            owned_queue_pattern=reap.owned_queue_pattern,
-            dead_letter_queue_pattern=reap.dead_letter_queue_pattern,
-        )
-        for g in gates
-    ]
-
-
-async def _with_history(store: JobQueue, view: GateView) -> GateView:
-    """``view`` with the ledger's newest events of its job, and how many there are in all."""
-    job = view.gate.job_id
-    if job is None:
-        return view
-    chosen = EventFilter(object=str(job), limit=HISTORY_EVENTS)
-    found = await store.read_events(chosen)
-    total = len(found)
-    if total == chosen.limit:
-        total = await store.count_events(chosen)
-    return replace(view, history=tuple(found), history_total=total)
 
 
 async def _answer(loaded: LoadedConfig, args: argparse.Namespace) -> int:
