@@ -11,18 +11,16 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
-from uuid import UUID
 
 from reaper.config import LoadedConfig
 from reaper.core.dead_letters import quote_untrusted
 from reaper.edges.options import add_project, default_answerer
 from reaper.errors import GateError, ReaperError
 from reaper.gates.answering import answer_gate
-from reaper.gates.ids import argument, gate_kind, resolve_project, short_id
-from reaper.gates.views import GateView, format_age, parse_duration, parse_since, views_of
+from reaper.gates.ids import argument, gate_kind, short_id
+from reaper.gates.selection import Selection, select
+from reaper.gates.views import GateView, format_age, parse_duration
 from reaper.gates.wording import answered_line
-from reaper.jobqueue.port import JobQueue
 from reaper.reap.sources import Sources, open_sources
 
 __all__ = ["add_selection", "answer_selection", "has_selection"]
@@ -66,15 +64,6 @@ def has_selection(args: argparse.Namespace) -> bool:
 
 
 @dataclass(frozen=True)
-class _Raised:
-    """What the options select by the database's clock, and the project a prefix names."""
-
-    before: datetime | None
-    since: datetime | None
-    project: UUID | None
-
-
-@dataclass(frozen=True)
 class _Selected:
     take: list[GateView]
     #: Gates selected that cannot take the answer, each with why.
@@ -98,16 +87,8 @@ async def answer_selection(
         if store is None:
             print(f"reaper: cannot answer: {sources.store_error}", file=sys.stderr)
             return _EXIT_NOT_OK
-        now = (await store.database_facts()).now
-        project = None
-        if args.project is not None and sources.store is not None:
-            project = await resolve_project(sources.store, args.project)
-        raised = _Raised(
-            None if older is None else now - older,
-            None if args.since is None else parse_since(args.since, now),
-            project,
-        )
-        selected = await _select(store, loaded, args, now, raised)
+        chosen = Selection(True, args.kind, args.project, older, args.since, args.queue)
+        selected = _split(await select(store, loaded.settings, chosen), args.choice)
         print(_show(selected, args.choice, _words(args)))
         if args.dry_run or not selected.take:
             if args.dry_run:
@@ -120,29 +101,12 @@ async def answer_selection(
         await sources.close()
 
 
-async def _select(
-    store: JobQueue,
-    loaded: LoadedConfig,
-    args: argparse.Namespace,
-    now: datetime,
-    raised: _Raised,
-) -> _Selected:
-    gates = await store.list_gates(
-        open_only=True,
-        kind=args.kind,
-        project_id=raised.project,
-        raised_before=raised.before,
-        raised_since=raised.since,
-    )
+def _split(views: list[GateView], choice: str) -> _Selected:
+    """The views that can take ``choice``, and the rest, each with why not."""
     take: list[GateView] = []
     left: list[tuple[GateView, str]] = []
-    for view in await views_of(store, loaded.settings, gates, now):
-        letter = view.parked
-        if args.queue is not None and (
-            letter is None or args.queue not in (letter.letter.queue, letter.letter.origin_queue)
-        ):
-            continue
-        if args.choice in view.choices:
+    for view in views:
+        if choice in view.choices:
             take.append(view)
         else:
             left.append((view, "; ".join(view.withheld) or f"it offers {'/'.join(view.choices)}"))

@@ -13,11 +13,11 @@ from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED
 from reaper.edges import events, gate_bulk
 from reaper.edges.options import add_output, add_project, default_answerer, output_of
 from reaper.gates.answering import answer_gate, preview_answer
-from reaper.gates.ids import argument, find_gate, gate_kind, resolve_project
+from reaper.gates.ids import argument, find_gate, gate_kind
+from reaper.gates.selection import Selection, select
 from reaper.gates.views import (
     list_json,
     parse_duration,
-    parse_since,
     render_list,
     render_show,
     views_of,
@@ -138,19 +138,14 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
             view = await with_history(store, view)
             print(json.dumps(list_json([view])[0], indent=2) if args.json else render_show(view))
             return _EXIT_OK
-        now = (await store.database_facts()).now
-        older = parse_duration(args.older_than) if args.older_than else None
-        project = None
-        if args.project is not None and sources.store is not None:
-            project = await resolve_project(sources.store, args.project)
-        gates = await store.list_gates(
+        chosen = Selection(
             open_only=not args.all,
             kind=args.kind,
-            project_id=project,
-            raised_before=None if older is None else now - older,
-            raised_since=None if args.since is None else parse_since(args.since, now),
+            project=args.project,
+            older_than=parse_duration(args.older_than) if args.older_than else None,
+            since=args.since,
         )
-        views = await views_of(store, loaded.settings, gates, now)
+        views = await select(store, loaded.settings, chosen)
     finally:
         await sources.close()
     output = output_of(args)
