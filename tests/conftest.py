@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import asyncpg
@@ -18,6 +19,8 @@ import pytest
 from reaper.desk.postgres import PostgresDesk
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.schema.migrations import migrate
+from tests.support.accounts import README_PERMISSIONS, README_TAGS, broker_user, login_role
+from tests.support.cli import Cli, database_env, reaper_env
 from tests.support.cluster import (
     CLUSTER_AMQP_PORTS,
     CLUSTER_MANAGEMENT,
@@ -83,6 +86,14 @@ def desk(store: PostgresStore) -> PostgresDesk:
 
 
 @pytest.fixture
+async def bare_role(pg_dsn: str) -> AsyncIterator[str]:
+    """A login role of this test's own, holding nothing; what it was granted in ``pg_dsn``'s
+    database is dropped afterwards, then the role."""
+    async with login_role(pg_dsn, "qr_bare") as name:
+        yield name
+
+
+@pytest.fixture
 async def pg_empty_dsn() -> AsyncIterator[str]:
     """The DSN of a fresh database with no migration applied."""
     name = f"qr_empty_{uuid.uuid4().hex[:12]}"
@@ -93,6 +104,19 @@ async def pg_empty_dsn() -> AsyncIterator[str]:
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Cli:
+    """The command line with no ``REAPER_`` environment: ``cli.on(env)`` gives it one."""
+    return Cli(monkeypatch, tmp_path, capsys, {})
+
+
+@pytest.fixture
+def db_cli(pg_dsn: str, cli: Cli) -> Cli:
+    """The command line on this test's database alone (no broker answers): ``await
+    db_cli("gates", "list")``."""
+    return cli.on(database_env(pg_dsn))
 
 
 # --------------------------------------------------------------------------- RabbitMQ
@@ -126,6 +150,20 @@ def broker(broker_server: tuple[str, str]) -> Iterator[BrokerUnderTest]:
     finally:
         with under_test.admin() as client:
             client.delete(f"/api/vhosts/{quote(vhost, safe='')}")
+
+
+@pytest.fixture
+def broker_cli(broker: BrokerUnderTest, pg_dsn: str, cli: Cli) -> Cli:
+    """The command line on this test's database and its vhost on each broker version."""
+    return cli.on(reaper_env(pg_dsn, broker.management_url, broker.vhost))
+
+
+@pytest.fixture
+def readme_user(broker: BrokerUnderTest) -> Iterator[tuple[str, str]]:
+    """A management user of this test's own (name, password) with only the tags and vhost
+    permissions the README lists, deleted afterwards."""
+    with broker_user(broker, "qr-reaper", README_TAGS, README_PERMISSIONS) as name_and_password:
+        yield name_and_password
 
 
 # --------------------------------------------------------------------------- the cluster
