@@ -16,6 +16,8 @@ from urllib.parse import quote
 import asyncpg
 import pytest
 
+from reaper.broker.client import ManagementClient
+from reaper.config import Settings
 from reaper.desk.postgres import PostgresDesk
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.schema.migrations import migrate
@@ -28,6 +30,7 @@ from tests.support.cluster import (
     cluster_turn,
     wait_cluster_whole,
 )
+from tests.support.dead_letters import settings_for
 from tests.support.schedule import long_first
 from tests.support.services import (
     BROKER_USER,
@@ -159,11 +162,27 @@ def broker_cli(broker: BrokerUnderTest, pg_dsn: str, cli: Cli) -> Cli:
 
 
 @pytest.fixture
+async def client(broker: BrokerUnderTest) -> AsyncIterator[ManagementClient]:
+    """The reaper's management client on this test's vhost, as the broker's test user."""
+    async with ManagementClient(
+        broker.management_url, broker.username, broker.password, vhost=broker.vhost
+    ) as c:
+        yield c
+
+
+@pytest.fixture
 def readme_user(broker: BrokerUnderTest) -> Iterator[tuple[str, str]]:
     """A management user of this test's own (name, password) with only the tags and vhost
     permissions the README lists, deleted afterwards."""
     with broker_user(broker, "qr-reaper", README_TAGS, README_PERMISSIONS) as name_and_password:
         yield name_and_password
+
+
+@pytest.fixture
+def settings(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path) -> Settings:
+    """A pass's settings from the environment alone (an empty config dir), pointed at this
+    test's vhost and database."""
+    return settings_for(broker, pg_dsn, tmp_path)
 
 
 # --------------------------------------------------------------------------- the cluster

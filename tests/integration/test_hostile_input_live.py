@@ -13,7 +13,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pika
@@ -36,7 +35,6 @@ from tests.support.dead_letters import (
     outcome_of,
     parked_after_passes,
     read_all,
-    settings_for,
     wait_for_depth,
 )
 from tests.support.holders import connect
@@ -46,11 +44,6 @@ from tests.support.store import insert_jobs, leased, query
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
 DEEP = 1_000
-
-
-@pytest.fixture
-def settings(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path) -> Settings:
-    return settings_for(broker, pg_dsn, tmp_path)
 
 
 @pytest.fixture
