@@ -18,7 +18,6 @@ import pytest
 
 from reaper.broker.client import ManagementClient
 from reaper.config import Settings
-from reaper.desk.postgres import PostgresDesk
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.schema.migrations import migrate
 from tests.support.accounts import README_PERMISSIONS, README_TAGS, broker_user, login_role
@@ -80,12 +79,6 @@ async def store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
     s = await PostgresStore.connect(pg_dsn)
     yield s
     await s.close()
-
-
-@pytest.fixture
-def desk(store: PostgresStore) -> PostgresDesk:
-    """Where this test's gates are answered: the desk over ``store``'s database."""
-    return PostgresDesk(store.database)
 
 
 @pytest.fixture

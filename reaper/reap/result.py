@@ -21,9 +21,9 @@ from reaper.core.domain import (
     SightingKey,
     Thresholds,
 )
+from reaper.jobqueue.dispatch import DispatchInForce
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome
-from reaper.reap.dispatch import DispatchInForce
 from reaper.reap.lease_log import VerdictLog
 from reaper.reap.listing import QuietQueues
 from reaper.reap.progress import RecordedVerdict, RowNotMoved, Unreadable
