@@ -203,13 +203,7 @@ async def child() -> None:
     sources = await open_sources(settings)
     try:
         started = time.perf_counter()
-        result = await run_pass(
-            settings,
-            store=sources.store,
-            broker=sources.broker,
-            store_error=sources.store_error,
-            broker_error=sources.broker_error,
-        )
+        result = await run_pass(settings, sources)
         seconds = time.perf_counter() - started
         requests = sources.broker.requests_made if sources.broker else 0
     finally:

@@ -49,10 +49,11 @@ from reaper.config import Settings
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import Dispatch, Thresholds
 from reaper.jobqueue.postgres import PostgresStore
+from reaper.reap.context import Mode
 from reaper.reap.lease_log import LeaseLog
-from reaper.reap.leases import reap_leases
+from reaper.reap.leases import reap_expired
 from reaper.reap.run import run_pass
-from reaper.reap.sources import open_sources
+from reaper.reap.sources import Sources, open_sources
 
 #: The seed's clock: this run's own time, so that a pass judging by the database's clock (as
 #: ``reaper reap`` does: :func:`reap_seeded`) finds the same leases expired as the methods
@@ -172,7 +173,7 @@ async def run_reaper(dsn: str, expired: int) -> tuple[float, int]:
         log = LeaseLog()
         moving = timed_batches()
         started = time.perf_counter()
-        reaped = await reap_leases(
+        reaped = await reap_expired(
             store,
             thresholds,
             NOW,
@@ -222,7 +223,9 @@ async def reap_seeded(
             if ready is not None:
                 await ready()
             started = time.perf_counter()
-            result = await run_pass(settings, store=sources.store, broker=None, leases_only=True)
+            result = await run_pass(
+                settings, Sources(store=sources.store, broker=None), mode=Mode.LEASES_ONLY
+            )
             elapsed = time.perf_counter() - started
         finally:
             await sources.close()
@@ -255,7 +258,7 @@ async def warm_reaper(store: PostgresStore, thresholds: Thresholds) -> None:
     """A long-lived reaper is warm: its pool's connections open, its statements prepared.
     Warm it with a dry run of the whole reap (every expired lease ruled on, read only)."""
     await asyncio.gather(*(store.count_expired_leases(NOW, 0) for _ in range(4)))
-    await reap_leases(
+    await reap_expired(
         store,
         thresholds,
         NOW,

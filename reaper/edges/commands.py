@@ -134,7 +134,7 @@ def decisions(result: PassResult) -> list[str]:
         else:
             lines.append(f"{v.condition.value} {where(v, wide=True)}: {v.action.value}")
     lines += [f"{what}: {n} job(s)" for what, n in moves.items()]
-    lines += [f"policy {p.name}: {p.action} ({p.reason})" for p in result.policies]
+    lines += [f"policy {p.name}: {p.action} ({p.reason})" for p in result.policies.outcomes]
     return lines
 
 

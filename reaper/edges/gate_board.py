@@ -127,7 +127,9 @@ def kinds_in(counts: Sequence[GateCount]) -> list[str]:
 async def clear_notes(settings: Settings, result: PassResult) -> list[str]:
     """The report's lines for the dead-letter queues a person may clear now. The gates are
     read only when a queue of the pass could be one (every letter on it already parked)."""
-    could = [d for d in result.dead_letters if d.depth > 0 and d.parked_new == 0 and d.unread == 0]
+    could = [
+        d for d in result.dead_letters.queues if d.depth > 0 and d.parked_new == 0 and d.unread == 0
+    ]
     if not could or result.dry_run:
         return []
     try:

@@ -157,9 +157,11 @@ class ReaperMetrics:
                 elif v.source is Source.JOB_QUEUE and v.action is Action.PARK:
                     self.jobs_parked.inc()
             if real:
-                self.dead_letters_parked.inc(sum(max(0, d.parked_new) for d in result.dead_letters))
+                self.dead_letters_parked.inc(
+                    sum(max(0, d.parked_new) for d in result.dead_letters.queues)
+                )
                 self.dead_letter_bodies_read.inc(
-                    sum(max(0, d.bodies_read) for d in result.dead_letters)
+                    sum(max(0, d.bodies_read) for d in result.dead_letters.queues)
                 )
             self.passes.labels("ok" if result.ok else "not_ok").inc()
             self.pass_duration.observe(max(0.0, result.duration_seconds))

@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from uuid import UUID
 
 from reaper.core.domain import Dispatch, Thresholds
 from reaper.errors import SourceUnreadable
 from reaper.jobqueue.port import JobQueue, LeaseReap, LeaseReapInterrupted
+from reaper.reap.context import Pass
 from reaper.reap.lease_log import LeaseLog
 from reaper.reap.progress import Found, RowNotMoved
 
-__all__ = ["LeaseReapOutcome", "reap_leases"]
+__all__ = ["LeaseReapOutcome", "reap_expired", "reap_leases"]
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,35 @@ class LeaseReapOutcome:
     #: went to the end).
     remaining: int = 0
     found: Found = field(default_factory=Found)
+    #: Every lease verdict of the step (a dry run: every ruling), kept a batch at a time.
+    log: LeaseLog = field(default_factory=LeaseLog)
+    #: The expired leases the step read: those it ruled on and those it left (None: the job
+    #: queue was not read).
+    expired: int | None = None
 
 
-async def reap_leases(
+async def reap_leases(p: Pass) -> LeaseReapOutcome:
+    """The lease step, when the job queue was read: every expired lease ruled on and (unless
+    an audit) moved, within the pass's lease budget, until the pass is asked to stop."""
+    if p.store is None:
+        return LeaseReapOutcome()
+    log = LeaseLog()
+    outcome = await reap_expired(
+        p.store,
+        p.config.thresholds,
+        p.now,
+        budget_seconds=p.config.lease_reap_budget_seconds,
+        project_id=p.config.project_id,
+        dispatch=p.dispatch,
+        write=p.ledger is not None,
+        log=log,
+        monotonic=p.monotonic,
+        stopping=p.stop,
+    )
+    return replace(outcome, log=log, expired=len(log) + outcome.remaining)
+
+
+async def reap_expired(
     store: JobQueue,
     thresholds: Thresholds,
     now: datetime,
