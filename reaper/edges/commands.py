@@ -19,7 +19,7 @@ from typing import Final
 from uuid import UUID
 
 from reaper.config import LoadedConfig
-from reaper.core.domain import Dispatch, Source
+from reaper.core.domain import Dispatch
 from reaper.demo.run import DemoPass, Said, run_demo
 from reaper.edges import colour
 from reaper.edges.gate_board import clear_notes, read_board
@@ -28,7 +28,7 @@ from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.report import render_text, write_json
 from reaper.edges.serve import serve as serve_http
 from reaper.edges.status_page import page_target
-from reaper.edges.wording import LEASE_CONDITIONS, where
+from reaper.edges.wording import where
 from reaper.errors import GateError, MigrationStopped, PassFailed, ReaperError, scrub
 from reaper.jobqueue.database import Database
 from reaper.policies.report import plan_json, plan_text
@@ -126,13 +126,12 @@ def decisions(result: PassResult) -> list[str]:
     """What a pass decided, for ``-v``: each verdict that is not a lease move, the lease moves
     counted per condition and action, each policy's action and reason."""
     moves: Counter[str] = Counter()
-    lines: list[str] = []
-    for r in result.verdicts:
-        v = r.verdict
-        if v.source is Source.JOB_QUEUE and v.condition in LEASE_CONDITIONS:
-            moves[f"{v.action.value} {v.condition.value}"] += 1
-        else:
-            lines.append(f"{v.condition.value} {where(v, wide=True)}: {v.action.value}")
+    for (condition, action, _, _), n in result.verdicts.leases.tally.items():
+        moves[f"{action.value} {condition.value}"] += n  # counted, not read back
+    lines = [
+        f"{r.verdict.condition.value} {where(r.verdict, wide=True)}: {r.verdict.action.value}"
+        for r in result.verdicts.others
+    ]
     lines += [f"{what}: {n} job(s)" for what, n in moves.items()]
     lines += [f"policy {p.name}: {p.action} ({p.reason})" for p in result.policies.outcomes]
     return lines

@@ -12,20 +12,17 @@ next turn comes at once. A dry run asks the same question read-only.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from uuid import UUID
 
-from reaper.core.domain import Dispatch, Thresholds
 from reaper.errors import SourceUnreadable
 from reaper.jobqueue.port import JobQueue, LeaseReap, LeaseReapInterrupted
 from reaper.reap.context import Pass
 from reaper.reap.lease_log import LeaseLog
 from reaper.reap.progress import Found, RowNotMoved
 
-__all__ = ["LeaseReapOutcome", "reap_expired", "reap_leases"]
+__all__ = ["LeaseReapOutcome", "reap_leases"]
 
 
 @dataclass(frozen=True)
@@ -43,55 +40,32 @@ class LeaseReapOutcome:
 
 async def reap_leases(p: Pass) -> LeaseReapOutcome:
     """The lease step, when the job queue was read: every expired lease ruled on and (unless
-    an audit) moved, within the pass's lease budget, until the pass is asked to stop."""
+    an audit) moved, until none is left, the pass's lease budget (by its ``monotonic``) is
+    spent or the pass is asked to stop (asked after each batch). A database that goes away
+    part-way is named in ``unreadable``, and what had committed is still logged as recorded.
+    What the budget, a stop request or a lost connection left is counted (``remaining``) and
+    noted."""
     if p.store is None:
         return LeaseReapOutcome()
     log = LeaseLog()
-    outcome = await reap_expired(
-        p.store,
-        p.config.thresholds,
-        p.now,
-        budget_seconds=p.config.lease_reap_budget_seconds,
-        project_id=p.config.project_id,
-        dispatch=p.dispatch,
-        write=p.ledger is not None,
-        log=log,
-        monotonic=p.monotonic,
-        stopping=p.stop,
-    )
+    outcome = await _reaped(p, p.store, log)
     return replace(outcome, log=log, expired=len(log) + outcome.remaining)
 
 
-async def reap_expired(
-    store: JobQueue,
-    thresholds: Thresholds,
-    now: datetime,
-    *,
-    budget_seconds: float,
-    project_id: UUID | None,
-    dispatch: Dispatch,
-    write: bool,
-    log: LeaseLog,
-    monotonic: Callable[[], float] = time.monotonic,
-    stopping: Callable[[], bool] = lambda: False,
-) -> LeaseReapOutcome:
-    """Rule on the expired leases and (``write``) move them, until none is left,
-    ``budget_seconds`` (by ``monotonic``) is spent or the pass is asked to stop (``stopping``,
-    asked after each batch). A dry run (``write`` false) rules the same and moves nothing. A
-    database that goes away part-way is named in ``unreadable``, and what had committed is
-    still logged as recorded. What the budget, a stop request or a lost connection left is
-    counted (``remaining``) and noted."""
-    grace = thresholds.lease_grace_seconds
+async def _reaped(p: Pass, store: JobQueue, log: LeaseLog) -> LeaseReapOutcome:
+    config, now, stopping, write = p.config, p.now, p.stop, p.ledger is not None
+    grace, project_id = config.thresholds.lease_grace_seconds, config.project_id
+    budget = config.lease_reap_budget_seconds
     try:
         reap = await store.reap_leases(
             now,
             grace,
             project_id=project_id,
-            dispatch=dispatch,
+            deadline=p.monotonic() + budget,
+            dispatch=p.dispatch,
             write=write,
-            deadline=monotonic() + budget_seconds,
             keep=log.keep,
-            monotonic=monotonic,
+            monotonic=p.monotonic,
             stopping=stopping,
         )
     except LeaseReapInterrupted as exc:
@@ -110,7 +84,7 @@ async def reap_expired(
         return LeaseReapOutcome(0, found + Found.failed(exc))
     # what the next turn takes: not the rows named, nor (a dry run) those already ruled on
     left = max(0, left - (len(reap.failed) if write else reap.moved))
-    return LeaseReapOutcome(left, found + _left(left, None if stopping() else budget_seconds))
+    return LeaseReapOutcome(left, found + _left(left, None if stopping() else budget))
 
 
 def _left(left: int, budget_seconds: float | None) -> Found:

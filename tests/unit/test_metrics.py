@@ -547,3 +547,20 @@ def test_what_the_broker_cannot_enforce_is_not_an_unverified_policy_and_a_plan_i
     assert registry.get_sample_value("reaper_policy_verified", {"policy": "vibey-classic"}) == 1
     metrics.observe(replace(a_pass(dry_run=True), policies=PoliciesOutcome((planned,))))
     assert registry.get_sample_value("reaper_policy_verified", {"policy": "vibey-quorum"}) is None
+
+
+def test_lease_moves_are_counted_as_the_pass_counted_them(
+    metrics: ReaperMetrics, registry: CollectorRegistry
+) -> None:
+    from tests.unit.test_report import _lease_result
+
+    metrics.observe(_lease_result(expired=4, poison=2))  # the moves spooled, as a pass keeps them
+    assert registry.get_sample_value("reaper_leases_requeued_total") == 4
+    assert registry.get_sample_value("reaper_jobs_parked_total") == 2
+    requeued = {"source": "job_queue", "condition": "lease_expired", "action": "requeue"}
+    parked = {"source": "job_queue", "condition": "poison", "action": "park"}
+    for labels, n in ((requeued, 4), (parked, 2)):
+        assert registry.get_sample_value("reaper_verdicts_applied_total", labels) == n
+        assert registry.get_sample_value("reaper_verdicts_recorded_total", labels) == n
+        judged = labels | {"dry_run": "false"}
+        assert registry.get_sample_value("reaper_verdicts_total", judged) == n
