@@ -15,7 +15,6 @@ from urllib.parse import quote
 import asyncpg
 import pytest
 
-from reaper.desk.postgres import PostgresDesk
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.schema.migrations import migrate
 from tests.support.cluster import (
@@ -74,12 +73,6 @@ async def store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
     s = await PostgresStore.connect(pg_dsn)
     yield s
     await s.close()
-
-
-@pytest.fixture
-def desk(store: PostgresStore) -> PostgresDesk:
-    """Where this test's gates are answered: the desk over ``store``'s database."""
-    return PostgresDesk(store.database)
 
 
 @pytest.fixture

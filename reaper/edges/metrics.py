@@ -34,9 +34,9 @@ from prometheus_client.exposition import (
 )
 
 from reaper.core.domain import Action, Condition, Source
-from reaper.edges.gate_board import GateBoard
 from reaper.edges.pass_gauges import PassCollector
 from reaper.errors import ReaperError, scrub
+from reaper.gates.board import GateBoard
 from reaper.reap.result import PassResult
 from reaper.version import __version__
 

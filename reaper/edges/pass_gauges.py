@@ -15,7 +15,7 @@ from typing import Final
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from reaper.core.domain import SURFACED_CONDITIONS, Source
-from reaper.edges.gate_board import GateBoard, kinds_in
+from reaper.gates.board import GateBoard, kinds_in
 from reaper.reap.result import PassResult
 
 __all__ = ["PassCollector"]

@@ -28,10 +28,10 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
 
-from reaper.edges.gate_board import GateBoard
 from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.status_page import PageTarget, PassLine, pass_line, render_page
 from reaper.errors import ReaperError, scrub
+from reaper.gates.board import GateBoard
 from reaper.reap.result import PassResult
 
 if TYPE_CHECKING:

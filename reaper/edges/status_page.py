@@ -21,12 +21,12 @@ from typing import Final
 from reaper.config import Settings
 from reaper.core.dead_letters import quote_untrusted
 from reaper.core.moments import utc
-from reaper.edges.gate_board import GateBoard, safe_to_clear
-from reaper.edges.gate_views import view_of
 from reaper.edges.status_queues import dead_letter_section, escape, queue_section
 from reaper.edges.wording import age, measure, next_step, where
 from reaper.errors import scrub
-from reaper.reap.ids import project_name
+from reaper.gates.board import GateBoard, safe_to_clear
+from reaper.gates.ids import project_name
+from reaper.gates.views import view_of
 from reaper.reap.result import PassResult
 
 __all__ = ["PageTarget", "PassLine", "escape", "page_target", "pass_line", "render_page"]

@@ -17,8 +17,8 @@ from reaper.core.bounds import (
 )
 from reaper.core.domain import BrokerFacts, Condition, QueueStats
 from reaper.core.terminal import for_terminal, one_line
-from reaper.edges.gate_board import GateBoard, safe_to_clear
 from reaper.edges.wording import age
+from reaper.gates.board import GateBoard, safe_to_clear
 from reaper.reap.dead_letters import DeadLetterOutcome
 from reaper.reap.result import PassResult
 

@@ -20,10 +20,10 @@ from reaper.core.domain import (
 )
 from reaper.core.observation import ChannelStats, ConsumerSeen
 from reaper.errors import ConfigError, ReaperError
+from reaper.jobqueue.dispatch import DispatchInForce, dispatch_in_force
 from reaper.jobqueue.port import JobQueue
 from reaper.policies.declarations import load_declarations
 from reaper.policies.render import DesiredPolicy, render
-from reaper.reap.dispatch import DispatchInForce, dispatch_in_force
 from reaper.reap.listing import Listing, QuietQueues, read_listing
 from reaper.reap.pass_config import PassConfig
 from reaper.reap.progress import Found, Unreadable, unreadable_from

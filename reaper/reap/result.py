@@ -20,8 +20,8 @@ from reaper.core.domain import (
     QueueStats,
     Thresholds,
 )
+from reaper.jobqueue.dispatch import DispatchInForce
 from reaper.reap.dead_letters import DeadLettersOutcome
-from reaper.reap.dispatch import DispatchInForce
 from reaper.reap.lease_log import VerdictLog
 from reaper.reap.leases import LeaseReapOutcome
 from reaper.reap.listing import QuietQueues

@@ -13,8 +13,10 @@ import pytest
 
 from reaper.config import Settings
 from reaper.core.domain import FLEET_PROJECT_ID
-from reaper.edges.gates import answer_gate, short_id
 from reaper.errors import GateError
+from reaper.gates.answering import answer_gate, preview_answer
+from reaper.gates.ids import short_id
+from reaper.gates.wording import answered_line, would_line
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once
 from reaper.reap.sources import open_sources
@@ -196,19 +198,21 @@ async def test_replay_publishes_the_body_back_and_the_dead_letter_stays(
 
     sources = await open_sources(settings)
     try:
-        would = await answer_gate(sources, settings, short_id(replayed.id), "replay", dry_run=True)
+        would = would_line(await preview_answer(sources, settings, short_id(replayed.id), "replay"))
         assert depth(broker, ORIGIN) == 0 and (await gate_by_id(store, replayed.id)).is_open
-        outcome = await answer_gate(
-            sources,
-            settings,
-            short_id(replayed.id),
-            "replay",
-            answered_by="ana@ops",
-            reason="consumer fixed",
+        outcome = answered_line(
+            await answer_gate(
+                sources,
+                settings,
+                short_id(replayed.id),
+                "replay",
+                answered_by="ana@ops",
+                reason="consumer fixed",
+            )
         )
         with pytest.raises(GateError, match="already answered"):
             await answer_gate(sources, settings, replayed.id, "replay")
-        dismissal = await answer_gate(sources, settings, dismissed.id, "dismiss")
+        dismissal = answered_line(await answer_gate(sources, settings, dismissed.id, "dismiss"))
     finally:
         await sources.close()
 

@@ -21,10 +21,10 @@ import pytest
 
 from reaper.config import Settings
 from reaper.core.domain import FLEET_PROJECT_ID
-from reaper.edges.gate_board import clear_notes, read_board
-from reaper.edges.gates import answer_gate
+from reaper.edges.commands import clear_notes, read_board
 from reaper.edges.status_page import page_target, render_page
 from reaper.errors import GateError
+from reaper.gates.answering import answer_gate
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once
 from reaper.reap.sources import open_sources

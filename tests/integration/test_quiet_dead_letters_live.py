@@ -374,11 +374,17 @@ async def test_a_letter_is_read_once_when_parked_and_never_again_while_nothing_a
     broker: BrokerUnderTest, settings: Settings, store: PostgresStore
 ) -> None:
     """Quiet is one read, by the broker's own get counters: the pass that parks five new letters
-    fetches each once (5 gets, not 10), and the passes after it fetch none (not 5 more)."""
+    fetches each once (5 gets, not 10), and the passes after it fetch none (not 5 more).
+
+    The pass begins once the listing shows the letters' bytes as well as their count: a
+    listing of 5 letters and 0 bytes (seen on 3.10 under load) makes the park pass's mark say
+    0 bytes, and the next pass rightly reads again when the bytes appear."""
+    named = [b"named-1", b"named-2", b"named-3"]
+    plain = [b'{"plain": 1}', b'{"plain": 22}']
     declare(broker)
-    dead_letter(broker, [b"named-1", b"named-2", b"named-3"], ids=True)
-    dead_letter(broker, [b'{"plain": 1}', b'{"plain": 22}'], ids=False)
-    await wait_for_depth(broker, DLQ, 5)
+    dead_letter(broker, named, ids=True)
+    dead_letter(broker, plain, ids=False)
+    await wait_for_depth(broker, DLQ, 5, message_bytes=sum(map(len, named + plain)))
     assert fetch_counters(broker)["deliver_get"] is None  # nothing fetched from it yet
 
     parked, _ = await one_pass(settings)  # its writes include the policies it puts in force

@@ -26,7 +26,6 @@ from reaper.core.domain import (
     Verdict,
 )
 from reaper.core.judge_leases import judge_lease_page
-from reaper.desk.postgres import PostgresDesk
 from reaper.jobqueue.lease_reap import lease_rulings
 from reaper.jobqueue.postgres import PostgresStore
 from tests.support.store import (
@@ -90,7 +89,7 @@ async def test_requeue_moves_the_lease_back_to_ready_with_its_event(
 
 
 async def test_poison_is_parked_with_one_gate_per_episode(
-    pg_dsn: str, store: PostgresStore, desk: PostgresDesk
+    pg_dsn: str, store: PostgresStore
 ) -> None:
     project = uuid.uuid4()
     job = leased(project, attempts=7, max_attempts=7, owner="worker-9")
@@ -115,7 +114,7 @@ async def test_poison_is_parked_with_one_gate_per_episode(
 
     # the answer buys exactly one more delivery; when that lease runs out too, it is a new
     # episode and gets a gate of its own
-    answered = await desk.answer_gate(gate.id, "retry", NOW)
+    answered = await store.answer_gate(gate.id, "retry", NOW)
     assert answered.answer == "retry"
     later = NOW + timedelta(hours=1)
     conn = await asyncpg.connect(pg_dsn)

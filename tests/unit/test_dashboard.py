@@ -24,8 +24,8 @@ from reaper.core.domain import (
     Unit,
     Verdict,
 )
-from reaper.edges.gate_board import GateBoard
 from reaper.edges.metrics import ReaperMetrics
+from reaper.gates.board import GateBoard
 from reaper.jobqueue.port import GateCount
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome, DeadLettersOutcome

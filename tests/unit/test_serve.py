@@ -22,10 +22,10 @@ from prometheus_client import CollectorRegistry
 
 from reaper.core.domain import Action, Condition, Source, Unit, Verdict
 from reaper.core.records import Gate
-from reaper.edges.gate_board import GateBoard
 from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.serve import ListenError, parse_listen, serve
 from reaper.edges.status_page import PageTarget
+from reaper.gates.board import GateBoard
 from reaper.jobqueue.port import GateCount
 from reaper.reap.lease_log import VerdictLog
 from reaper.reap.leases import LeaseReapOutcome
