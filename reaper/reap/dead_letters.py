@@ -19,16 +19,7 @@ from typing import Final
 from reaper.broker.port import Broker
 from reaper.core import dead_letters
 from reaper.core.dead_letters import DispatchPointer
-from reaper.core.domain import (
-    Action,
-    BrokerFacts,
-    Condition,
-    DeadLetter,
-    Dispatch,
-    Judgement,
-    QueueStats,
-    Verdict,
-)
+from reaper.core.domain import Action, BrokerFacts, DeadLetter, Dispatch, QueueStats, Verdict
 from reaper.errors import SourceUnreadable
 from reaper.jobqueue.port import DeadLetterParks, JobQueue, ParkRules
 from reaper.reap.context import Pass
@@ -94,8 +85,8 @@ class _Step:
     held: dict[str, int] = field(default_factory=dict)
 
 
-async def park_dead_letters(p: Pass, judgement: Judgement) -> DeadLettersOutcome:
-    """Each owned dead-letter queue's outcome, and the dead-letter verdicts to surface, when
+async def park_dead_letters(p: Pass, verdicts: Sequence[Verdict]) -> DeadLettersOutcome:
+    """Each owned dead-letter queue's outcome, and the dead-letter ``verdicts`` to surface, when
     the broker was read and the pass was not asked to stop. With outbox dispatch a letter that
     is a dispatch pointer parks the job it points to instead. A source that fails on a queue
     is named, and that queue left to the next pass."""
@@ -107,9 +98,7 @@ async def park_dead_letters(p: Pass, judgement: Judgement) -> DeadLettersOutcome
     outcomes: list[DeadLetterOutcome] = []
     surfaced: list[Verdict] = []
     found = Found()
-    for verdict in judgement.verdicts:
-        if verdict.condition is not Condition.DEAD_LETTER:
-            continue
+    for verdict in verdicts:
         if verdict.action is not Action.PARK:  # a foreign queue: surfaced, never read
             surfaced.append(verdict)
             continue

@@ -18,7 +18,7 @@ from uuid import UUID
 
 from reaper.broker.port import ManagementEndpoint, QueuesByVhost
 from reaper.config import Settings
-from reaper.core.domain import Source
+from reaper.core.domain import Condition, Source
 from reaper.core.judge import judge
 from reaper.core.storable import stored_escaped
 from reaper.reap.context import Mode, Pass
@@ -82,7 +82,8 @@ async def run_pass(
     )
     leases = await reap_leases(p)
     policies = await reconcile_policies(p)
-    dead_letters = await park_dead_letters(p, judgement)
+    dead = [v for v in judgement.verdicts if v.condition is Condition.DEAD_LETTER]
+    dead_letters = await park_dead_letters(p, dead)
     steps = sum(
         (
             _opened(p, sources),
