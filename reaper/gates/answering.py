@@ -27,7 +27,7 @@ from reaper.core.records import Gate
 from reaper.errors import BrokerUnavailable, GateError, StoreUnavailable
 from reaper.gates.ids import find_gate
 from reaper.jobqueue.dispatch import dispatch_in_force
-from reaper.jobqueue.port import JobQueue, ParkedDeadLetter
+from reaper.jobqueue.port import GateChoice, JobQueue, ParkedDeadLetter
 from reaper.jobqueue.rules import DEAD_LETTER_REPLAY, check_answerable, not_the_latest
 
 __all__ = [
@@ -134,10 +134,9 @@ async def answer_gate(
     source fails; in every such case nothing was recorded, unless the message says the body
     was published."""
     store, gate, now, dispatch = await _open(sources, settings, gate_id, clock)
+    given = GateChoice(gate.id, choice, now, answered_by, reason)
     if gate.kind != GATE_BUS_DEAD_LETTERED:
-        answered = await store.answer_gate(
-            gate.id, choice, now, answered_by=answered_by, dispatch=dispatch, reason=reason
-        )
+        answered = await store.answer_gate(given, dispatch=dispatch)
         return GateAnswer(answered, dispatch=dispatch)
     published: list[str] = []
 
@@ -147,9 +146,7 @@ async def answer_gate(
         return message_id
 
     try:
-        answered, parked = await store.answer_dead_letter_gate(
-            gate.id, choice, now, replay=replay, answered_by=answered_by, reason=reason
-        )
+        answered, parked = await store.answer_dead_letter_gate(given, replay=replay)
     except StoreUnavailable as exc:
         if not published:
             raise

@@ -19,7 +19,7 @@ from uuid import UUID
 
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED
 from reaper.core.records import Gate
-from reaper.jobqueue.port import GateCount, JobQueue, ParkedDeadLetter
+from reaper.jobqueue.port import GateCount, GateFilter, JobQueue, ParkedDeadLetter
 
 __all__ = [
     "GATE_KINDS",
@@ -116,7 +116,7 @@ async def board_of(store: JobQueue) -> GateBoard:
     """Read the board from ``store``."""
     facts = await store.database_facts()
     counts = await store.open_gate_counts()
-    oldest = await store.list_gates(open_only=True, limit=BOARD_GATES) if counts else []
+    oldest = await store.list_gates(GateFilter(open_only=True, limit=BOARD_GATES)) if counts else []
     letters = [g.job_id for g in oldest if g.kind == GATE_BUS_DEAD_LETTERED and g.job_id]
     parked = await store.parked_dead_letters(letters) if letters else {}
     waiting = await store.open_dead_letter_gates() if counts else {}

@@ -11,7 +11,7 @@ from datetime import timedelta
 from reaper.config import Settings
 from reaper.gates.ids import resolve_project
 from reaper.gates.views import GateView, parse_since, views_of
-from reaper.jobqueue.port import JobQueue
+from reaper.jobqueue.port import GateFilter, JobQueue
 
 __all__ = ["Selection", "select"]
 
@@ -37,11 +37,13 @@ async def select(store: JobQueue, settings: Settings, chosen: Selection) -> list
     now = (await store.database_facts()).now
     project = None if chosen.project is None else await resolve_project(store, chosen.project)
     gates = await store.list_gates(
-        open_only=chosen.open_only,
-        kind=chosen.kind,
-        project_id=project,
-        raised_before=None if chosen.older_than is None else now - chosen.older_than,
-        raised_since=None if chosen.since is None else parse_since(chosen.since, now),
+        GateFilter(
+            open_only=chosen.open_only,
+            kind=chosen.kind,
+            project_id=project,
+            raised_before=None if chosen.older_than is None else now - chosen.older_than,
+            raised_since=None if chosen.since is None else parse_since(chosen.since, now),
+        )
     )
     views = await views_of(store, settings, gates, now)
     if chosen.queue is None:

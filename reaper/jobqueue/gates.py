@@ -25,7 +25,14 @@ from reaper.core.storable import for_storage, from_storage, payload_for_storage
 from reaper.errors import GateError
 from reaper.jobqueue import ledger
 from reaper.jobqueue.database import Connection, Database
-from reaper.jobqueue.port import GateCount, ParkedDeadLetter, ReplaySender
+from reaper.jobqueue.port import (
+    OPEN_GATES,
+    GateChoice,
+    GateCount,
+    GateFilter,
+    ParkedDeadLetter,
+    ReplaySender,
+)
 from reaper.jobqueue.rows import gate_of, parked_of
 from reaper.jobqueue.rules import (
     DEAD_LETTER_REPLAY,
@@ -52,25 +59,12 @@ class Gates:
 
     database: Database
 
-    async def list_gates(
-        self,
-        *,
-        open_only: bool = True,
-        kind: str | None = None,
-        project_id: UUID | None = None,
-        raised_before: datetime | None = None,
-        raised_since: datetime | None = None,
-        limit: int | None = None,
-    ) -> list[Gate]:
+    async def list_gates(self, chosen: GateFilter = OPEN_GATES) -> list[Gate]:
+        c = chosen
         async with self.database.session("listing gates") as conn:
             rows = await conn.fetch(
                 QUERIES["list_gates"],
-                open_only,
-                kind,
-                project_id,
-                raised_before,
-                raised_since,
-                limit,
+                *(c.open_only, c.kind, c.project_id, c.raised_before, c.raised_since, c.limit),
             )
         return [gate_of(r) for r in rows]
 
@@ -90,40 +84,27 @@ class Gates:
         return {from_storage(r["queue"]): r["waiting"] for r in rows}
 
     async def answer_gate(
-        self,
-        gate_id: UUID,
-        choice: str,
-        now: datetime,
-        *,
-        answered_by: str | None = None,
-        dispatch: Dispatch = Dispatch.POLLING,
-        reason: str | None = None,
+        self, answer: GateChoice, *, dispatch: Dispatch = Dispatch.POLLING
     ) -> Gate:
         async with self.database.session("answering a gate") as conn, conn.transaction():
-            gate = await _open_for_answer(conn, gate_id, choice)
-            answer = ANSWERS.get(gate.kind)
-            if answer is None:
+            gate = await _open_for_answer(conn, answer)
+            act = ANSWERS.get(gate.kind)
+            if act is None:
                 raise GateError(
                     f"gate {gate.id} is a {gate.kind} gate: this store cannot answer it"
                 )
-            await answer(conn, gate, choice, now, dispatch)
-            return await _record_answer(conn, gate, choice, now, answered_by, reason)
+            await act(conn, gate, answer.choice, answer.now, dispatch)
+            return await _record_answer(conn, gate, answer)
 
     async def answer_dead_letter_gate(
-        self,
-        gate_id: UUID,
-        choice: str,
-        now: datetime,
-        *,
-        replay: ReplaySender | None = None,
-        answered_by: str | None = None,
-        reason: str | None = None,
+        self, answer: GateChoice, *, replay: ReplaySender | None = None
     ) -> tuple[Gate, ParkedDeadLetter | None]:
+        choice, now = answer.choice, answer.now
         async with (
             self.database.session("answering a dead-letter gate") as conn,
             conn.transaction(),
         ):
-            gate = await _open_for_answer(conn, gate_id, choice)
+            gate = await _open_for_answer(conn, answer)
             if gate.kind != GATE_BUS_DEAD_LETTERED:
                 raise GateError(
                     f"gate {gate.id} is a {gate.kind} gate, not a {GATE_BUS_DEAD_LETTERED} gate"
@@ -145,19 +126,19 @@ class Gates:
                 )
             else:
                 await _settle_dead_letter(conn, gate, choice, now, Dispatch.POLLING)
-            answered = await _record_answer(conn, gate, choice, now, answered_by, reason, published)
+            answered = await _record_answer(conn, gate, answer, published)
             return answered, parked
 
 
-async def _open_for_answer(conn: Connection, gate_id: UUID, choice: str) -> Gate:
+async def _open_for_answer(conn: Connection, answer: GateChoice) -> Gate:
     """Lock the gate (its row, for the rest of the transaction) and refuse an answer it
     cannot take: an unknown gate, one already answered, a choice it does not offer, a gate
     its job has since been parked again behind (a gate answers only itself)."""
-    row = await conn.fetchrow(QUERIES["gate_for_answer"], gate_id)
+    row = await conn.fetchrow(QUERIES["gate_for_answer"], answer.gate_id)
     if row is None:
-        raise GateError(f"gate {gate_id} does not exist")
+        raise GateError(f"gate {answer.gate_id} does not exist")
     gate = gate_of(row)
-    check_answerable(gate, choice)
+    check_answerable(gate, answer.choice)
     if gate.job_id is not None:
         latest = await conn.fetchrow(QUERIES["latest_gate_of_job"], gate.job_id)
         if latest is not None and latest["id"] != gate.id:
@@ -170,18 +151,16 @@ async def _open_for_answer(conn: Connection, gate_id: UUID, choice: str) -> Gate
 async def _record_answer(
     conn: Connection,
     gate: Gate,
-    choice: str,
-    now: datetime,
-    answered_by: str | None,
-    reason: str | None,
+    answer: GateChoice,
     published: tuple[str, str] | None = None,
 ) -> Gate:
     """Record the answer of a gate locked by :func:`_open_for_answer`, and its
     ``GateAnswered`` event on the gate's project stream (``published``: the queue and message
     id a replay sent; the queue came from the letter's headers, so that event is untrusted)."""
-    stored_by = None if answered_by is None else for_storage(answered_by)
+    choice, now, by = answer.choice, answer.now, answer.answered_by
+    stored_by = None if by is None else for_storage(by)
     answered = gate_of(await conn.fetchrow(QUERIES["answer_gate"], now, gate.id, choice, stored_by))
-    payload = answered_payload(gate, choice, answered_by, reason, published)
+    payload = answered_payload(gate, choice, by, answer.reason, published)
     canonical = canonical_json(payload_for_storage(payload))
     event = ledger.Event(
         gate.project_id, canonical, digest_of(canonical), published is None, GATE_ANSWERED

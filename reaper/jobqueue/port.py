@@ -31,10 +31,13 @@ from reaper.core.records import Gate, LedgerEvent
 from reaper.errors import StoreUnavailable
 
 __all__ = [
+    "OPEN_GATES",
     "DatabaseFacts",
     "DeadLetterParks",
     "EventFilter",
+    "GateChoice",
     "GateCount",
+    "GateFilter",
     "JobQueue",
     "LeaseReap",
     "LeaseReapInterrupted",
@@ -189,6 +192,34 @@ class GateCount:
     kind: str
     open: int
     oldest: datetime
+
+
+@dataclass(frozen=True)
+class GateFilter:
+    """Which gates :meth:`JobQueue.list_gates` lists, oldest first: each field narrows (None:
+    any), at most ``limit``; ``raised_since`` includes its own instant, ``raised_before`` not."""
+
+    open_only: bool = True
+    kind: str | None = None
+    project_id: UUID | None = None
+    raised_before: datetime | None = None
+    raised_since: datetime | None = None
+    limit: int | None = None
+
+
+#: Every open gate.
+OPEN_GATES = GateFilter()
+
+
+@dataclass(frozen=True)
+class GateChoice:
+    """A person's answer to one gate (SPEC §1): the choice, when, by whom and why."""
+
+    gate_id: UUID
+    choice: str
+    now: datetime
+    answered_by: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -347,18 +378,9 @@ class JobQueue(Protocol):
         lease expired), else record the pointer as stale; once per letter, with its event."""
         ...
 
-    async def list_gates(
-        self,
-        *,
-        open_only: bool = True,
-        kind: str | None = None,
-        project_id: UUID | None = None,
-        raised_before: datetime | None = None,
-        raised_since: datetime | None = None,
-        limit: int | None = None,
-    ) -> list[Gate]:
-        """Gates, oldest first (at most ``limit``), each with the job's later gate where it
-        has one; ``raised_since`` includes its own instant, ``raised_before`` excludes it."""
+    async def list_gates(self, chosen: GateFilter = OPEN_GATES) -> list[Gate]:
+        """The gates ``chosen`` selects, oldest first, each with the job's later gate where it
+        has one."""
         ...
 
     async def gates_between(self, low: UUID, high: UUID, limit: int) -> list[Gate]:
@@ -378,14 +400,7 @@ class JobQueue(Protocol):
         ...
 
     async def answer_gate(
-        self,
-        gate_id: UUID,
-        choice: str,
-        now: datetime,
-        *,
-        answered_by: str | None = None,
-        dispatch: Dispatch = Dispatch.POLLING,
-        reason: str | None = None,
+        self, answer: GateChoice, *, dispatch: Dispatch = Dispatch.POLLING
     ) -> Gate:
         """A person's answer (SPEC §1): recorded with its ``GateAnswered`` event and what it
         means for the gate's kind done (with outbox dispatch, a job made ready again starts a
@@ -395,14 +410,7 @@ class JobQueue(Protocol):
         ...
 
     async def answer_dead_letter_gate(
-        self,
-        gate_id: UUID,
-        choice: str,
-        now: datetime,
-        *,
-        replay: ReplaySender | None = None,
-        answered_by: str | None = None,
-        reason: str | None = None,
+        self, answer: GateChoice, *, replay: ReplaySender | None = None
     ) -> tuple[Gate, ParkedDeadLetter | None]:
         """Answer a ``bus_dead_lettered`` gate: ``dismiss`` settles the parked job
         ``cancelled``; ``replay`` runs ``replay(gate, letter)`` first, under the gate's lock,

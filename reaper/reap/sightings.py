@@ -11,7 +11,7 @@ from uuid import UUID
 
 from reaper.core.domain import Action, Condition, Judgement, SightingKey, Source, Verdict
 from reaper.errors import SourceUnreadable
-from reaper.jobqueue.port import JobQueue
+from reaper.jobqueue.port import GateFilter, JobQueue
 from reaper.reap.context import Pass
 from reaper.reap.dead_letters import DeadLettersOutcome
 from reaper.reap.lease_log import LeaseLog
@@ -141,7 +141,7 @@ async def gates_of_parks(
     if p.ledger is None or not parked:
         return GatesOutcome()
     try:
-        gates = await p.ledger.list_gates(open_only=True, raised_since=p.now)
+        gates = await p.ledger.list_gates(GateFilter(open_only=True, raised_since=p.now))
     except SourceUnreadable as exc:
         said = f"the gates of this pass's parks could not be listed: {exc.reason}"
         return GatesOutcome(found=Found.noted(said))

@@ -24,7 +24,15 @@ from reaper.core.observation import Observation
 from reaper.core.records import Gate, LedgerEvent
 from reaper.core.storable import payload_for_storage
 from reaper.errors import GateError, StoreUnavailable
-from reaper.jobqueue.port import EventFilter, GateCount, ParkedDeadLetter, ReplaySender
+from reaper.jobqueue.port import (
+    OPEN_GATES,
+    EventFilter,
+    GateChoice,
+    GateCount,
+    GateFilter,
+    ParkedDeadLetter,
+    ReplaySender,
+)
 from reaper.jobqueue.rules import (
     DEAD_LETTER_REPLAY,
     DEAD_LETTER_SETTLED,
@@ -157,27 +165,19 @@ class Records:
 
     # ----------------------------------------------------------------------- gates
 
-    async def list_gates(
-        self,
-        *,
-        open_only: bool = True,
-        kind: str | None = None,
-        project_id: UUID | None = None,
-        raised_before: datetime | None = None,
-        raised_since: datetime | None = None,
-        limit: int | None = None,
-    ) -> list[Gate]:
+    async def list_gates(self, chosen: GateFilter = OPEN_GATES) -> list[Gate]:
+        c = chosen
         self._open()
-        chosen = (
+        found = (
             g
             for g in self.gates.values()
-            if (not open_only or g.is_open)
-            and (kind is None or g.kind == kind)
-            and (project_id is None or g.project_id == project_id)
-            and (raised_before is None or g.created_at < raised_before)
-            and (raised_since is None or g.created_at >= raised_since)
+            if (not c.open_only or g.is_open)
+            and (c.kind is None or g.kind == c.kind)
+            and (c.project_id is None or g.project_id == c.project_id)
+            and (c.raised_before is None or g.created_at < c.raised_before)
+            and (c.raised_since is None or g.created_at >= c.raised_since)
         )
-        return [self._with_latest(g) for g in sorted(chosen, key=_raised)[:limit]]
+        return [self._with_latest(g) for g in sorted(found, key=_raised)[: c.limit]]
 
     async def gates_between(self, low: UUID, high: UUID, limit: int) -> list[Gate]:
         self._open()
@@ -211,16 +211,10 @@ class Records:
         }
 
     async def answer_gate(
-        self,
-        gate_id: UUID,
-        choice: str,
-        now: datetime,
-        *,
-        answered_by: str | None = None,
-        dispatch: Dispatch = Dispatch.POLLING,
-        reason: str | None = None,
+        self, answer: GateChoice, *, dispatch: Dispatch = Dispatch.POLLING
     ) -> Gate:
-        gate = self._gate_for_answer(gate_id, choice)
+        choice, now = answer.choice, answer.now
+        gate = self._gate_for_answer(answer)
         job = self.jobs.get(gate.job_id) if gate.job_id else None
         if gate.kind == GATE_DELIVERY_EXHAUSTED:
             if choice == DELIVERY_CANCEL:
@@ -235,19 +229,13 @@ class Records:
             self._settle(job, DEAD_LETTER_SETTLED[choice], now)
         else:
             raise GateError(f"gate {gate.id} is a {gate.kind} gate: this store cannot answer it")
-        return self._answer(gate, choice, now, answered_by, reason)
+        return self._answer(gate, answer)
 
     async def answer_dead_letter_gate(
-        self,
-        gate_id: UUID,
-        choice: str,
-        now: datetime,
-        *,
-        replay: ReplaySender | None = None,
-        answered_by: str | None = None,
-        reason: str | None = None,
+        self, answer: GateChoice, *, replay: ReplaySender | None = None
     ) -> tuple[Gate, ParkedDeadLetter | None]:
-        gate = self._gate_for_answer(gate_id, choice)
+        choice, now = answer.choice, answer.now
+        gate = self._gate_for_answer(answer)
         if gate.kind != GATE_BUS_DEAD_LETTERED:
             raise GateError(
                 f"gate {gate.id} is a {gate.kind} gate, not a {GATE_BUS_DEAD_LETTERED} gate"
@@ -259,7 +247,7 @@ class Records:
             send, letter = replay_parts(gate, replay, parked)
             published = (letter.letter.origin_queue or "", await send(gate, letter))
         self._settle(job, DEAD_LETTER_SETTLED[choice], now)
-        return self._answer(gate, choice, now, answered_by, reason, published), parked
+        return self._answer(gate, answer, published), parked
 
     def _parked_of(self, job_id: UUID) -> ParkedDeadLetter | None:
         job = self.jobs.get(job_id)
@@ -286,12 +274,12 @@ class Records:
             job_kind=None if job is None else job.kind,
         )
 
-    def _gate_for_answer(self, gate_id: UUID, choice: str) -> Gate:
+    def _gate_for_answer(self, answer: GateChoice) -> Gate:
         self._open()
-        gate = self.gates.get(gate_id)
+        gate = self.gates.get(answer.gate_id)
         if gate is None:
-            raise GateError(f"gate {gate_id} does not exist")
-        check_answerable(gate, choice)
+            raise GateError(f"gate {answer.gate_id} does not exist")
+        check_answerable(gate, answer.choice)
         if gate.job_id is not None:
             latest = max((g for g in self.gates.values() if g.job_id == gate.job_id), key=_raised)
             if latest.id != gate.id:
@@ -299,17 +287,12 @@ class Records:
         return gate
 
     def _answer(
-        self,
-        gate: Gate,
-        choice: str,
-        now: datetime,
-        answered_by: str | None,
-        reason: str | None,
-        published: tuple[str, str] | None = None,
+        self, gate: Gate, answer: GateChoice, published: tuple[str, str] | None = None
     ) -> Gate:
-        answered = replace(gate, answer=choice, answered_at=now, answered_by=answered_by)
+        choice, now, by = answer.choice, answer.now, answer.answered_by
+        answered = replace(gate, answer=choice, answered_at=now, answered_by=by)
         self.gates[gate.id] = answered
-        payload = answered_payload(gate, choice, answered_by, reason, published)
+        payload = answered_payload(gate, choice, by, answer.reason, published)
         self._append(gate.project_id, payload, published is None, now, GATE_ANSWERED)
         return self._with_latest(answered)
 

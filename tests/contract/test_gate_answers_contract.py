@@ -19,7 +19,7 @@ from reaper.core.domain import (
 from reaper.core.records import Gate
 from reaper.errors import GateError
 from reaper.gates.ids import gate_id_range
-from reaper.jobqueue.port import EventFilter, GateCount, ParkedDeadLetter
+from reaper.jobqueue.port import EventFilter, GateChoice, GateCount, GateFilter, ParkedDeadLetter
 from tests.contract.conftest import Subject
 from tests.contract.test_job_queue_contract import RULES, dead_letter
 from tests.support.store import NOW, leased, reap_page
@@ -34,7 +34,7 @@ async def park_poison(subject: Subject, project: uuid.UUID, **changes: object) -
     await subject.add(poison)
     store = subject.store
     await reap_page(store, project_id=project)
-    [gate] = await store.list_gates(project_id=project)
+    [gate] = await store.list_gates(GateFilter(project_id=project))
     return gate
 
 
@@ -44,7 +44,7 @@ async def test_a_retry_answer_is_one_event_on_the_gates_stream(subject: Subject)
     store = subject.store
 
     answered = await subject.store.answer_gate(
-        gate.id, "retry", LATER, answered_by="ana@ops", reason="the API is back"
+        GateChoice(gate.id, "retry", LATER, answered_by="ana@ops", reason="the API is back")
     )
 
     assert (answered.answer, answered.answered_by) == ("retry", "ana@ops")
@@ -73,7 +73,7 @@ async def test_a_cancel_answer_gives_the_job_up_for_good(subject: Subject) -> No
     store = subject.store
     assert gate.job_id is not None
 
-    await subject.store.answer_gate(gate.id, "cancel", LATER, answered_by="ana@ops")
+    await subject.store.answer_gate(GateChoice(gate.id, "cancel", LATER, answered_by="ana@ops"))
 
     row = await subject.row(gate.job_id)
     assert (row.state, row.finished_at, row.attempts) == ("cancelled", LATER, 6)
@@ -82,7 +82,7 @@ async def test_a_cancel_answer_gives_the_job_up_for_good(subject: Subject) -> No
     later = LATER + timedelta(hours=1)
     assert await store.count_expired_leases(later, 0) == 0  # never requeued
     with pytest.raises(GateError, match="already answered"):
-        await subject.store.answer_gate(gate.id, "retry", later)
+        await subject.store.answer_gate(GateChoice(gate.id, "retry", later))
     assert len(await store.events(project)) == 2  # a refused answer writes nothing
 
 
@@ -91,7 +91,9 @@ async def test_a_cancel_writes_no_outbox_row(outbox_subject: Subject) -> None:
     gate = await park_poison(outbox_subject, project, dispatch_seq=2)
     assert gate.job_id is not None
 
-    await outbox_subject.store.answer_gate(gate.id, "cancel", LATER, dispatch=Dispatch.OUTBOX)
+    await outbox_subject.store.answer_gate(
+        GateChoice(gate.id, "cancel", LATER), dispatch=Dispatch.OUTBOX
+    )
 
     assert await outbox_subject.outbox() == []
     assert await outbox_subject.generation(gate.job_id) == 2
@@ -112,16 +114,16 @@ async def test_a_stale_answer_is_refused_and_writes_no_event(subject: Subject) -
         lease_expires_at=again - timedelta(minutes=1),
     )
     await reap_page(store, again)
-    listed = {g.id: g for g in await store.list_gates(project_id=project)}
+    listed = {g.id: g for g in await store.list_gates(GateFilter(project_id=project))}
     [second] = [g for g in listed.values() if g.id != first.id]
     assert (listed[first.id].superseded_by, second.superseded_by) == (second.id, None)
 
     for choice in ("retry", "cancel"):
         with pytest.raises(GateError, match="the job waits behind"):
-            await subject.store.answer_gate(first.id, choice, again)
+            await subject.store.answer_gate(GateChoice(first.id, choice, again))
 
     assert [e.kind for e in await store.events(project)] == ["QueueReaped", "QueueReaped"]
-    await subject.store.answer_gate(second.id, "cancel", again)
+    await subject.store.answer_gate(GateChoice(second.id, "cancel", again))
     assert [e.kind for e in await store.events(project)][-1] == "GateAnswered"
 
 
@@ -129,17 +131,24 @@ async def test_dead_letter_answers_are_on_the_fleet_stream(subject: Subject) -> 
     store = subject.store
     kept, replayed = dead_letter("keep"), dead_letter("again")
     await store.park_dead_letters([kept, replayed], now=NOW, rules=RULES)
-    gates = {g.identity: g for g in await store.list_gates(kind=GATE_BUS_DEAD_LETTERED)}
+    gates = {g.identity: g for g in await store.list_gates(GateFilter(kind=GATE_BUS_DEAD_LETTERED))}
     before = len(await store.events(FLEET_PROJECT_ID))
 
     async def send(gate: object, parked: ParkedDeadLetter) -> str:
         return f"replay:{parked.letter.identity}"
 
     await subject.store.answer_dead_letter_gate(
-        gates[f"dead_letter:{kept.identity}"].id, "dismiss", NOW, answered_by="ana", reason="dup"
+        GateChoice(
+            gates[f"dead_letter:{kept.identity}"].id,
+            "dismiss",
+            NOW,
+            answered_by="ana",
+            reason="dup",
+        )
     )
     await subject.store.answer_dead_letter_gate(
-        gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW, replay=send, answered_by="bo"
+        GateChoice(gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW, answered_by="bo"),
+        replay=send,
     )
 
     dismissal, replay = (await store.events(FLEET_PROJECT_ID))[before:]
@@ -160,14 +169,16 @@ async def test_a_refused_replay_writes_no_event(subject: Subject) -> None:
     store = subject.store
     one = dead_letter("refused")
     await store.park_dead_letters([one], now=NOW, rules=RULES)
-    [gate] = await store.list_gates(kind=GATE_BUS_DEAD_LETTERED)
+    [gate] = await store.list_gates(GateFilter(kind=GATE_BUS_DEAD_LETTERED))
     before = await store.events(FLEET_PROJECT_ID)
 
     async def refuse(gate: object, parked: ParkedDeadLetter) -> str:
         raise GateError("refused by the test")
 
     with pytest.raises(GateError, match="refused by the test"):
-        await subject.store.answer_dead_letter_gate(gate.id, "replay", NOW, replay=refuse)
+        await subject.store.answer_dead_letter_gate(
+            GateChoice(gate.id, "replay", NOW), replay=refuse
+        )
     assert await store.events(FLEET_PROJECT_ID) == before
 
 
@@ -191,28 +202,28 @@ async def test_gates_are_listed_by_project_age_and_kind(subject: Subject) -> Non
     await subject.store.park_dead_letters([dead_letter("listed")], now=LATER, rules=RULES)
     store = subject.store
 
-    assert [g.id for g in await store.list_gates(project_id=project)] == [mine.id]
+    assert [g.id for g in await store.list_gates(GateFilter(project_id=project))] == [mine.id]
     assert mine.job_kind == "build"
-    assert [g.id for g in await store.list_gates(kind=GATE_DELIVERY_EXHAUSTED)] == sorted(
-        [mine.id, theirs.id], key=str
-    )
-    assert len(await store.list_gates(raised_before=LATER)) == 2
-    assert len(await store.list_gates(raised_before=LATER + timedelta(seconds=1))) == 3
+    assert [
+        g.id for g in await store.list_gates(GateFilter(kind=GATE_DELIVERY_EXHAUSTED))
+    ] == sorted([mine.id, theirs.id], key=str)
+    assert len(await store.list_gates(GateFilter(raised_before=LATER))) == 2
+    assert len(await store.list_gates(GateFilter(raised_before=LATER + timedelta(seconds=1)))) == 3
     # what a pass parked at LATER, and no older gate; and the oldest first, at most as many
     # as asked for
-    [letter] = await store.list_gates(kind=GATE_BUS_DEAD_LETTERED)
-    assert [g.id for g in await store.list_gates(raised_since=LATER)] == [letter.id]
-    assert len(await store.list_gates(raised_since=NOW)) == 3
+    [letter] = await store.list_gates(GateFilter(kind=GATE_BUS_DEAD_LETTERED))
+    assert [g.id for g in await store.list_gates(GateFilter(raised_since=LATER))] == [letter.id]
+    assert len(await store.list_gates(GateFilter(raised_since=NOW))) == 3
     oldest = sorted([mine.id, theirs.id], key=str)
-    assert [g.id for g in await store.list_gates(limit=1)] == oldest[:1]
-    assert [g.id for g in await store.list_gates(limit=5)] == [*oldest, letter.id]
+    assert [g.id for g in await store.list_gates(GateFilter(limit=1))] == oldest[:1]
+    assert [g.id for g in await store.list_gates(GateFilter(limit=5))] == [*oldest, letter.id]
     assert await store.open_gate_counts() == [
         GateCount(GATE_BUS_DEAD_LETTERED, 1, LATER),
         GateCount(GATE_DELIVERY_EXHAUSTED, 2, NOW),
     ]
     assert await store.open_dead_letter_gates() == {"vibey.jobs.dead": 1}
-    [letter_gate] = await store.list_gates(kind=GATE_BUS_DEAD_LETTERED)
-    await subject.store.answer_dead_letter_gate(letter_gate.id, "dismiss", LATER)
+    [letter_gate] = await store.list_gates(GateFilter(kind=GATE_BUS_DEAD_LETTERED))
+    await subject.store.answer_dead_letter_gate(GateChoice(letter_gate.id, "dismiss", LATER))
     assert await store.open_dead_letter_gates() == {}
     assert [c.kind for c in await store.open_gate_counts()] == [GATE_DELIVERY_EXHAUSTED]
     assert letter_gate.job_id is not None
@@ -226,7 +237,7 @@ async def test_the_ledger_is_read_newest_last_by_filter(subject: Subject) -> Non
     mine = await park_poison(subject, project)
     await park_poison(subject, other)
     store = subject.store
-    await subject.store.answer_gate(mine.id, "retry", LATER, answered_by="ana")
+    await subject.store.answer_gate(GateChoice(mine.id, "retry", LATER, answered_by="ana"))
 
     everything = await store.read_events(EventFilter())
     assert [e.created_at for e in everything] == [NOW, NOW, LATER]

@@ -28,7 +28,7 @@ from reaper.core.domain import (
 )
 from reaper.core.judge_leases import judge_lease_page
 from reaper.errors import GateError
-from reaper.jobqueue.port import ParkedDeadLetter, ParkRules
+from reaper.jobqueue.port import GateChoice, GateFilter, ParkedDeadLetter, ParkRules
 from tests.contract.conftest import Subject
 from tests.support.dead_letters import got_letter
 from tests.support.store import NOW, Job, Reaped, lease_of, leased, reap_page
@@ -126,7 +126,7 @@ async def test_a_requeue_and_a_park_each_commit_with_one_event(subject: Subject)
     requeued, parked = await subject.row(expired.id), await subject.row(poison.id)
     assert (requeued.state, requeued.run_after, requeued.lease_owner) == ("ready", NOW, None)
     assert (parked.state, parked.attempts, parked.lease_expires_at) == ("awaiting_human", 6, None)
-    [gate] = await store.list_gates(kind=GATE_DELIVERY_EXHAUSTED)
+    [gate] = await store.list_gates(GateFilter(kind=GATE_DELIVERY_EXHAUSTED))
     assert (gate.job_id, gate.choices, gate.is_open) == (poison.id, ("retry", "cancel"), True)
     events = await store.events(project)
     assert [e.seq for e in events] == [1, 2]
@@ -175,7 +175,7 @@ async def test_a_lease_is_ruled_on_as_it_stands_when_the_reap_reaches_it(
     # a second reap (another reaper's) moves nothing, writes nothing
     assert await reap_page(subject.store) == Reaped()
     assert len(await subject.store.events(project)) == 1
-    assert len(await subject.store.list_gates(open_only=False)) == 1
+    assert len(await subject.store.list_gates(GateFilter(open_only=False))) == 1
 
 
 async def test_every_lease_moves_with_the_event_its_verdict_gives(subject: Subject) -> None:
@@ -323,7 +323,7 @@ async def test_a_dead_letter_is_parked_once_by_its_identity(subject: Subject) ->
     assert await store.count_parked_dead_letters("vibey.other.dead") == 0
     events = await store.events(FLEET_PROJECT_ID)
     assert len(events) == 2 and not any(e.trusted for e in events)
-    gates = await store.list_gates(kind=GATE_BUS_DEAD_LETTERED)
+    gates = await store.list_gates(GateFilter(kind=GATE_BUS_DEAD_LETTERED))
     assert [g.choices for g in gates] == [("replay", "dismiss")] * 2
 
 
@@ -340,18 +340,20 @@ async def test_a_retry_answer_readies_the_parked_job_once(subject: Subject) -> N
     later = NOW + timedelta(minutes=5)
 
     with pytest.raises(GateError, match="'dismiss' is not an answer"):
-        await subject.store.answer_gate(gate.id, "dismiss", later)
+        await subject.store.answer_gate(GateChoice(gate.id, "dismiss", later))
     with pytest.raises(GateError, match="does not exist"):
-        await subject.store.answer_gate(uuid.uuid4(), "retry", later)
-    answered = await subject.store.answer_gate(gate.id, "retry", later, answered_by="ops")
+        await subject.store.answer_gate(GateChoice(uuid.uuid4(), "retry", later))
+    answered = await subject.store.answer_gate(
+        GateChoice(gate.id, "retry", later, answered_by="ops")
+    )
 
     assert (answered.answer, answered.answered_at, answered.answered_by) == ("retry", later, "ops")
     row = await subject.row(poison.id)
     assert (row.state, row.run_after, row.attempts) == ("ready", later, 6)
     with pytest.raises(GateError, match="already answered"):
-        await subject.store.answer_gate(gate.id, "retry", later)
+        await subject.store.answer_gate(GateChoice(gate.id, "retry", later))
     assert await store.list_gates() == []
-    assert len(await store.list_gates(open_only=False)) == 1
+    assert len(await store.list_gates(GateFilter(open_only=False))) == 1
 
 
 async def test_a_dead_letter_gate_settles_its_job_by_its_answer(subject: Subject) -> None:
@@ -359,7 +361,7 @@ async def test_a_dead_letter_gate_settles_its_job_by_its_answer(subject: Subject
     kept, replayed = dead_letter("keep"), dead_letter("again")
     parks = await store.park_dead_letters([kept, replayed], now=NOW, rules=RULES)
     job_of = {v.object for v in parks.parked}
-    gates = {g.identity: g for g in await store.list_gates(kind=GATE_BUS_DEAD_LETTERED)}
+    gates = {g.identity: g for g in await store.list_gates(GateFilter(kind=GATE_BUS_DEAD_LETTERED))}
     sent: list[ParkedDeadLetter] = []
 
     async def refuse(gate: object, parked: ParkedDeadLetter) -> None:
@@ -369,18 +371,20 @@ async def test_a_dead_letter_gate_settles_its_job_by_its_answer(subject: Subject
         sent.append(parked)
 
     with pytest.raises(GateError, match="replay publishes the body"):
-        await subject.store.answer_gate(gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW)
+        await subject.store.answer_gate(
+            GateChoice(gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW)
+        )
     with pytest.raises(GateError, match="refused by the test"):
         await subject.store.answer_dead_letter_gate(
-            gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW, replay=refuse
+            GateChoice(gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW), replay=refuse
         )
     assert len(await store.list_gates()) == 2  # a refused replay records nothing
 
     dismissed, _ = await subject.store.answer_dead_letter_gate(
-        gates[f"dead_letter:{kept.identity}"].id, "dismiss", NOW
+        GateChoice(gates[f"dead_letter:{kept.identity}"].id, "dismiss", NOW)
     )
     replay_gate, parked = await subject.store.answer_dead_letter_gate(
-        gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW, replay=send
+        GateChoice(gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW), replay=send
     )
 
     assert (dismissed.answer, replay_gate.answer) == ("dismiss", "replay")
@@ -410,11 +414,11 @@ async def test_a_gate_answers_only_while_its_job_waits_behind_it(subject: Subjec
     second = next(g for g in await store.list_gates() if g.id != first.id)
 
     with pytest.raises(GateError, match=f"gate {second.id} .* is, and the job waits behind"):
-        await subject.store.answer_gate(first.id, "retry", later)
+        await subject.store.answer_gate(GateChoice(first.id, "retry", later))
 
     assert {g.id for g in await store.list_gates()} == {first.id, second.id}  # nothing written
     assert (await subject.row(poison.id)).state == "awaiting_human"
-    await subject.store.answer_gate(second.id, "retry", later)
+    await subject.store.answer_gate(GateChoice(second.id, "retry", later))
     assert (await subject.row(poison.id)).state == "ready"
 
 

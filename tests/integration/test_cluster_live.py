@@ -25,6 +25,7 @@ from reaper.broker.client import ManagementClient
 from reaper.config import Settings, load_config
 from reaper.core.cluster import queue_unavailable
 from reaper.core.domain import FLEET_PROJECT_ID, GATE_BUS_DEAD_LETTERED
+from reaper.jobqueue.port import GateFilter
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once
 from tests.support.cli import Cli, reaper_env, validate_report
@@ -276,7 +277,7 @@ async def test_an_owned_quorum_dead_letter_queue_survives_its_leaders_node_stopp
             assert not result.not_moved, result.not_moved
             assert not [u for u in result.unreadable if u.queue is None], result.unreadable
             [outcome] = [d for d in result.dead_letters.queues if d.queue == DLQ] or [None]
-            gates = await store.list_gates(open_only=False, kind=GATE_BUS_DEAD_LETTERED)
+            gates = await store.list_gates(GateFilter(open_only=False, kind=GATE_BUS_DEAD_LETTERED))
             assert len(gates) <= 5
             if outcome is None:
                 history.append(f"{len(history) + 1}:not judged")
@@ -312,7 +313,7 @@ async def test_an_owned_quorum_dead_letter_queue_survives_its_leaders_node_stopp
         )
         got.raise_for_status()
     assert sorted(m["payload"] for m in got.json()) == sorted(bodies)
-    gates = await store.list_gates(open_only=False, kind=GATE_BUS_DEAD_LETTERED)
+    gates = await store.list_gates(GateFilter(open_only=False, kind=GATE_BUS_DEAD_LETTERED))
     assert sorted(g.identity or "" for g in gates) == [
         f"dead_letter:msg:letter-{i}" for i in range(5)
     ]

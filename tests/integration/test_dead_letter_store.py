@@ -33,7 +33,7 @@ from reaper.core.records import Gate
 from reaper.errors import GateError
 from reaper.gates.answering import answer_gate
 from reaper.gates.wording import answered_line
-from reaper.jobqueue.port import DeadLetterParks, ParkRules
+from reaper.jobqueue.port import DeadLetterParks, GateChoice, GateFilter, ParkRules
 from reaper.jobqueue.postgres import PostgresStore
 from tests.support.store import NOW, insert_jobs, leased, query, reap_page
 
@@ -100,7 +100,7 @@ async def park(store: PostgresStore, batch: list[DeadLetter], depth: int = 5) ->
 
 
 async def dead_letter_gates(store: PostgresStore) -> list[Gate]:
-    return await store.list_gates(open_only=False, kind=GATE_BUS_DEAD_LETTERED)
+    return await store.list_gates(GateFilter(open_only=False, kind=GATE_BUS_DEAD_LETTERED))
 
 
 async def gate_of(store: PostgresStore, identity: str) -> Gate:
@@ -414,14 +414,18 @@ async def test_the_store_alone_dismisses_and_refuses_replay(
     one, two = letter(message_id="s-1"), letter(message_id="s-2")
     await park(store, [one, two])
     with pytest.raises(GateError, match="replay publishes the body to the broker"):
-        await store.answer_gate((await gate_of(store, one.identity)).id, "replay", LATER)
+        await store.answer_gate(
+            GateChoice((await gate_of(store, one.identity)).id, "replay", LATER)
+        )
     assert (await gate_of(store, one.identity)).is_open
     with pytest.raises(GateError, match="replay publishes the body to the broker"):
         await store.answer_dead_letter_gate(
-            (await gate_of(store, one.identity)).id, "replay", LATER
+            GateChoice((await gate_of(store, one.identity)).id, "replay", LATER)
         )
 
-    answered = await store.answer_gate((await gate_of(store, two.identity)).id, "dismiss", LATER)
+    answered = await store.answer_gate(
+        GateChoice((await gate_of(store, two.identity)).id, "dismiss", LATER)
+    )
     assert answered.answer == "dismiss"
     [(state,)] = await query(pg_dsn, "SELECT state FROM job WHERE id = $1", answered.job_id)
     assert state == "cancelled"
@@ -526,7 +530,7 @@ async def test_delivery_exhausted_gates_are_answered_by_the_store(
     job = leased(uuid.uuid4(), attempts=7, max_attempts=7)
     await insert_jobs(pg_dsn, [job])
     await reap_page(store)
-    [gate] = await store.list_gates(kind="delivery_exhausted")
+    [gate] = await store.list_gates(GateFilter(kind="delivery_exhausted"))
     with pytest.raises(GateError, match="'dismiss' is not an answer"):
         await answer_gate(sources(store), settings, gate.id, "dismiss")
 

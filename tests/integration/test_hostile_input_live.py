@@ -24,6 +24,7 @@ from reaper.edges.commands import clear_notes, read_board
 from reaper.edges.status_page import page_target, render_page
 from reaper.errors import GateError
 from reaper.gates.answering import answer_gate
+from reaper.jobqueue.port import GateFilter
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once
 from reaper.reap.sources import open_sources
@@ -208,7 +209,7 @@ async def test_no_name_or_answer_drives_the_terminal_in_any_text_output(
         await asyncio.sleep(STATS_INTERVAL_SECONDS)
     # JSON keeps each name exactly
     assert all(any(n in o for o in named) for n in HOSTILE_NAMES[:5]), named
-    gates = await store.list_gates(kind="delivery_exhausted")
+    gates = await store.list_gates(GateFilter(kind="delivery_exhausted"))
     [gate] = [g for g in gates if "render" in g.prompt]
     [forging_gate] = [g for g in gates if g is not gate]
     await run("gates", "answer", str(gate.id), "--choice", "retry", "--by", "ana\x1b[2J\u202e")

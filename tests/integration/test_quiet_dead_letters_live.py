@@ -21,6 +21,7 @@ import pytest
 from reaper.config import Settings
 from reaper.core.dead_letters import envelope
 from reaper.core.domain import FLEET_PROJECT_ID, Source, sighting_scope
+from reaper.jobqueue.port import GateFilter
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once, run_pass
 from reaper.reap.sources import open_sources
@@ -121,7 +122,7 @@ async def test_a_quiet_pass_reads_no_body_and_a_new_letter_is_found(
     assert (again.parked_new, again.already_parked, again.bodies_read) == (0, 6, 0), again
 
     assert on_queue(broker) == sorted([*before, '{"plain": 333}'])  # nothing ever removed
-    assert len(await store.list_gates(open_only=False)) == 6
+    assert len(await store.list_gates(GateFilter(open_only=False))) == 6
     print(f"\nRabbitMQ {broker.version}: 3 quiet passes in {took:.2f} s, 0 bodies read")
 
 
@@ -150,7 +151,9 @@ async def test_twins_with_no_message_id_are_each_parked_and_then_quiet(
     second = outcome_of(await reap_once(settings), dlq)
     assert (second.parked_new, second.already_parked, second.bodies_read) == (0, 2, 0), second
 
-    identities = sorted(g.identity or "" for g in await store.list_gates(open_only=False))
+    identities = sorted(
+        g.identity or "" for g in await store.list_gates(GateFilter(open_only=False))
+    )
     assert len(identities) == 2 and identities[1] == identities[0] + "#2"
     assert on_queue(broker, dlq) == ['{"same": 1}'] * 2
 
@@ -290,7 +293,7 @@ async def test_quiet_passes_fetch_nothing_and_a_new_letter_is_parked_on_the_next
     found, writes = await one_pass(settings)
     assert (found.parked_new, found.already_parked, found.not_fetched) == (1, 5, None), found
     assert writes >= 1
-    assert len(await store.list_gates(open_only=False)) == 6
+    assert len(await store.list_gates(GateFilter(open_only=False))) == 6
     assert len(on_queue(broker)) == 6  # nothing ever removed
     print(
         f"\nRabbitMQ {broker.version}: 5 quiet passes sent no get; deliver_get "
@@ -395,7 +398,7 @@ async def test_a_letter_is_read_once_when_parked_and_never_again_while_nothing_a
     assert [w for _, w in quiet] == [0, 0, 0]
     await asyncio.sleep(2 * STATS_INTERVAL_SECONDS)  # time for any get to be counted
     assert fetch_counters(broker) == at_park
-    assert len(await store.list_gates(open_only=False)) == 5
+    assert len(await store.list_gates(GateFilter(open_only=False))) == 5
     print(
         f"\nRabbitMQ {broker.version}: 5 letters parked with {at_park['deliver_get']} gets, "
         f"then 3 quiet passes: deliver_get {fetch_counters(broker)['deliver_get']}"

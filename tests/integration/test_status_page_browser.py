@@ -25,6 +25,7 @@ from reaper.edges.serve import serve
 from reaper.edges.status_page import page_target
 from reaper.gates.answering import answer_gate
 from reaper.gates.ids import short_id
+from reaper.jobqueue.port import GateFilter
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
@@ -121,11 +122,11 @@ async def test_the_status_page_shows_what_waits_in_a_real_browser(
     await parked_after_passes(settings, DLQ, 2)
     sources = await open_sources(settings, broker=False)
     try:
-        for gate in await store.list_gates(kind="bus_dead_lettered"):
+        for gate in await store.list_gates(GateFilter(kind="bus_dead_lettered")):
             await answer_gate(sources, settings, gate.id, "dismiss", answered_by="ana")
     finally:
         await sources.close()
-    [poison_gate] = await store.list_gates(kind="delivery_exhausted")
+    [poison_gate] = await store.list_gates(GateFilter(kind="delivery_exhausted"))
     short = short_id(poison_gate.id)
     purge = f"rabbitmqctl purge_queue {DLQ} -p {broker.vhost}"
     # the text report says the same as the page

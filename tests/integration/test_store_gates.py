@@ -12,6 +12,7 @@ import pytest
 from reaper.core.moments import utc
 from reaper.core.records import Gate
 from reaper.errors import GateError, StoreUnavailable
+from reaper.jobqueue.port import GateChoice, GateFilter
 from reaper.jobqueue.postgres import PostgresStore
 from tests.support.store import NOW, fetch_job, insert_jobs, leased, reap_page
 
@@ -35,7 +36,9 @@ async def test_answering_re_readies_the_job_for_exactly_one_more_delivery(
     job_id, gate = await _parked(pg_dsn, store)
     assert gate.is_open and gate.answered_by is None
 
-    answered = await store.answer_gate(gate.id, "retry", LATER, answered_by="operator:ana")
+    answered = await store.answer_gate(
+        GateChoice(gate.id, "retry", LATER, answered_by="operator:ana")
+    )
 
     assert (answered.answer, answered.answered_at, answered.answered_by) == (
         "retry",
@@ -46,17 +49,17 @@ async def test_answering_re_readies_the_job_for_exactly_one_more_delivery(
     assert (row["state"], row["run_after"], row["updated_at"]) == ("ready", LATER, LATER)
     assert row["max_attempts"] - row["attempts"] == 1  # the claim spends it: one delivery
     assert await store.list_gates() == []
-    assert await store.list_gates(open_only=False) == [answered]
-    assert await store.list_gates(open_only=False, kind="bus_dead_lettered") == []
+    assert await store.list_gates(GateFilter(open_only=False)) == [answered]
+    assert await store.list_gates(GateFilter(open_only=False, kind="bus_dead_lettered")) == []
 
 
 async def test_answering_twice_is_refused_with_when_and_what(
     pg_dsn: str, store: PostgresStore
 ) -> None:
     _, gate = await _parked(pg_dsn, store)
-    await store.answer_gate(gate.id, "retry", LATER)
+    await store.answer_gate(GateChoice(gate.id, "retry", LATER))
     with pytest.raises(GateError) as caught:
-        await store.answer_gate(gate.id, "retry", LATER + timedelta(minutes=1))
+        await store.answer_gate(GateChoice(gate.id, "retry", LATER + timedelta(minutes=1)))
     message = str(caught.value)
     assert f"gate {gate.id} was already answered at {utc(LATER)} with 'retry'" == message
 
@@ -67,9 +70,9 @@ async def test_unknown_gates_and_invalid_choices_are_refused(
     job_id, gate = await _parked(pg_dsn, store)
     missing = uuid.uuid4()
     with pytest.raises(GateError, match=f"gate {missing} does not exist"):
-        await store.answer_gate(missing, "retry", LATER)
+        await store.answer_gate(GateChoice(missing, "retry", LATER))
     with pytest.raises(GateError, match=r"'replay' is not an answer .* choose 'retry'"):
-        await store.answer_gate(gate.id, "replay", LATER)
+        await store.answer_gate(GateChoice(gate.id, "replay", LATER))
     assert (await fetch_job(pg_dsn, job_id))["state"] == "awaiting_human"
     assert (await store.list_gates())[0].is_open
 
@@ -87,12 +90,12 @@ async def test_the_answer_and_the_move_commit_together(pg_dsn: str, store: Postg
             """
         )
         with pytest.raises(StoreUnavailable, match="the job table refuses"):
-            await store.answer_gate(gate.id, "retry", LATER)
+            await store.answer_gate(GateChoice(gate.id, "retry", LATER))
         assert (await store.list_gates())[0].is_open  # the answer rolled back with the move
         await conn.execute("DROP TRIGGER no_ready ON job")
     finally:
         await conn.close()
-    await store.answer_gate(gate.id, "retry", LATER)
+    await store.answer_gate(GateChoice(gate.id, "retry", LATER))
     assert (await fetch_job(pg_dsn, job_id))["state"] == "ready"
 
 
@@ -103,7 +106,7 @@ async def test_a_job_no_longer_parked_is_left_as_it_is(pg_dsn: str, store: Postg
         await conn.execute("UPDATE job SET state = 'cancelled' WHERE id = $1", job_id)
     finally:
         await conn.close()
-    answered = await store.answer_gate(gate.id, "retry", LATER)
+    answered = await store.answer_gate(GateChoice(gate.id, "retry", LATER))
     assert answered.answer == "retry"
     assert (await fetch_job(pg_dsn, job_id))["state"] == "cancelled"
 
@@ -119,4 +122,4 @@ async def test_a_kind_without_an_answer_here_is_refused(pg_dsn: str, store: Post
     finally:
         await conn.close()
     with pytest.raises(GateError, match="something_else gate: this store cannot answer it"):
-        await store.answer_gate(gate_id, "ok", LATER)
+        await store.answer_gate(GateChoice(gate_id, "ok", LATER))

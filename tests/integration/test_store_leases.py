@@ -27,6 +27,7 @@ from reaper.core.domain import (
 )
 from reaper.core.judge_leases import judge_lease_page
 from reaper.jobqueue.lease_reap import lease_rulings
+from reaper.jobqueue.port import GateChoice, GateFilter
 from reaper.jobqueue.postgres import PostgresStore
 from tests.support.store import (
     NOW,
@@ -116,7 +117,7 @@ async def test_poison_is_parked_with_one_gate_per_episode(
 
     # the answer buys exactly one more delivery; when that lease runs out too, it is a new
     # episode and gets a gate of its own
-    answered = await store.answer_gate(gate.id, "retry", NOW)
+    answered = await store.answer_gate(GateChoice(gate.id, "retry", NOW))
     assert answered.answer == "retry"
     later = NOW + timedelta(hours=1)
     conn = await asyncpg.connect(pg_dsn)
@@ -130,7 +131,7 @@ async def test_poison_is_parked_with_one_gate_per_episode(
     finally:
         await conn.close()
     assert await reap_page(store, later) == Reaped(parked=(job.id,))
-    gates = await store.list_gates(open_only=False)
+    gates = await store.list_gates(GateFilter(open_only=False))
     assert len(gates) == 2 and len({g.identity for g in gates}) == 2
     # the park, the answer (a GateAnswered event, gapless on the same stream), the second park
     assert [(e.seq, e.kind) for e in await store.events(project)] == [

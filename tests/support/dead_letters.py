@@ -18,6 +18,7 @@ from reaper.config import Settings, load_config
 from reaper.core.dead_letters import decode
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, DeadLetter
 from reaper.core.records import Gate
+from reaper.jobqueue.port import GateFilter
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
@@ -140,7 +141,7 @@ async def wait_for_depth(
 
 
 async def dead_letter_gates(store: PostgresStore) -> list[Gate]:
-    return await store.list_gates(open_only=False, kind=GATE_BUS_DEAD_LETTERED)
+    return await store.list_gates(GateFilter(open_only=False, kind=GATE_BUS_DEAD_LETTERED))
 
 
 async def gate_by_id(store: PostgresStore, gate_id: Any) -> Gate:
