@@ -19,7 +19,7 @@ import os
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
@@ -36,6 +36,7 @@ __all__ = [
     "Connection",
     "ConnectionFactory",
     "Database",
+    "PoolOptions",
     "PostgresError",
     "Record",
     "WorkerPool",
@@ -93,6 +94,15 @@ _TRANSIENT: Final = frozenset({"40P01", "40001"})
 
 #: A database name the administration helper accepts: plain, so it is safe inside "..." as is.
 _PLAIN_DATABASE_NAME: Final = r"[a-z_][a-z0-9_]{0,62}"
+
+
+class PoolOptions(TypedDict, total=False):
+    """How :meth:`Database.connect` opens its pool, for those that open one through it."""
+
+    password: str | None
+    pool_size: int
+    statement_timeout_seconds: float
+    factory: ConnectionFactory | None
 
 
 class Database:

@@ -12,9 +12,10 @@ the caller. The schema is :mod:`reaper.schema`'s (a pass never migrates).
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Unpack
 
 from reaper.jobqueue.across_passes import AcrossPasses
-from reaper.jobqueue.database import ConnectionFactory, Database, WorkerPool
+from reaper.jobqueue.database import Database, PoolOptions, WorkerPool
 from reaper.jobqueue.dead_letters import DeadLetters
 from reaper.jobqueue.gates import Gates
 from reaper.jobqueue.leases import Leases
@@ -33,28 +34,12 @@ class PostgresStore(AcrossPasses, Leases, Sightings, DeadLetters, Gates, Ledger)
         self.database = database
 
     @classmethod
-    async def connect(
-        cls,
-        dsn: str,
-        *,
-        password: str | None = None,
-        pool_size: int = 4,
-        statement_timeout_seconds: float = 30,
-        factory: ConnectionFactory | None = None,
-    ) -> PostgresStore:
+    async def connect(cls, dsn: str, **options: Unpack[PoolOptions]) -> PostgresStore:
         """Open a pool of at most ``pool_size`` connections (the worker's, opened by
         ``factory``, when it is given); every statement is bounded by
         ``statement_timeout_seconds``. Raises :class:`~reaper.errors.StoreUnavailable` when
         it cannot."""
-        return cls(
-            await Database.connect(
-                dsn,
-                password=password,
-                pool_size=pool_size,
-                statement_timeout_seconds=statement_timeout_seconds,
-                factory=factory,
-            )
-        )
+        return cls(await Database.connect(dsn, **options))
 
     @classmethod
     def borrowing(
