@@ -14,7 +14,8 @@ for one ref in a pass, the first in the judge's stable order is the one recorded
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Final
 from uuid import UUID
 
@@ -38,6 +39,17 @@ class SightingRef:
 
     stream: UUID
     key: SightingKey
+
+
+@dataclass(frozen=True)
+class SightingsPass:
+    """One pass as its sightings see it: when it ran, the sources it read, the project it was
+    scoped to (None: all), and the broker queues it listed but could not read."""
+
+    now: datetime
+    sources_read: frozenset[Source]
+    project_id: UUID | None = None
+    unread_queues: frozenset[str] = field(default_factory=frozenset)
 
 
 def ref_of(verdict: Verdict) -> SightingRef:

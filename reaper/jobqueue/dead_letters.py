@@ -30,7 +30,7 @@ from reaper.core.storable import for_storage
 from reaper.errors import scrub
 from reaper.jobqueue import ledger
 from reaper.jobqueue.database import Connection, Database, PostgresError, first_line, is_row_failure
-from reaper.jobqueue.port import DeadLetterParks, ParkedDeadLetter, ParkRules
+from reaper.jobqueue.port import DeadLetterParks, LetterPointer, ParkedDeadLetter, ParkRules
 from reaper.jobqueue.rows import parked_of
 from reaper.jobqueue.rules import (
     DEAD_LETTER_KEY_PREFIX,
@@ -227,11 +227,7 @@ class DeadLetters:
         return DeadLetterParks(tuple(parked), tuple(already), tuple(failed))
 
     async def park_dispatch_pointers(
-        self,
-        pointers: Sequence[tuple[DeadLetter, DispatchPointer]],
-        *,
-        now: datetime,
-        rules: ParkRules,
+        self, pointers: Sequence[LetterPointer], *, now: datetime, rules: ParkRules
     ) -> DeadLetterParks:
         """Dead-lettered dispatch pointers (ADR-0044 §8), each once and in its own transaction:
         park the job while it is still at the pointer's generation and ready (or its lease

@@ -22,12 +22,12 @@ from reaper.core.domain import (
     DeadLetter,
     Dispatch,
     SightingKey,
-    Source,
     UnsentDispatch,
     Verdict,
 )
 from reaper.core.observation import Observation
 from reaper.core.records import Gate, LedgerEvent
+from reaper.core.sightings import SightingsPass
 from reaper.errors import StoreUnavailable
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "JobQueue",
     "LeaseReap",
     "LeaseReapInterrupted",
+    "LetterPointer",
     "ParkRules",
     "ParkedDeadLetter",
     "ReplaySender",
@@ -53,6 +54,8 @@ __all__ = [
 #: each move's stream (36 characters) and event payload, between U+001E separators.
 KeepMoves = Callable[[str, bool], None]
 Moment = datetime | None
+#: A dead-lettered dispatch pointer: the letter, and the pointer its body holds.
+LetterPointer = tuple[DeadLetter, DispatchPointer]
 
 
 @dataclass
@@ -322,13 +325,7 @@ class JobQueue(Protocol):
         ...
 
     async def record_sightings(
-        self,
-        observed: Sequence[Verdict],
-        *,
-        now: datetime,
-        sources_read: frozenset[Source],
-        project_id: UUID | None = None,
-        unread_queues: frozenset[str] = frozenset(),
+        self, observed: Sequence[Verdict], seen_by: SightingsPass
     ) -> SightingsRecorded:
         """Record what this pass's surfaced verdicts mean for the ledger's sightings; return
         the records written (opened sightings and ``cleared`` records) and since when each
@@ -367,11 +364,7 @@ class JobQueue(Protocol):
         ...
 
     async def park_dispatch_pointers(
-        self,
-        pointers: Sequence[tuple[DeadLetter, DispatchPointer]],
-        *,
-        now: datetime,
-        rules: ParkRules,
+        self, pointers: Sequence[LetterPointer], *, now: datetime, rules: ParkRules
     ) -> DeadLetterParks:
         """Dead-lettered dispatch pointers (outbox dispatch): park each one's job behind a
         ``delivery_exhausted`` gate while it is still at that generation and ready (or its

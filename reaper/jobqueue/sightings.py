@@ -17,10 +17,9 @@ import hashlib
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from uuid import UUID
 
 from reaper.core import sightings
-from reaper.core.domain import Action, SightingKey, Source, Verdict
+from reaper.core.domain import Action, SightingKey, Verdict
 from reaper.core.storable import for_storage, payload_from_storage
 from reaper.jobqueue import ledger
 from reaper.jobqueue.database import Connection, Database, Record
@@ -77,18 +76,14 @@ class Sightings:
     database: Database
 
     async def record_sightings(
-        self,
-        observed: Sequence[Verdict],
-        *,
-        now: datetime,
-        sources_read: frozenset[Source],
-        project_id: UUID | None = None,
-        unread_queues: frozenset[str] = frozenset(),
+        self, observed: Sequence[Verdict], seen_by: sightings.SightingsPass
     ) -> SightingsRecorded:
         """Record what the surfaced verdicts of one pass mean for the ledger's sightings and
         return the records written (the observed verdicts that opened a sighting, the very objects
         passed in, and the ``cleared`` records), with since when each sighting observed that was
         open already has been open (its surface record's ``created_at``)."""
+        now, sources_read = seen_by.now, seen_by.sources_read
+        project_id, unread_queues = seen_by.project_id, seen_by.unread_queues
         seen = sightings.observed_sightings(observed)
         async with self.database.session("recording sightings") as conn:
             candidates = set(seen)

@@ -10,6 +10,7 @@ from datetime import datetime
 from uuid import UUID
 
 from reaper.core.domain import Action, Condition, Judgement, SightingKey, Source, Verdict
+from reaper.core.sightings import SightingsPass
 from reaper.errors import SourceUnreadable
 from reaper.jobqueue.port import GateFilter, JobQueue
 from reaper.reap.context import Pass
@@ -97,10 +98,9 @@ async def record_sightings(
     recorded, found = await written(
         store.record_sightings(
             surfaced,
-            now=now,
-            sources_read=sources_read,
-            project_id=project_id,
-            unread_queues=unmeasured,
+            SightingsPass(
+                now=now, sources_read=sources_read, project_id=project_id, unread_queues=unmeasured
+            ),
         ),
         SIGHTINGS_WRITE,
     )

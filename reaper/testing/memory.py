@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
 from reaper.core import dead_letters, sightings
-from reaper.core.dead_letters import DispatchPointer, QuietMark
+from reaper.core.dead_letters import QuietMark
 from reaper.core.domain import (
     DEAD_LETTER_JOB_KIND,
     EVENT_KIND,
@@ -29,7 +29,6 @@ from reaper.core.domain import (
     ClaimableHead,
     DeadLetter,
     SightingKey,
-    Source,
     UnsentDispatch,
     Verdict,
 )
@@ -38,6 +37,7 @@ from reaper.core.storable import payload_from_storage
 from reaper.jobqueue.port import (
     DatabaseFacts,
     DeadLetterParks,
+    LetterPointer,
     ParkedDeadLetter,
     ParkRules,
     SightingsRecorded,
@@ -145,14 +145,10 @@ class MemoryJobQueue(LeaseReaps):
     # ----------------------------------------------------------------------- sightings
 
     async def record_sightings(
-        self,
-        observed: Sequence[Verdict],
-        *,
-        now: datetime,
-        sources_read: frozenset[Source],
-        project_id: UUID | None = None,
-        unread_queues: frozenset[str] = frozenset(),
+        self, observed: Sequence[Verdict], seen_by: sightings.SightingsPass
     ) -> SightingsRecorded:
+        now, sources_read = seen_by.now, seen_by.sources_read
+        project_id, unread_queues = seen_by.project_id, seen_by.unread_queues
         self._open()
         seen = sightings.observed_sightings(observed)
         latest, opened_at = self._latest_sightings()
@@ -236,11 +232,7 @@ class MemoryJobQueue(LeaseReaps):
         return changed
 
     async def park_dispatch_pointers(
-        self,
-        pointers: Sequence[tuple[DeadLetter, DispatchPointer]],
-        *,
-        now: datetime,
-        rules: ParkRules,
+        self, pointers: Sequence[LetterPointer], *, now: datetime, rules: ParkRules
     ) -> DeadLetterParks:
         self._open()
         parked: list[Verdict] = []

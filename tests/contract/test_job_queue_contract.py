@@ -27,6 +27,7 @@ from reaper.core.domain import (
     Verdict,
 )
 from reaper.core.judge_leases import judge_lease_page
+from reaper.core.sightings import SightingsPass
 from reaper.errors import GateError
 from reaper.jobqueue.port import GateChoice, GateFilter, ParkedDeadLetter, ParkRules
 from tests.contract.conftest import Subject
@@ -240,14 +241,18 @@ async def test_a_sighting_is_recorded_once_and_cleared_once(subject: Subject) ->
     store = subject.store
     seen = surfaced(project)
 
-    first = await store.record_sightings([seen], now=NOW, sources_read=read)
-    again = await store.record_sightings([surfaced(project)], now=NOW, sources_read=read)
-    unread = await store.record_sightings([], now=NOW, sources_read=frozenset({Source.BROKER}))
-    other_project = await store.record_sightings(
-        [], now=NOW, sources_read=read, project_id=uuid.uuid4()
+    first = await store.record_sightings([seen], SightingsPass(now=NOW, sources_read=read))
+    again = await store.record_sightings(
+        [surfaced(project)], SightingsPass(now=NOW, sources_read=read)
     )
-    cleared = await store.record_sightings([], now=NOW, sources_read=read)
-    after = await store.record_sightings([], now=NOW, sources_read=read)
+    unread = await store.record_sightings(
+        [], SightingsPass(now=NOW, sources_read=frozenset({Source.BROKER}))
+    )
+    other_project = await store.record_sightings(
+        [], SightingsPass(now=NOW, sources_read=read, project_id=uuid.uuid4())
+    )
+    cleared = await store.record_sightings([], SightingsPass(now=NOW, sources_read=read))
+    after = await store.record_sightings([], SightingsPass(now=NOW, sources_read=read))
 
     assert first.records == [seen] and again.records == [] and unread.records == []
     assert other_project.records == []
@@ -259,17 +264,21 @@ async def test_a_sighting_is_recorded_once_and_cleared_once(subject: Subject) ->
 async def test_an_open_sighting_says_since_when_it_has_been_open(subject: Subject) -> None:
     project, read, store = uuid.uuid4(), frozenset(Source), subject.store
     seen = surfaced(project)
-    opening = await store.record_sightings([seen], now=NOW, sources_read=read)
+    opening = await store.record_sightings([seen], SightingsPass(now=NOW, sources_read=read))
     assert opening.records == [seen] and opening.since == {}  # opened now, not open before
 
     later = NOW + timedelta(hours=1)
-    again = await store.record_sightings([surfaced(project)], now=later, sources_read=read)
+    again = await store.record_sightings(
+        [surfaced(project)], SightingsPass(now=later, sources_read=read)
+    )
     # still open: since the record that opened it, not the pass that saw it again
     assert again.records == [] and again.since == {seen.sighting_key: NOW}
 
-    cleared = await store.record_sightings([], now=later, sources_read=read)
+    cleared = await store.record_sightings([], SightingsPass(now=later, sources_read=read))
     assert cleared.since == {}
-    back = await store.record_sightings([surfaced(project)], now=later, sources_read=read)
+    back = await store.record_sightings(
+        [surfaced(project)], SightingsPass(now=later, sources_read=read)
+    )
     assert [r.action for r in back.records] == [Action.SURFACE] and back.since == {}
 
 
@@ -279,13 +288,13 @@ async def test_a_dry_run_reads_which_sightings_are_open_and_writes_nothing(
     project, read, store = uuid.uuid4(), frozenset(Source), subject.store
     seen, other = surfaced(project), surfaced(uuid.uuid4())  # another project's: not on record
     assert await store.sightings_open_since([seen, other]) == {}  # nothing on record yet
-    await store.record_sightings([seen], now=NOW, sources_read=read)
+    await store.record_sightings([seen], SightingsPass(now=NOW, sources_read=read))
     events = await store.events(project)
 
     later = NOW + timedelta(hours=1)
     assert await store.sightings_open_since([surfaced(project), other]) == {seen.sighting_key: NOW}
     assert await store.events(project) == events  # read only
-    await store.record_sightings([], now=later, sources_read=read)  # cleared
+    await store.record_sightings([], SightingsPass(now=later, sources_read=read))  # cleared
     assert await store.sightings_open_since([seen]) == {}
 
 
@@ -301,7 +310,9 @@ async def test_broker_sightings_live_on_the_fleet_stream(subject: Subject) -> No
         queue="vibey.jobs",
         trusted=False,
     )
-    await subject.store.record_sightings([finding], now=NOW, sources_read=frozenset(Source))
+    await subject.store.record_sightings(
+        [finding], SightingsPass(now=NOW, sources_read=frozenset(Source))
+    )
     [event] = await subject.store.events(FLEET_PROJECT_ID)
     assert (event.payload["queue"], event.trusted) == ("vibey.jobs", False)
 

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from reaper.core.sightings import SightingsPass
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
 from reaper.schema.migrations import migrate
@@ -39,9 +40,11 @@ async def test_the_migration_builds_the_index_from_a_ledger_written_before_it(
         project = uuid.uuid4()
         queues = [f"vibey.jobs.{n}" for n in range(3)]
         first = [stale(project), *(broker_finding(q) for q in queues)]
-        await store.record_sightings(first, now=NOW, sources_read=BOTH)
+        await store.record_sightings(first, SightingsPass(now=NOW, sources_read=BOTH))
         # the second pass no longer sees queue 0: its sighting is closed
-        await store.record_sightings(first[:1] + first[2:], now=NOW, sources_read=BOTH)
+        await store.record_sightings(
+            first[:1] + first[2:], SightingsPass(now=NOW, sources_read=BOTH)
+        )
         expected = await open_keys(store)
         assert len(expected) == 3
         async with store.database.session("undoing 0009") as conn:

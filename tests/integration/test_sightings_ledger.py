@@ -25,6 +25,7 @@ from hypothesis.stateful import (
 )
 
 from reaper.core.domain import FLEET_PROJECT_ID, Action, Condition, Source, Verdict
+from reaper.core.sightings import SightingsPass
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
 from tests.support.store import NOW
@@ -49,24 +50,33 @@ async def test_first_seen_persisting_cleared_and_seen_again(pg_dsn: str) -> None
     try:
         p, q = uuid.uuid4(), f"vibey.jobs.{uuid.uuid4().hex[:6]}"
         first = [stale(p), broker_finding(q)]
-        assert (await store.record_sightings(first, now=NOW, sources_read=BOTH)).records == first
+        assert (
+            await store.record_sightings(first, SightingsPass(now=NOW, sources_read=BOTH))
+        ).records == first
         for minute in range(1, 4):  # persisting: nothing more
             again = [stale(p, "another-head", 2000), broker_finding(q)]
             later = NOW + timedelta(minutes=minute)
-            assert (await store.record_sightings(again, now=later, sources_read=BOTH)).records == []
+            assert (
+                await store.record_sightings(again, SightingsPass(now=later, sources_read=BOTH))
+            ).records == []
         # the broker could not be read: its sighting stays open, the job queue's clears
         written = await store.record_sightings(
-            [], now=NOW + timedelta(minutes=5), sources_read=frozenset({Source.JOB_QUEUE})
+            [],
+            SightingsPass(
+                now=NOW + timedelta(minutes=5), sources_read=frozenset({Source.JOB_QUEUE})
+            ),
         )
         assert [(w.source, w.action) for w in written.records] == [
             (Source.JOB_QUEUE, Action.CLEARED)
         ]
         assert (
-            await store.record_sightings([broker_finding(q)], now=NOW, sources_read=BOTH)
+            await store.record_sightings(
+                [broker_finding(q)], SightingsPass(now=NOW, sources_read=BOTH)
+            )
         ).records == []
         # seen again after clearing: a new episode
         back = [stale(p, "job-3")]
-        written = await store.record_sightings(back, now=NOW, sources_read=BOTH)
+        written = await store.record_sightings(back, SightingsPass(now=NOW, sources_read=BOTH))
         assert [(w.source, w.action) for w in written.records] == [
             (Source.JOB_QUEUE, Action.SURFACE),
             (Source.BROKER, Action.CLEARED),
@@ -98,7 +108,8 @@ async def test_many_reapers_at_once_record_each_episode_once(pg_dsn: str) -> Non
             recorded = await asyncio.gather(
                 *(
                     s.record_sightings(
-                        seen if i % 2 else list(reversed(seen)), now=NOW, sources_read=BOTH
+                        seen if i % 2 else list(reversed(seen)),
+                        SightingsPass(now=NOW, sources_read=BOTH),
                     )
                     for i, s in enumerate(stores)
                 )
@@ -229,7 +240,7 @@ class SightingsMachine(RuleBasedStateMachine):
             recorded = await asyncio.gather(
                 *(
                     self.stores[r].record_sightings(
-                        observed, now=self.now, sources_read=read, project_id=project
+                        observed, SightingsPass(now=self.now, sources_read=read, project_id=project)
                     )
                     for r in reapers
                 )
@@ -352,12 +363,12 @@ async def test_more_sightings_than_the_lock_table_holds_are_recorded_and_cleared
     try:
         run = uuid.uuid4().hex[:6]
         found = [broker_finding(f"vibey.jobs.many.{run}.{i:05d}") for i in range(30_000)]
-        written = await store.record_sightings(found, now=NOW, sources_read=BOTH)
+        written = await store.record_sightings(found, SightingsPass(now=NOW, sources_read=BOTH))
         assert written.records == found
         later = NOW + timedelta(minutes=1)
-        again = await store.record_sightings(found, now=later, sources_read=BOTH)
+        again = await store.record_sightings(found, SightingsPass(now=later, sources_read=BOTH))
         assert again.records == [] and len(again.since) == len(found)
-        cleared = await store.record_sightings([], now=later, sources_read=BOTH)
+        cleared = await store.record_sightings([], SightingsPass(now=later, sources_read=BOTH))
         mine = [r for r in cleared.records if r.queue and f".{run}." in r.queue]
         assert len(mine) == len(found)
         assert {r.action for r in mine} == {Action.CLEARED}
