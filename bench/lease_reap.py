@@ -49,9 +49,9 @@ import reaper.jobqueue.lease_reap as lease_batches
 from reaper.config import Settings
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import Dispatch, Thresholds
+from reaper.jobqueue.dispatch import DispatchInForce
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.context import Mode, Pass
-from reaper.reap.dispatch import DispatchInForce
 from reaper.reap.leases import reap_leases
 from reaper.reap.measure import JobQueueReading, Reading
 from reaper.reap.pass_config import PassConfig

@@ -6,7 +6,7 @@ import http.server
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -167,14 +167,23 @@ def test_build_info_names_the_version(registry: CollectorRegistry, metrics: Reap
 # --------------------------------------------------------------------------- counters
 
 
+def by_verdict(
+    registry: CollectorRegistry, metric: str, **labels: str
+) -> Callable[[str, str, str], float | None]:
+    """``metric``'s sample for one source, condition and action (with ``labels`` besides)."""
+
+    def read(source: str, condition: str, action: str) -> float | None:
+        verdict = {"source": source, "condition": condition, "action": action}
+        return registry.get_sample_value(metric, {**verdict, **labels})
+
+    return read
+
+
 def test_verdicts_total_counts_every_verdict_by_source_condition_action(
     metrics: ReaperMetrics, registry: CollectorRegistry
 ) -> None:
     metrics.observe(a_pass())
-
-    def verdicts(source: str, condition: str, action: str, dry_run: str = "false") -> float | None:
-        labels = {"source": source, "condition": condition, "action": action, "dry_run": dry_run}
-        return registry.get_sample_value("reaper_verdicts_total", labels)
+    verdicts = by_verdict(registry, "reaper_verdicts_total", dry_run="false")
 
     assert verdicts("job_queue", "lease_expired", "requeue") == 2
     assert verdicts("job_queue", "poison", "park") == 1
@@ -190,10 +199,7 @@ def test_verdicts_recorded_counts_only_what_the_ledger_got(
     metrics: ReaperMetrics, registry: CollectorRegistry
 ) -> None:
     metrics.observe(a_pass())
-
-    def recorded(source: str, condition: str, action: str) -> float | None:
-        labels = {"source": source, "condition": condition, "action": action}
-        return registry.get_sample_value("reaper_verdicts_recorded_total", labels)
+    recorded = by_verdict(registry, "reaper_verdicts_recorded_total")
 
     assert recorded("job_queue", "lease_expired", "requeue") == 1
     assert recorded("job_queue", "stale_ready", "surface") == 1  # the other was already open
@@ -204,10 +210,7 @@ def test_verdicts_applied_counts_only_writes_that_committed(
     metrics: ReaperMetrics, registry: CollectorRegistry
 ) -> None:
     metrics.observe(a_pass())
-
-    def applied(source: str, condition: str, action: str) -> float | None:
-        labels = {"source": source, "condition": condition, "action": action}
-        return registry.get_sample_value("reaper_verdicts_applied_total", labels)
+    applied = by_verdict(registry, "reaper_verdicts_applied_total")
 
     assert applied("job_queue", "lease_expired", "requeue") == 1  # the other was not moved
     assert applied("broker", "dead_letter", "cleared") == 1

@@ -20,6 +20,7 @@ from reaper.reap.sources import Sources
 from reaper.reap.stopping import StopRequest
 from reaper.testing.memory import JobRow, MemoryJobQueue
 from tests.support.fake_broker import FakeBroker
+from tests.support.leases import add_expired_leases, lease_row
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -34,30 +35,9 @@ def world() -> tuple[MemoryJobQueue, dict[str, uuid.UUID], uuid.UUID]:
     store = MemoryJobQueue(clock=lambda: NOW)
     project = uuid.uuid4()
     jobs = {
-        "expired": JobRow(
-            project_id=project,
-            run_after=NOW - timedelta(hours=1),
-            state="leased",
-            attempts=1,
-            lease_owner="worker-1",
-            lease_expires_at=NOW - timedelta(minutes=5),
-        ),
-        "poison": JobRow(
-            project_id=project,
-            run_after=NOW - timedelta(hours=1),
-            state="leased",
-            attempts=7,
-            lease_owner="worker-2",
-            lease_expires_at=NOW - timedelta(minutes=5),
-        ),
-        "live": JobRow(
-            project_id=project,
-            run_after=NOW - timedelta(hours=1),
-            state="leased",
-            attempts=1,
-            lease_owner="worker-3",
-            lease_expires_at=NOW + timedelta(minutes=5),
-        ),
+        "expired": lease_row(project, "worker-1", NOW - timedelta(minutes=5), now=NOW),
+        "poison": lease_row(project, "worker-2", NOW - timedelta(minutes=5), now=NOW, attempts=7),
+        "live": lease_row(project, "worker-3", NOW + timedelta(minutes=5), now=NOW),
         "stale": JobRow(project_id=project, run_after=NOW - timedelta(hours=2)),
     }
     return store, {name: store.add_job(row) for name, row in jobs.items()}, project
@@ -198,16 +178,7 @@ async def test_moves_cut_short_are_reported_as_far_as_they_are_known() -> None:
     store = Interrupted()
     _, _, project = world()
     for n in range(3):
-        store.add_job(
-            JobRow(
-                project_id=project,
-                run_after=NOW - timedelta(hours=1),
-                state="leased",
-                attempts=1,
-                lease_owner=f"w-{n}",
-                lease_expires_at=NOW - timedelta(minutes=n + 1),
-            )
-        )
+        store.add_job(lease_row(project, f"w-{n}", NOW - timedelta(minutes=n + 1), now=NOW))
 
     result = await run_pass(settings(), Sources(store=store, broker=None), clock=lambda: NOW)
 
@@ -220,16 +191,7 @@ async def test_moves_cut_short_are_reported_as_far_as_they_are_known() -> None:
 
 async def test_a_failed_row_is_named_in_the_json_report_as_in_the_human_one() -> None:
     store = MemoryJobQueue(clock=lambda: NOW)
-    job = store.add_job(
-        JobRow(
-            project_id=uuid.uuid4(),
-            run_after=NOW - timedelta(hours=1),
-            state="leased",
-            attempts=1,
-            lease_owner="w",
-            lease_expires_at=NOW - timedelta(minutes=1),
-        )
-    )
+    job = store.add_job(lease_row(uuid.uuid4(), "w", NOW - timedelta(minutes=1), now=NOW))
     store.refused_moves[job] = "a trigger said no (SQLSTATE P0001)"
 
     result = await run_pass(settings(), Sources(store=store, broker=None), clock=lambda: NOW)
@@ -275,18 +237,9 @@ class ConnectionLost(MemoryJobQueue):
 
 
 def expired_leases(store: MemoryJobQueue, n: int) -> None:
-    project = uuid.uuid4()
-    for k in range(n):
-        store.add_job(
-            JobRow(
-                project_id=project,
-                run_after=NOW - timedelta(hours=1),
-                state="leased",
-                attempts=1,
-                lease_owner=f"w-{k}",
-                lease_expires_at=NOW - timedelta(minutes=k + 1),
-            )
-        )
+    add_expired_leases(
+        store, n, now=NOW, owner=lambda k: f"w-{k}", expired_ago=lambda k: timedelta(minutes=k + 1)
+    )
 
 
 async def test_moves_a_lost_connection_left_undone_are_not_moved_never_changed() -> None:
