@@ -96,6 +96,24 @@ def _oldest_per_project(rows: Iterable[_Row], since: Callable[[_Row], datetime])
     return oldest.values()
 
 
+def _surfaced(
+    row: ClaimableHead | UnsentDispatch, condition: Condition, age: float, limit: int, detail: str
+) -> Verdict:
+    """A job-queue verdict surfacing a project's oldest ``row``, ``age`` seconds against the
+    threshold ``limit``."""
+    return Verdict(
+        source=Source.JOB_QUEUE,
+        object=str(row.job_id),
+        condition=condition,
+        measured=age,
+        threshold=limit,
+        unit=Unit.SECONDS,
+        action=Action.SURFACE,
+        project_id=row.project_id,
+        detail=detail,
+    )
+
+
 def _judge_claimable(
     heads: Iterable[ClaimableHead], thresholds: Thresholds, now: datetime
 ) -> Iterable[Verdict]:
@@ -105,19 +123,13 @@ def _judge_claimable(
     for head in _oldest_per_project(heads, lambda h: h.claimable_since):
         age = ceil_seconds(now - head.claimable_since)
         if age > 0 and age > limit:
-            yield Verdict(
-                source=Source.JOB_QUEUE,
-                object=str(head.job_id),
-                condition=Condition.STALE_READY,
-                measured=age,
-                threshold=limit,
-                unit=Unit.SECONDS,
-                action=Action.SURFACE,
-                project_id=head.project_id,
-                detail=(
-                    f"oldest claimable {head.kind} job of its project unclaimed for "
-                    f"{num(age)}s, more than stale_ready_seconds {limit}"
-                ),
+            yield _surfaced(
+                head,
+                Condition.STALE_READY,
+                age,
+                limit,
+                f"oldest claimable {head.kind} job of its project unclaimed for "
+                f"{num(age)}s, more than stale_ready_seconds {limit}",
             )
 
 
@@ -129,21 +141,15 @@ def _judge_unsent(
     for row in _oldest_per_project(unsent, lambda r: r.written_at):
         age = ceil_seconds(now - row.written_at)
         if age > limit:
-            yield Verdict(
-                source=Source.JOB_QUEUE,
-                object=str(row.job_id),
-                condition=Condition.LOST_DISPATCH,
-                measured=age,
-                threshold=limit,
-                unit=Unit.SECONDS,
-                action=Action.SURFACE,
-                project_id=row.project_id,
-                detail=(
-                    f"dispatch {row.dispatch_seq} of a ready {row.kind} job was written to the "
-                    f"outbox {num(age)}s ago and never sent, more than stale_ready_seconds "
-                    f"{limit}: the host's outbox relay is not publishing, and no worker can "
-                    "receive the job until it does"
-                ),
+            yield _surfaced(
+                row,
+                Condition.LOST_DISPATCH,
+                age,
+                limit,
+                f"dispatch {row.dispatch_seq} of a ready {row.kind} job was written to the "
+                f"outbox {num(age)}s ago and never sent, more than stale_ready_seconds "
+                f"{limit}: the host's outbox relay is not publishing, and no worker can "
+                "receive the job until it does",
             )
 
 
