@@ -14,7 +14,6 @@ from datetime import timedelta
 import pytest
 
 from reaper.core.canonical import canonical_json, canonical_payload
-from reaper.core.dead_letters import decode
 from reaper.core.domain import (
     FLEET_PROJECT_ID,
     GATE_BUS_DEAD_LETTERED,
@@ -31,6 +30,7 @@ from reaper.core.judge_leases import judge_lease_page
 from reaper.errors import GateError
 from reaper.jobqueue.port import ParkedDeadLetter, ParkRules
 from tests.contract.conftest import Subject
+from tests.support.dead_letters import got_letter
 from tests.support.store import NOW, Job, Reaped, lease_of, leased, reap_page
 
 pytestmark = pytest.mark.postgres
@@ -54,22 +54,7 @@ def surfaced(project: uuid.UUID, condition: Condition = Condition.STALE_READY) -
 
 
 def dead_letter(message_id: str, queue: str = "vibey.jobs.dead") -> DeadLetter:
-    body = '{"task": 1}'
-    return decode(
-        {
-            "payload": body,
-            "payload_encoding": "string",
-            "payload_bytes": len(body),
-            "properties": {
-                "message_id": message_id,
-                "headers": {
-                    "x-first-death-queue": "vibey.jobs",
-                    "x-first-death-reason": "rejected",
-                },
-            },
-        },
-        queue=queue,
-    )
+    return got_letter('{"task": 1}', message_id, queue=queue)
 
 
 # --------------------------------------------------------------------------- leases

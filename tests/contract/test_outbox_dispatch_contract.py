@@ -13,10 +13,11 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from reaper.core.dead_letters import DISPATCH_SCHEMA, DispatchPointer, decode, dispatch_pointer
+from reaper.core.dead_letters import DISPATCH_SCHEMA, DispatchPointer, dispatch_pointer
 from reaper.core.domain import Action, DeadLetter, Dispatch
 from reaper.jobqueue.port import ParkRules
 from tests.contract.conftest import Subject
+from tests.support.dead_letters import got_letter
 from tests.support.dispatch import dispatch_body
 from tests.support.store import NOW, Job, leased, reap_page
 
@@ -31,21 +32,7 @@ def pointer_letter(job: Job, generation: int, message_id: str = "d-1") -> DeadLe
     body = json.dumps(
         dispatch_body(DispatchPointer(job.id, job.project_id, generation, job.kind, NOW))
     )
-    return decode(
-        {
-            "payload": body,
-            "payload_encoding": "string",
-            "payload_bytes": len(body),
-            "properties": {
-                "message_id": message_id,
-                "headers": {
-                    "x-first-death-queue": "vibey.jobs",
-                    "x-first-death-reason": "delivery_limit",
-                },
-            },
-        },
-        queue="vibey.jobs.dead",
-    )
+    return got_letter(body, message_id, "delivery_limit")
 
 
 def pointed(letter: DeadLetter) -> tuple[DeadLetter, DispatchPointer]:

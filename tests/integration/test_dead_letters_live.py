@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
@@ -30,7 +29,6 @@ from tests.support.dead_letters import (
     outcome_of,
     parked_after_passes,
     read_all,
-    settings_for,
     wait_for_depth,
 )
 from tests.support.services import BrokerUnderTest
@@ -38,14 +36,6 @@ from tests.support.services import BrokerUnderTest
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
 PASSES = 50
-
-
-# --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture
-def settings(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path) -> Settings:
-    return settings_for(broker, pg_dsn, tmp_path)
 
 
 # --------------------------------------------------------------------------- never deleted

@@ -38,6 +38,8 @@ from tests.support.store import (
     leased,
     query,
     reap_page,
+    refuse_updates_of,
+    settling,
 )
 
 pytestmark = pytest.mark.postgres
@@ -196,20 +198,8 @@ async def test_a_row_finishing_while_the_reap_runs_is_skipped_not_waited_for(
     project = uuid.uuid4()
     job, other = leased(project), leased(project)
     await insert_jobs(pg_dsn, [job, other])
-    worker = await asyncpg.connect(pg_dsn)
-    try:
-        tx = worker.transaction()
-        await tx.start()
-        await worker.execute(
-            "UPDATE job SET state = 'succeeded', finished_at = $2, lease_owner = NULL,"
-            " lease_expires_at = NULL WHERE id = $1 AND lease_owner = 'worker-1'",
-            job.id,
-            NOW,
-        )
+    async with settling(pg_dsn, job.id, NOW, owner="worker-1"):
         outcome = await reap_page(store)
-        await tx.commit()
-    finally:
-        await worker.close()
     assert outcome == Reaped(requeued=(other.id,))
     row = await fetch_job(pg_dsn, job.id)
     assert (row["state"], row["finished_at"]) == ("succeeded", NOW)
@@ -221,21 +211,7 @@ async def test_one_bad_row_does_not_block_the_others(pg_dsn: str, store: Postgre
     jobs = [leased(project) for _ in range(5)] + [leased(project, attempts=7, max_attempts=7)]
     bad = jobs[2]
     await insert_jobs(pg_dsn, jobs)
-    conn = await asyncpg.connect(pg_dsn)
-    try:
-        await conn.execute(
-            f"""
-            CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                IF NEW.id = '{bad.id}' THEN RAISE EXCEPTION 'row % is cursed', NEW.id; END IF;
-                RETURN NEW;
-            END $$;
-            CREATE TRIGGER refuse_one BEFORE UPDATE ON job
-                FOR EACH ROW EXECUTE FUNCTION refuse_one();
-            """
-        )
-    finally:
-        await conn.close()
+    await refuse_updates_of(pg_dsn, bad.id)
 
     outcome = await reap_page(store)
 

@@ -15,7 +15,8 @@ import pytest
 
 from reaper.broker.client import ManagementClient
 from reaper.config import Settings, load_config
-from reaper.core.domain import GATE_BUS_DEAD_LETTERED
+from reaper.core.dead_letters import decode
+from reaper.core.domain import GATE_BUS_DEAD_LETTERED, DeadLetter
 from reaper.core.records import Gate
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.result import PassResult
@@ -25,6 +26,28 @@ from tests.support.services import STATS_INTERVAL_SECONDS, BrokerUnderTest, poll
 ORIGIN = "vibey.jobs"
 DLQ = "vibey.jobs.dead"
 STATS_WAIT_SECONDS = 30
+
+
+def got_letter(
+    body: str, message_id: str, reason: str = "rejected", queue: str = "vibey.jobs.dead"
+) -> DeadLetter:
+    """A letter of ``vibey.jobs`` dead-lettered for ``reason``, as a get from ``queue``
+    returns it, decoded."""
+    return decode(
+        {
+            "payload": body,
+            "payload_encoding": "string",
+            "payload_bytes": len(body),
+            "properties": {
+                "message_id": message_id,
+                "headers": {
+                    "x-first-death-queue": "vibey.jobs",
+                    "x-first-death-reason": reason,
+                },
+            },
+        },
+        queue=queue,
+    )
 
 
 def settings_for(broker: BrokerUnderTest, pg_dsn: str, config_dir: Path) -> Settings:
@@ -126,7 +149,7 @@ async def gate_by_id(store: PostgresStore, gate_id: Any) -> Gate:
 
 
 def outcome_of(result: PassResult, queue: str) -> Any:
-    found = [d for d in result.dead_letters if d.queue == queue]
+    found = [d for d in result.dead_letters.queues if d.queue == queue]
     return found[0] if found else None
 
 
