@@ -208,13 +208,7 @@ async def child() -> None:
     sources = await open_sources(settings)
     try:
         started = time.perf_counter()
-        result = await run_pass(
-            settings,
-            store=sources.store,
-            broker=sources.broker,
-            store_error=sources.store_error,
-            broker_error=sources.broker_error,
-        )
+        result = await run_pass(settings, sources)
         seconds = time.perf_counter() - started
         requests = sources.broker.requests_made if sources.broker else 0
     finally:
@@ -235,7 +229,7 @@ async def child() -> None:
                 "kept": len(result.queues),
                 "unavailable": sum(1 for u in result.unreadable if u.queue is not None),
                 "sources_unreadable": [u.error for u in result.unreadable if u.queue is None],
-                "policy_writes": [p.name for p in result.policies if p.write],
+                "policy_writes": [p.name for p in result.policies.outcomes if p.write],
                 # ru_maxrss is in KiB on Linux: the peak of this whole process
                 "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             }

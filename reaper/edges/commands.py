@@ -19,7 +19,7 @@ from typing import Final
 from uuid import UUID
 
 from reaper.config import LoadedConfig, Settings
-from reaper.core.domain import Dispatch, Source
+from reaper.core.domain import Dispatch
 from reaper.core.terminal import one_line as terminal_line
 from reaper.demo.run import DemoPass, Said, run_demo
 from reaper.edges import colour
@@ -28,7 +28,7 @@ from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.report import render_text, write_json
 from reaper.edges.serve import serve as serve_http
 from reaper.edges.status_page import page_target
-from reaper.edges.wording import LEASE_CONDITIONS, where
+from reaper.edges.wording import where
 from reaper.errors import (
     GateError,
     MigrationStopped,
@@ -134,15 +134,14 @@ def decisions(result: PassResult) -> list[str]:
     """What a pass decided, for ``-v``: each verdict that is not a lease move, the lease moves
     counted per condition and action, each policy's action and reason."""
     moves: Counter[str] = Counter()
-    lines: list[str] = []
-    for r in result.verdicts:
-        v = r.verdict
-        if v.source is Source.JOB_QUEUE and v.condition in LEASE_CONDITIONS:
-            moves[f"{v.action.value} {v.condition.value}"] += 1
-        else:
-            lines.append(f"{v.condition.value} {where(v, wide=True)}: {v.action.value}")
+    for (condition, action, _, _), n in result.verdicts.leases.tally.items():
+        moves[f"{action.value} {condition.value}"] += n  # counted, not read back
+    lines = [
+        f"{r.verdict.condition.value} {where(r.verdict, wide=True)}: {r.verdict.action.value}"
+        for r in result.verdicts.others
+    ]
     lines += [f"{what}: {n} job(s)" for what, n in moves.items()]
-    lines += [f"policy {p.name}: {p.action} ({p.reason})" for p in result.policies]
+    lines += [f"policy {p.name}: {p.action} ({p.reason})" for p in result.policies.outcomes]
     return lines
 
 
@@ -318,7 +317,9 @@ async def read_board(settings: Settings) -> GateBoard:
 async def clear_notes(settings: Settings, result: PassResult) -> list[str]:
     """The report's lines for the dead-letter queues a person may clear now. The gates are
     read only when a queue of the pass could be one (every letter on it already parked)."""
-    could = [d for d in result.dead_letters if d.depth > 0 and d.parked_new == 0 and d.unread == 0]
+    could = [
+        d for d in result.dead_letters.queues if d.depth > 0 and d.parked_new == 0 and d.unread == 0
+    ]
     if not could or result.dry_run:
         return []
     try:

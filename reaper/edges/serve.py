@@ -258,7 +258,7 @@ async def serve(
             remaining = (
                 next_in() if next_in is not None else interval_seconds - (loop.time() - started)
             )
-            if result is not None and result.leases_remaining:
+            if result is not None and result.leases.remaining:
                 remaining = 0  # expired leases left by the budget: the next turn comes at once
             if remaining > 0 and not stop.is_set():
                 with contextlib.suppress(TimeoutError):

@@ -92,7 +92,7 @@ def pass_line(result: PassResult) -> PassLine:
         result.ok,
         result.duration_seconds,
         len(result.findings()),
-        result.expired_leases or 0,
+        result.leases.expired or 0,
     )
 
 
@@ -208,10 +208,10 @@ def _tiles(result: PassResult | None, board: GateBoard | None, target: PageTarge
             dead = inventory.dead_letter_queues or 0
             label = f"owned queues, {dead} dead-letter" if dead else "owned queues"
             tiles.append(_tile(inventory.queues_owned, label))
-            letters = sum(d.depth for d in result.dead_letters)
+            letters = sum(d.depth for d in result.dead_letters.queues)
             tiles.append(_tile(letters, "dead letters", "warn" if letters else ""))
             if board is not None and letters:
-                clear = safe_to_clear(result.dead_letters, board.waiting, target.vhost)
+                clear = safe_to_clear(result.dead_letters.queues, board.waiting, target.vhost)
                 tiles.append(_tile(len(clear), "queues safe to clear"))
     if board is not None:
         first = min((c.oldest for c in board.counts), default=board.now)

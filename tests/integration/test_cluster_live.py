@@ -275,7 +275,7 @@ async def test_an_owned_quorum_dead_letter_queue_survives_its_leaders_node_stopp
             result = await reap_once(settings)
             assert not result.not_moved, result.not_moved
             assert not [u for u in result.unreadable if u.queue is None], result.unreadable
-            [outcome] = [d for d in result.dead_letters if d.queue == DLQ] or [None]
+            [outcome] = [d for d in result.dead_letters.queues if d.queue == DLQ] or [None]
             gates = await store.list_gates(open_only=False, kind=GATE_BUS_DEAD_LETTERED)
             assert len(gates) <= 5
             if outcome is None:

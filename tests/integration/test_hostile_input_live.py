@@ -142,7 +142,7 @@ async def test_a_letter_fanned_into_two_queues_makes_neither_safe_to_clear_while
     parked = 0
     for _ in range(40):
         result = await reap_once(settings)
-        parked += sum(d.parked_new for d in result.dead_letters)
+        parked += sum(d.parked_new for d in result.dead_letters.queues)
         both = [outcome_of(result, q) for q in (first, second)]
         if parked and all(o is not None and o.read_blocked is None for o in both):
             break

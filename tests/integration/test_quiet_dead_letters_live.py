@@ -228,13 +228,7 @@ async def one_pass(settings: Settings) -> tuple[Any, int]:
     pass sent to the broker: 0 means it fetched nothing."""
     sources = await open_sources(settings)
     try:
-        result = await run_pass(
-            settings,
-            store=sources.store,
-            broker=sources.broker,
-            store_error=sources.store_error,
-            broker_error=sources.broker_error,
-        )
+        result = await run_pass(settings, sources)
         assert sources.broker is not None
         return outcome_of(result, DLQ), sources.broker.writes_made
     finally:

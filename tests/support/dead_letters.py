@@ -149,7 +149,7 @@ async def gate_by_id(store: PostgresStore, gate_id: Any) -> Gate:
 
 
 def outcome_of(result: PassResult, queue: str) -> Any:
-    found = [d for d in result.dead_letters if d.queue == queue]
+    found = [d for d in result.dead_letters.queues if d.queue == queue]
     return found[0] if found else None
 
 

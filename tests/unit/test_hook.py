@@ -340,14 +340,14 @@ async def test_a_pass_that_spent_its_lease_budget_hands_the_next_turn_over_at_on
     first = await reaper.run_if_due()
     assert first.ran and first.result is not None
     # a full page in 1 s: the budget of 0.5 s is spent, the page's leases moved, 1000 left
-    assert first.result.leases_remaining == 1000
+    assert first.result.leases.remaining == 1000
     assert sum(1 for j in shared.jobs.values() if j.state == "leased") == 1000
     assert any("1000 more expired lease(s) left" in n for n in first.result.notes)
     assert any("the next turn comes at once" in n for n in first.result.notes)
     # due again at once, without waiting out the interval, and the turn is free for it
     assert reaper.is_due() and reaper.seconds_until_due() == 0
     second = await reaper.run_if_due()
-    assert second.ran and second.result is not None and second.result.leases_remaining == 0
+    assert second.ran and second.result is not None and second.result.leases.remaining == 0
     assert not [j for j in shared.jobs.values() if j.state == "leased"]
     # done: the turn is held for the interval again, by this worker, and the peer waits
     assert not reaper.is_due()
@@ -361,5 +361,5 @@ async def test_a_pass_that_moved_every_lease_keeps_the_interval() -> None:
     h = Harness(shared=shared, REAPER_QUEUE__REAP__LEASE_REAP_BUDGET_SECONDS="1.5")
     reaper = h.reaper()
     ran = await reaper.run_if_due()
-    assert ran.ran and ran.result is not None and ran.result.leases_remaining == 0
+    assert ran.ran and ran.result is not None and ran.result.leases.remaining == 0
     assert not reaper.is_due() and reaper.seconds_until_due() == 60

@@ -43,6 +43,7 @@ from reaper.policies.verify import PolicyReason
 from reaper.reap.dead_letters import DeadLetterOutcome, _remainder
 from reaper.reap.lease_log import VerdictLog
 from reaper.reap.pass_config import PassConfig
+from reaper.reap.policies import PoliciesOutcome
 from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
 from tests.support.lavinmq_recorded import VHOST, RecordedLavinMQ, load, project
@@ -561,7 +562,7 @@ async def test_the_report_says_how_many_queues_the_policy_bounds_and_groups_one_
         finished_at=T0,
         broker=FACTS,
         verdicts=VerdictLog(others=tuple(RecordedVerdict(v, True) for v in verdicts)),
-        policies=tuple(planned.outcomes),
+        policies=PoliciesOutcome(tuple(planned.outcomes)),
     )
     lines = render_text(result).splitlines()
     assert (
