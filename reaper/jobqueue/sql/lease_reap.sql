@@ -149,6 +149,7 @@ events AS (
            $1::timestamptz
     FROM moved AS m
     JOIN last_seqs AS ls USING (project_id)
+    WHERE (SELECT count(*) FROM streams) > 0  -- every stream locked before the first event
     ON CONFLICT DO NOTHING
     RETURNING project_id, seq
 ),
