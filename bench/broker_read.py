@@ -80,16 +80,26 @@ def create_vhost(admin: httpx.Client, vhost: str, user: str, names: list[str]) -
     admin.post(f"/api/definitions/{path}", json={"queues": queues}, timeout=600).raise_for_status()
 
 
-def wait_for_statistics(admin: httpx.Client, vhost: str, queues: int) -> None:
+def wait_for_statistics(admin: httpx.Client, vhost: str, names: list[str]) -> None:
+    """Wait, at most :data:`SETTLE_SECONDS`, until the listing names every queue with its
+    statistics. A listing that answers anything but 200 (the vhost not served yet) is asked
+    again, never read as a list."""
     deadline = time.monotonic() + SETTLE_SECONDS
+    missing = "nothing read yet"
     while time.monotonic() < deadline:
-        listed = admin.get(
+        answer = admin.get(
             f"/api/queues/{quote(vhost, safe='')}", params={"columns": "name,messages_ready"}
-        ).json()
-        if len(listed) == queues and all("messages_ready" in q for q in listed):
-            return
+        )
+        if answer.status_code != 200:
+            missing = f"the listing answered {answer.status_code}"
+        else:
+            counted = {str(q.get("name")) for q in answer.json() if "messages_ready" in q}
+            left = len(set(names) - counted)
+            missing = f"{left} of {len(names)} queues not listed with statistics" if left else ""
+            if not missing:
+                return
         time.sleep(1)
-    print(f"warning: statistics of {queues} queues not settled after {SETTLE_SECONDS} s")
+    print(f"warning: after {SETTLE_SECONDS} s {missing}")
 
 
 async def pass_read(args: argparse.Namespace, vhost: str) -> tuple[float, int, int]:
@@ -115,15 +125,25 @@ async def one_listing(args: argparse.Namespace, vhost: str) -> tuple[float, int]
         return time.perf_counter() - started, listed
 
 
-async def per_queue(args: argparse.Namespace, vhost: str, names: list[str]) -> float:
+async def per_queue(args: argparse.Namespace, vhost: str, names: list[str]) -> tuple[float, int]:
+    """One GET per queue: the seconds and the 404s asked again. RabbitMQ 4.3 can answer 404
+    for a queue its listing already names, for a moment after the queue was declared: such a
+    read is asked again, at most :data:`SETTLE_SECONDS` in all, and counted."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    again = 0
     async with httpx.AsyncClient(
         base_url=args.url, auth=(args.user, args.password), timeout=60
     ) as http:
         started = time.perf_counter()
         for name in names:
-            r = await http.get(f"/api/queues/{quote(vhost, safe='')}/{quote(name, safe='')}")
+            path = f"/api/queues/{quote(vhost, safe='')}/{quote(name, safe='')}"
+            r = await http.get(path)
+            while r.status_code == 404 and time.monotonic() < deadline:
+                again += 1
+                await asyncio.sleep(0.2)
+                r = await http.get(path)
             r.raise_for_status()
-        return time.perf_counter() - started
+        return time.perf_counter() - started, again
 
 
 async def measure(args: argparse.Namespace, vhost: str, names: list[str]) -> bool:
@@ -146,9 +166,10 @@ async def measure(args: argparse.Namespace, vhost: str, names: list[str]) -> boo
     print(f"    {b_queues} queues")
     c_seconds: float | None = None
     if not args.skip_per_queue:
-        c_seconds = await per_queue(args, vhost, names)
+        c_seconds, again = await per_queue(args, vhost, names)
         print(
             f"(c) one GET per queue (reference):          {c_seconds:.3f} s, {len(names)} requests"
+            + (f" ({again} answered 404 at first and were asked again)" if again else "")
         )
     ok = ratio <= TARGET_RATIO and a_requests < len(names) and a_queues == len(names)
     verdict = "PASS" if ok else "FAIL"
@@ -179,7 +200,7 @@ def main() -> int:
         try:
             started = time.perf_counter()
             create_vhost(admin, vhost, args.user, names)
-            wait_for_statistics(admin, vhost, args.queues)
+            wait_for_statistics(admin, vhost, names)
             print(f"created {args.queues} queues in {time.perf_counter() - started:.1f} s")
             ok = asyncio.run(measure(args, vhost, names))
         finally:

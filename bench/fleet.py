@@ -109,14 +109,16 @@ async def worker(args: argparse.Namespace) -> None:
                     "taken_at": run.turn.taken_at.timestamp() if run.turn else None,
                     "requests": requests - before,
                     "seconds": result.duration_seconds if result else None,
-                    "leases_remaining": result.leases_remaining if result else 0,
+                    "leases_remaining": result.leases.remaining if result else 0,
                     "moved": sum(
                         1 for r in result.verdicts if r.verdict.action.value in ("requeue", "park")
                     )
                     if result
                     else 0,
-                    "bodies_read": [d.bodies_read for d in result.dead_letters] if result else [],
-                    "parked_letters": sum(d.parked_new for d in result.dead_letters)
+                    "bodies_read": [d.bodies_read for d in result.dead_letters.queues]
+                    if result
+                    else [],
+                    "parked_letters": sum(d.parked_new for d in result.dead_letters.queues)
                     if result
                     else 0,
                 }

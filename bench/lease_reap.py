@@ -32,6 +32,7 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -48,11 +49,14 @@ import reaper.jobqueue.lease_reap as lease_batches
 from reaper.config import Settings
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import Dispatch, Thresholds
+from reaper.jobqueue.dispatch import DispatchInForce
 from reaper.jobqueue.postgres import PostgresStore
-from reaper.reap.lease_log import LeaseLog
+from reaper.reap.context import Mode, Pass
 from reaper.reap.leases import reap_leases
+from reaper.reap.measure import JobQueueReading, Reading
+from reaper.reap.pass_config import PassConfig
 from reaper.reap.run import run_pass
-from reaper.reap.sources import open_sources
+from reaper.reap.sources import Sources, open_sources
 
 #: The seed's clock: this run's own time, so that a pass judging by the database's clock (as
 #: ``reaper reap`` does: :func:`reap_seeded`) finds the same leases expired as the methods
@@ -169,19 +173,10 @@ async def run_reaper(dsn: str, expired: int) -> tuple[float, int]:
         await warm(conn)
         thresholds = Thresholds()
         await warm_reaper(store, thresholds)
-        log = LeaseLog()
         moving = timed_batches()
         started = time.perf_counter()
-        reaped = await reap_leases(
-            store,
-            thresholds,
-            NOW,
-            budget_seconds=3600,
-            project_id=None,
-            dispatch=Dispatch.POLLING,
-            write=True,
-            log=log,
-        )
+        reaped = await reap_leases(lease_step(store, thresholds, Mode.FULL))
+        log = reaped.log
         elapsed = time.perf_counter() - started
         lease_batches._transaction = ORIGINAL_TRANSACTION
         MOVING_SHARE.append(sum(moving) / elapsed / lease_batches.LANES)
@@ -222,7 +217,9 @@ async def reap_seeded(
             if ready is not None:
                 await ready()
             started = time.perf_counter()
-            result = await run_pass(settings, store=sources.store, broker=None, leases_only=True)
+            result = await run_pass(
+                settings, Sources(store=sources.store, broker=None), mode=Mode.LEASES_ONLY
+            )
             elapsed = time.perf_counter() - started
         finally:
             await sources.close()
@@ -255,16 +252,15 @@ async def warm_reaper(store: PostgresStore, thresholds: Thresholds) -> None:
     """A long-lived reaper is warm: its pool's connections open, its statements prepared.
     Warm it with a dry run of the whole reap (every expired lease ruled on, read only)."""
     await asyncio.gather(*(store.count_expired_leases(NOW, 0) for _ in range(4)))
-    await reap_leases(
-        store,
-        thresholds,
-        NOW,
-        budget_seconds=3600,
-        project_id=None,
-        dispatch=Dispatch.POLLING,
-        write=False,
-        log=LeaseLog(),
-    )
+    (await reap_leases(lease_step(store, thresholds, Mode.AUDIT))).log.close()
+
+
+def lease_step(store: PostgresStore, thresholds: Thresholds, mode: Mode) -> Pass:
+    """The pass's lease step alone, over ``store`` read at NOW, with an hour's budget."""
+    config = replace(PassConfig.of(Settings()), thresholds=thresholds)
+    config = replace(config, lease_reap_budget_seconds=3600)
+    read = Reading(JobQueueReading(NOW, DispatchInForce(Dispatch.POLLING, "declared"), None), None)
+    return Pass(config, mode, NOW, read, store, None)
 
 
 ORIGINAL_TRANSACTION = lease_batches._transaction

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import asyncpg
 import pytest
 
-from reaper.desk.postgres import PostgresDesk
+from reaper.broker.client import ManagementClient
+from reaper.config import Settings
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.schema.migrations import migrate
+from tests.support.accounts import README_PERMISSIONS, README_TAGS, broker_user, login_role
+from tests.support.cli import Cli, database_env, reaper_env
 from tests.support.cluster import (
     CLUSTER_AMQP_PORTS,
     CLUSTER_MANAGEMENT,
@@ -25,6 +29,7 @@ from tests.support.cluster import (
     cluster_turn,
     wait_cluster_whole,
 )
+from tests.support.dead_letters import settings_for
 from tests.support.schedule import long_first
 from tests.support.services import (
     BROKER_USER,
@@ -77,9 +82,11 @@ async def store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
 
 
 @pytest.fixture
-def desk(store: PostgresStore) -> PostgresDesk:
-    """Where this test's gates are answered: the desk over ``store``'s database."""
-    return PostgresDesk(store.database)
+async def bare_role(pg_dsn: str) -> AsyncIterator[str]:
+    """A login role of this test's own, holding nothing; what it was granted in ``pg_dsn``'s
+    database is dropped afterwards, then the role."""
+    async with login_role(pg_dsn, "qr_bare") as name:
+        yield name
 
 
 @pytest.fixture
@@ -93,6 +100,19 @@ async def pg_empty_dsn() -> AsyncIterator[str]:
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Cli:
+    """The command line with no ``REAPER_`` environment: ``cli.on(env)`` gives it one."""
+    return Cli(monkeypatch, tmp_path, capsys, {})
+
+
+@pytest.fixture
+def db_cli(pg_dsn: str, cli: Cli) -> Cli:
+    """The command line on this test's database alone (no broker answers): ``await
+    db_cli("gates", "list")``."""
+    return cli.on(database_env(pg_dsn))
 
 
 # --------------------------------------------------------------------------- RabbitMQ
@@ -126,6 +146,36 @@ def broker(broker_server: tuple[str, str]) -> Iterator[BrokerUnderTest]:
     finally:
         with under_test.admin() as client:
             client.delete(f"/api/vhosts/{quote(vhost, safe='')}")
+
+
+@pytest.fixture
+def broker_cli(broker: BrokerUnderTest, pg_dsn: str, cli: Cli) -> Cli:
+    """The command line on this test's database and its vhost on each broker version."""
+    return cli.on(reaper_env(pg_dsn, broker.management_url, broker.vhost))
+
+
+@pytest.fixture
+async def client(broker: BrokerUnderTest) -> AsyncIterator[ManagementClient]:
+    """The reaper's management client on this test's vhost, as the broker's test user."""
+    async with ManagementClient(
+        broker.management_url, broker.username, broker.password, vhost=broker.vhost
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+def readme_user(broker: BrokerUnderTest) -> Iterator[tuple[str, str]]:
+    """A management user of this test's own (name, password) with only the tags and vhost
+    permissions the README lists, deleted afterwards."""
+    with broker_user(broker, "qr-reaper", README_TAGS, README_PERMISSIONS) as name_and_password:
+        yield name_and_password
+
+
+@pytest.fixture
+def settings(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path) -> Settings:
+    """A pass's settings from the environment alone (an empty config dir), pointed at this
+    test's vhost and database."""
+    return settings_for(broker, pg_dsn, tmp_path)
 
 
 # --------------------------------------------------------------------------- the cluster

@@ -1,4 +1,5 @@
-"""Text for a terminal (SPEC §11): the one function every text output goes through. Pure.
+"""Text for a terminal (SPEC §11): the one function every text output goes through, and rows
+laid out under a header. Pure.
 
 A queue name, a header, an answer's ``--by`` reach a person's screen inside the reaper's own
 lines. A character that drives the terminal instead of showing (ESC and every other C0 and C1
@@ -12,9 +13,10 @@ shown as ``\\n`` by :func:`one_line` where a value is put into one of them.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["for_terminal", "one_line"]
+__all__ = ["for_terminal", "one_line", "table"]
 
 #: C0 controls but the newline that ends a line, DEL and C1, the bidi embeddings, overrides
 #: and isolates (U+202A to U+202E, U+2066 to U+2069), and lone surrogates.
@@ -38,3 +40,12 @@ def one_line(text: str) -> str:
     """``text`` to be put into one line: every newline shown as ``\\n`` (a carriage return is
     shown as ``\\x0d`` by :func:`for_terminal`). JSON keeps the exact value."""
     return text.replace("\n", "\\n")
+
+
+def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Rows under a header row, each column as wide as its widest cell (the last unpadded)."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    return [
+        "  ".join([*(cell.ljust(w) for cell, w in zip(r, widths, strict=False)), r[-1]])
+        for r in [header, *rows]
+    ]

@@ -21,13 +21,12 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from reaper.config import LoadedConfig, load_config, show
-from reaper.core.terminal import for_terminal
+from reaper.core.terminal import for_terminal, table
 from reaper.edges import commands, completion, doctor, gate_commands, logs, production
 from reaper.edges.arguments import build_parser
 from reaper.edges.commands import EXIT_NOT_OK, EXIT_OK, EXIT_USAGE
 from reaper.edges.manpage import manpage
 from reaper.edges.options import output_of
-from reaper.edges.wording import table
 from reaper.errors import ConfigError, GateError, ReaperError, scrub
 
 log = logging.getLogger("reaper")

@@ -18,22 +18,30 @@ from pathlib import Path
 from typing import Final
 from uuid import UUID
 
-from reaper.config import LoadedConfig
-from reaper.core.domain import Dispatch, Source
+from reaper.config import LoadedConfig, Settings
+from reaper.core.domain import Dispatch
+from reaper.core.terminal import one_line as terminal_line
 from reaper.demo.run import DemoPass, Said, run_demo
 from reaper.edges import colour
-from reaper.edges.gate_board import clear_notes, read_board
 from reaper.edges.hook import QueueReaper
 from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.report import render_text, write_json
 from reaper.edges.serve import serve as serve_http
 from reaper.edges.status_page import page_target
-from reaper.edges.wording import LEASE_CONDITIONS, where
-from reaper.errors import GateError, MigrationStopped, PassFailed, ReaperError, scrub
+from reaper.edges.wording import where
+from reaper.errors import (
+    GateError,
+    MigrationStopped,
+    PassFailed,
+    ReaperError,
+    StoreUnavailable,
+    scrub,
+)
+from reaper.gates.board import GateBoard, board_of, safe_to_clear
+from reaper.gates.ids import resolve_project
 from reaper.jobqueue.database import Database
+from reaper.jobqueue.dispatch import dispatch_in_force
 from reaper.policies.report import plan_json, plan_text
-from reaper.reap.dispatch import dispatch_in_force
-from reaper.reap.ids import resolve_project
 from reaper.reap.policies import policy_plan
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
@@ -43,7 +51,7 @@ from reaper.schema.migrations import MigrationRun, one_line
 from reaper.schema.migrations import migrate as migrate_schema
 from reaper.schema.plan import script
 
-__all__ = ["EXIT_NOT_OK", "EXIT_OK", "EXIT_USAGE", "render_migration"]
+__all__ = ["EXIT_NOT_OK", "EXIT_OK", "EXIT_USAGE", "clear_notes", "read_board", "render_migration"]
 
 EXIT_OK: Final = 0
 EXIT_NOT_OK: Final = 1
@@ -126,15 +134,14 @@ def decisions(result: PassResult) -> list[str]:
     """What a pass decided, for ``-v``: each verdict that is not a lease move, the lease moves
     counted per condition and action, each policy's action and reason."""
     moves: Counter[str] = Counter()
-    lines: list[str] = []
-    for r in result.verdicts:
-        v = r.verdict
-        if v.source is Source.JOB_QUEUE and v.condition in LEASE_CONDITIONS:
-            moves[f"{v.action.value} {v.condition.value}"] += 1
-        else:
-            lines.append(f"{v.condition.value} {where(v, wide=True)}: {v.action.value}")
+    for (condition, action, _, _), n in result.verdicts.leases.tally.items():
+        moves[f"{action.value} {condition.value}"] += n  # counted, not read back
+    lines = [
+        f"{r.verdict.condition.value} {where(r.verdict, wide=True)}: {r.verdict.action.value}"
+        for r in result.verdicts.others
+    ]
     lines += [f"{what}: {n} job(s)" for what, n in moves.items()]
-    lines += [f"policy {p.name}: {p.action} ({p.reason})" for p in result.policies]
+    lines += [f"policy {p.name}: {p.action} ({p.reason})" for p in result.policies.outcomes]
     return lines
 
 
@@ -175,9 +182,9 @@ async def _project(loaded: LoadedConfig, named: str) -> UUID:
         pass  # a prefix, or fleet: read from the ledger
     sources = await open_sources(loaded.settings, broker=False)
     try:
-        if sources.desk is None:
+        if sources.store is None:
             raise GateError(f"--project {named}: the ledger is unreadable: {sources.store_error}")
-        return await resolve_project(sources.desk, named)
+        return await resolve_project(sources.store, named)
     finally:
         await sources.close()
 
@@ -294,3 +301,35 @@ async def demo(loaded: LoadedConfig, *, cleanup: bool = False) -> int:
         else:
             code = step.exit_code
     return code
+
+
+async def read_board(settings: Settings) -> GateBoard:
+    """Open the store, read the board, close it. Raises what the store raises."""
+    sources = await open_sources(settings, broker=False)
+    try:
+        if sources.store is None:
+            raise StoreUnavailable(sources.store_error or "the store is not connected")
+        return await board_of(sources.store)
+    finally:
+        await sources.close()
+
+
+async def clear_notes(settings: Settings, result: PassResult) -> list[str]:
+    """The report's lines for the dead-letter queues a person may clear now. The gates are
+    read only when a queue of the pass could be one (every letter on it already parked)."""
+    could = [
+        d for d in result.dead_letters.queues if d.depth > 0 and d.parked_new == 0 and d.unread == 0
+    ]
+    if not could or result.dry_run:
+        return []
+    try:
+        board = await read_board(settings)
+    except ReaperError as exc:
+        return [f"Whether a dead-letter queue may be cleared is not known: {exc}"]
+    return [
+        terminal_line(
+            f"Safe to clear: {s.queue} ({s.letters} letter(s), every one parked and answered): "
+            f"`{s.command}` (an act left to you: the reaper never clears a queue)"
+        )
+        for s in safe_to_clear(could, board.waiting, settings.bus.vhost)
+    ]

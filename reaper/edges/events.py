@@ -17,12 +17,9 @@ from reaper.core.dead_letters import quote_untrusted
 from reaper.core.domain import EVENT_KIND
 from reaper.core.records import LedgerEvent
 from reaper.core.terminal import one_line
-from reaper.desk.port import GateDesk
-from reaper.edges.gate_views import parse_since
 from reaper.edges.options import add_output, add_project, output_of
 from reaper.edges.wording import utc
-from reaper.jobqueue.port import EventFilter, JobQueue
-from reaper.reap.ids import (
+from reaper.gates.ids import (
     VOCABULARY,
     argument,
     choose,
@@ -30,6 +27,8 @@ from reaper.reap.ids import (
     resolve_object,
     resolve_project,
 )
+from reaper.gates.views import parse_since
+from reaper.jobqueue.port import EventFilter, JobQueue
 from reaper.reap.sources import open_sources
 
 __all__ = ["OUTPUTS", "add_parser", "event_json", "event_line", "run"]
@@ -76,15 +75,15 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     output = output_of(args)
     sources = await open_sources(loaded.settings, broker=False)
     try:
-        store, desk = sources.store, sources.desk
-        if store is None or desk is None:
+        store = sources.store
+        if store is None:
             print(f"reaper: cannot read the ledger: {sources.store_error}", file=sys.stderr)
             return _EXIT_NOT_OK
-        chosen = await _filter(store, desk, args)
+        chosen = await _filter(store, args)
         found = await store.read_events(chosen)
         total = len(found)
         if total == chosen.limit:  # a full page: say how many more the filter holds
-            total = await desk.count_events(chosen)
+            total = await store.count_events(chosen)
     finally:
         await sources.close()
     if output == "json":
@@ -99,23 +98,23 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     return _EXIT_OK
 
 
-async def _filter(store: JobQueue, desk: GateDesk, args: argparse.Namespace) -> EventFilter:
+async def _filter(store: JobQueue, args: argparse.Namespace) -> EventFilter:
     since = None
     if args.since:
         since = parse_since(args.since, (await store.database_facts()).now)
     chosen = EventFilter(
         since=since,
-        project_id=None if args.project is None else await resolve_project(desk, args.project),
+        project_id=None if args.project is None else await resolve_project(store, args.project),
         kind=args.kind,
         condition=args.condition,
-        object=None if args.object is None else await resolve_object(desk, args.object),
+        object=None if args.object is None else await resolve_object(store, args.object),
         action=args.action,
         source=args.source,
         limit=args.limit,
     )
     # a host's own kind is taken where the ledger holds it; anything else is a typo
     unknown = args.kind is not None and args.kind not in KINDS
-    if unknown and not await desk.count_events(EventFilter(kind=args.kind, limit=1)):
+    if unknown and not await store.count_events(EventFilter(kind=args.kind, limit=1)):
         choose("event kind", args.kind, KINDS)
     return chosen
 

@@ -1,7 +1,7 @@
 """``reaper gates answer`` over a selection (SPEC §12): the open gates a ``--kind``,
 ``--project``, ``--older-than``, ``--queue`` or ``--all`` selects, shown with their count, then
 answered only once confirmed (``--yes``, or the count typed at a terminal). Each is answered as
-a single answer is (:func:`reaper.edges.gates.answer_gate`): its own transaction and its own
+a single answer is (:func:`reaper.gates.answering.answer_gate`): its own transaction and its own
 ``GateAnswered`` event, the gate row locked, so a person answering one of them at the same time
 gives one answer per gate. ``--dry-run`` shows the selection and writes nothing."""
 
@@ -11,18 +11,16 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
-from uuid import UUID
 
 from reaper.config import LoadedConfig
 from reaper.core.dead_letters import quote_untrusted
-from reaper.core.domain import GATE_BUS_DEAD_LETTERED
-from reaper.edges.gate_views import GateView, format_age, parse_duration, parse_since, view_of
-from reaper.edges.gates import answer_gate, default_answerer, short_id
-from reaper.edges.options import add_project
+from reaper.edges.options import add_project, default_answerer
 from reaper.errors import GateError, ReaperError
-from reaper.jobqueue.port import JobQueue
-from reaper.reap.ids import argument, gate_kind, resolve_project
+from reaper.gates.answering import answer_gate
+from reaper.gates.ids import argument, gate_kind, short_id
+from reaper.gates.selection import Selection, select
+from reaper.gates.views import GateView, format_age, parse_duration
+from reaper.gates.wording import answered_line
 from reaper.reap.sources import Sources, open_sources
 
 __all__ = ["add_selection", "answer_selection", "has_selection"]
@@ -66,15 +64,6 @@ def has_selection(args: argparse.Namespace) -> bool:
 
 
 @dataclass(frozen=True)
-class _Raised:
-    """What the options select by the database's clock, and the project a prefix names."""
-
-    before: datetime | None
-    since: datetime | None
-    project: UUID | None
-
-
-@dataclass(frozen=True)
 class _Selected:
     take: list[GateView]
     #: Gates selected that cannot take the answer, each with why.
@@ -98,16 +87,8 @@ async def answer_selection(
         if store is None:
             print(f"reaper: cannot answer: {sources.store_error}", file=sys.stderr)
             return _EXIT_NOT_OK
-        now = (await store.database_facts()).now
-        project = None
-        if args.project is not None and sources.desk is not None:
-            project = await resolve_project(sources.desk, args.project)
-        raised = _Raised(
-            None if older is None else now - older,
-            None if args.since is None else parse_since(args.since, now),
-            project,
-        )
-        selected = await _select(store, loaded, args, now, raised)
+        chosen = Selection(True, args.kind, args.project, older, args.since, args.queue)
+        selected = _split(await select(store, loaded.settings, chosen), args.choice)
         print(_show(selected, args.choice, _words(args)))
         if args.dry_run or not selected.take:
             if args.dry_run:
@@ -120,39 +101,12 @@ async def answer_selection(
         await sources.close()
 
 
-async def _select(
-    store: JobQueue,
-    loaded: LoadedConfig,
-    args: argparse.Namespace,
-    now: datetime,
-    raised: _Raised,
-) -> _Selected:
-    gates = await store.list_gates(
-        open_only=True,
-        kind=args.kind,
-        project_id=raised.project,
-        raised_before=raised.before,
-        raised_since=raised.since,
-    )
-    jobs = [g.job_id for g in gates if g.kind == GATE_BUS_DEAD_LETTERED and g.job_id]
-    parked = await store.parked_dead_letters(jobs) if jobs else {}
-    reap = loaded.settings.queue.reap
+def _split(views: list[GateView], choice: str) -> _Selected:
+    """The views that can take ``choice``, and the rest, each with why not."""
     take: list[GateView] = []
     left: list[tuple[GateView, str]] = []
-    for gate in gates:
-        letter = parked.get(gate.job_id) if gate.job_id else None
-        if args.queue is not None and (
-            letter is None or args.queue not in (letter.letter.queue, letter.letter.origin_queue)
-        ):
-            continue
-        view = view_of(
-            gate,
-            letter,
-            now,
-            owned_queue_pattern=reap.owned_queue_pattern,
-            dead_letter_queue_pattern=reap.dead_letter_queue_pattern,
-        )
-        if args.choice in view.choices:
+    for view in views:
+        if choice in view.choices:
             take.append(view)
         else:
             left.append((view, "; ".join(view.withheld) or f"it offers {'/'.join(view.choices)}"))
@@ -221,7 +175,7 @@ async def _answer_each(
     by = args.by or default_answerer()
     for i, view in enumerate(views):
         try:
-            line = await answer_gate(
+            answer = await answer_gate(
                 sources, loaded.settings, view.gate.id, args.choice, answered_by=by,
                 reason=args.reason,
             )  # fmt: skip
@@ -237,7 +191,7 @@ async def _answer_each(
             )
             return _EXIT_NOT_OK
         answered += 1
-        print(line)
+        print(answered_line(answer))
     print(
         f"{answered} of {len(views)} gate(s) answered {args.choice!r}, each with its own "
         f"GateAnswered event" + (f"; {refused} not answered (above)" if refused else "")

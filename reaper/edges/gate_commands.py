@@ -6,30 +6,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
-from datetime import datetime
 from typing import Any, Final
 
 from reaper.config import LoadedConfig
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED
-from reaper.desk.port import GateDesk
 from reaper.edges import events, gate_bulk
-from reaper.edges.gate_views import (
-    HISTORY_EVENTS,
-    GateView,
-    by_job,
+from reaper.edges.options import add_output, add_project, default_answerer, output_of
+from reaper.gates.answering import answer_gate, preview_answer
+from reaper.gates.ids import argument, find_gate, gate_kind
+from reaper.gates.selection import Selection, select
+from reaper.gates.views import (
     list_json,
     parse_duration,
-    parse_since,
     render_list,
     render_show,
-    view_of,
+    views_of,
+    with_history,
 )
-from reaper.edges.gates import answer_gate, default_answerer
-from reaper.edges.options import add_output, add_project, output_of
-from reaper.jobqueue.port import EventFilter, JobQueue
-from reaper.reap.gates import find_gate
-from reaper.reap.ids import argument, gate_kind, resolve_project
+from reaper.gates.wording import answered_line, would_line
 from reaper.reap.sources import open_sources
 
 __all__ = ["COMMANDS", "GATE_ACTIONS", "add_parsers", "run"]
@@ -140,23 +134,18 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
             print(f"reaper: cannot read gates: {sources.store_error}", file=sys.stderr)
             return _EXIT_NOT_OK
         if args.gates_command == "show":
-            view = (await _views(store, loaded, [await find_gate(store, args.gate)]))[0]
-            view = await _with_history(store, sources.desk, view)
+            [view] = await views_of(store, loaded.settings, [await find_gate(store, args.gate)])
+            view = await with_history(store, view)
             print(json.dumps(list_json([view])[0], indent=2) if args.json else render_show(view))
             return _EXIT_OK
-        now = (await store.database_facts()).now
-        older = parse_duration(args.older_than) if args.older_than else None
-        project = None
-        if args.project is not None and sources.desk is not None:
-            project = await resolve_project(sources.desk, args.project)
-        gates = await store.list_gates(
+        chosen = Selection(
             open_only=not args.all,
             kind=args.kind,
-            project_id=project,
-            raised_before=None if older is None else now - older,
-            raised_since=None if args.since is None else parse_since(args.since, now),
+            project=args.project,
+            older_than=parse_duration(args.older_than) if args.older_than else None,
+            since=args.since,
         )
-        views = await _views(store, loaded, gates, now)
+        views = await select(store, loaded.settings, chosen)
     finally:
         await sources.close()
     output = output_of(args)
@@ -183,38 +172,6 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     return _EXIT_OK
 
 
-async def _views(
-    store: JobQueue, loaded: LoadedConfig, gates: list[Any], now: datetime | None = None
-) -> list[GateView]:
-    jobs = [g.job_id for g in gates if g.kind == GATE_BUS_DEAD_LETTERED and g.job_id]
-    parked = await store.parked_dead_letters(jobs) if jobs else {}
-    now = now if now is not None else (await store.database_facts()).now
-    reap = loaded.settings.queue.reap
-    return [
-        view_of(
-            g,
-            by_job(parked, g),
-            now,
-            owned_queue_pattern=reap.owned_queue_pattern,
-            dead_letter_queue_pattern=reap.dead_letter_queue_pattern,
-        )
-        for g in gates
-    ]
-
-
-async def _with_history(store: JobQueue, desk: GateDesk | None, view: GateView) -> GateView:
-    """``view`` with the ledger's newest events of its job, and how many there are in all."""
-    job = view.gate.job_id
-    if job is None:
-        return view
-    chosen = EventFilter(object=str(job), limit=HISTORY_EVENTS)
-    found = await store.read_events(chosen)
-    total = len(found)
-    if total == chosen.limit and desk is not None:
-        total = await desk.count_events(chosen)
-    return replace(view, history=tuple(found), history_total=total)
-
-
 async def _answer(loaded: LoadedConfig, args: argparse.Namespace) -> int:
     if gate_bulk.has_selection(args) or args.gate is None:
         if not gate_bulk.has_selection(args):
@@ -230,15 +187,17 @@ async def _answer(loaded: LoadedConfig, args: argparse.Namespace) -> int:
         if sources.store is None:
             print(f"reaper: cannot answer: {sources.store_error}", file=sys.stderr)
             return _EXIT_NOT_OK
-        outcome = await answer_gate(
-            sources,
-            loaded.settings,
-            args.gate,
-            args.choice,
-            answered_by=args.by or default_answerer(),
-            reason=args.reason,
-            dry_run=args.dry_run,
-        )
+        by = args.by or default_answerer()
+        if args.dry_run:
+            preview = await preview_answer(
+                sources, loaded.settings, args.gate, args.choice, answered_by=by
+            )
+            outcome = would_line(preview)
+        else:
+            answer = await answer_gate(
+                sources, loaded.settings, args.gate, args.choice, answered_by=by, reason=args.reason
+            )
+            outcome = answered_line(answer)
     finally:
         await sources.close()
     print(outcome)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import logging
 import os
 import random
@@ -32,7 +33,7 @@ from reaper.errors import scrub
 from reaper.jobqueue.database import ConnectionFactory, WorkerPool
 from reaper.jobqueue.port import JobQueue, Turn
 from reaper.reap.result import PassResult
-from reaper.reap.run import run_pass, utcnow
+from reaper.reap.run import Mode, run_pass, utcnow
 from reaper.reap.sources import Sources, open_broker, open_store
 
 __all__ = ["TURN", "HookRun", "QueueReaper"]
@@ -210,7 +211,7 @@ class QueueReaper:
                     log.warning("queue reap skipped: %s", error)
                     return HookRun(due=True, error=error)
                 result = await self._pass(sources, project_id, whole=serve)
-                if result.leases_remaining and turn is not None and sources.store is not None:
+                if result.leases.remaining and turn is not None and sources.store is not None:
                     await self._next_turn_at_once(sources.store, turn)
             if any(u.queue is None for u in result.unreadable):
                 # Reconnect next time rather than keep a pool pointing at a dead server
@@ -254,13 +255,10 @@ class QueueReaper:
             broker = sources.broker = open_broker(self._settings)
         return await run_pass(
             self._settings,
-            store=sources.store,
-            broker=broker if enabled else None,
+            sources if enabled else dataclasses.replace(sources, broker=None),
+            mode=Mode.FULL if enabled else Mode.LEASES_ONLY,
             clock=self._clock,
             monotonic=self._monotonic,
-            store_error=sources.store_error,
-            broker_error=sources.broker_error,
-            leases_only=not enabled,
         )
 
     async def _sources(self, *, broker: bool = True) -> Sources:

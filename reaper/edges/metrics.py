@@ -33,10 +33,10 @@ from prometheus_client.exposition import (
     write_to_textfile,
 )
 
-from reaper.core.domain import Action, Source
-from reaper.edges.gate_board import GateBoard
+from reaper.core.domain import Action, Condition, Source
 from reaper.edges.pass_gauges import PassCollector
 from reaper.errors import ReaperError, scrub
+from reaper.gates.board import GateBoard
 from reaper.reap.result import PassResult
 from reaper.version import __version__
 
@@ -143,27 +143,45 @@ class ReaperMetrics:
         dry_run = "true" if result.dry_run else "false"
         real = not result.dry_run
         with self._lock:
-            for rv in result.verdicts:
+            for rv in result.verdicts.others:
                 v = rv.verdict
-                source, condition, action = str(v.source), str(v.condition), str(v.action)
-                self.verdicts.labels(source, condition, action, dry_run).inc()
-                if not (real and rv.recorded):
-                    continue
-                self.verdicts_recorded.labels(source, condition, action).inc()
-                if rv.applied:
-                    self.verdicts_applied.labels(source, condition, action).inc()
-                if v.source is Source.JOB_QUEUE and v.action is Action.REQUEUE:
-                    self.leases_requeued.inc()
-                elif v.source is Source.JOB_QUEUE and v.action is Action.PARK:
-                    self.jobs_parked.inc()
+                self._count(v.source, v.condition, v.action, dry_run, real and rv.recorded)
+            # the lease verdicts as counted by the pass, not read back for the counters
+            for (condition, action, _, recorded), n in result.verdicts.leases.tally.items():
+                self._count(Source.JOB_QUEUE, condition, action, dry_run, real and recorded, n)
             if real:
-                self.dead_letters_parked.inc(sum(max(0, d.parked_new) for d in result.dead_letters))
+                self.dead_letters_parked.inc(
+                    sum(max(0, d.parked_new) for d in result.dead_letters.queues)
+                )
                 self.dead_letter_bodies_read.inc(
-                    sum(max(0, d.bodies_read) for d in result.dead_letters)
+                    sum(max(0, d.bodies_read) for d in result.dead_letters.queues)
                 )
             self.passes.labels("ok" if result.ok else "not_ok").inc()
             self.pass_duration.observe(max(0.0, result.duration_seconds))
             self.collector.update(result)
+
+    def _count(
+        self,
+        source: Source,
+        condition: Condition,
+        action: Action,
+        dry_run: str,
+        recorded: bool,
+        n: int = 1,
+    ) -> None:
+        """``n`` verdicts judged alike; recorded by a real pass, also as recorded, applied (a
+        move or a clearance) and moved."""
+        labels = (str(source), str(condition), str(action))
+        self.verdicts.labels(*labels, dry_run).inc(n)
+        if not recorded:
+            return
+        self.verdicts_recorded.labels(*labels).inc(n)
+        if action is not Action.SURFACE:
+            self.verdicts_applied.labels(*labels).inc(n)
+        if source is Source.JOB_QUEUE and action is Action.REQUEUE:
+            self.leases_requeued.inc(n)
+        elif source is Source.JOB_QUEUE and action is Action.PARK:
+            self.jobs_parked.inc(n)
 
     def observe_gates(self, board: GateBoard) -> None:
         """Make ``board`` the open gates the gate gauges describe."""

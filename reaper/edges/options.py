@@ -1,14 +1,17 @@
 """The options several commands share: the output form (``-o/--output`` with the forms the
-command offers, ``--json`` for ``-o json``) and ``--project``."""
+command offers, ``--json`` for ``-o json``), ``--project``, and who answers a gate when
+``--by`` is not given."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
+import socket
 from collections.abc import Sequence
 
-from reaper.reap.ids import argument, project_text
+from reaper.gates.ids import argument, project_text
 
-__all__ = ["add_output", "add_project", "output_of"]
+__all__ = ["add_output", "add_project", "default_answerer", "output_of"]
 
 #: A command's parser, or a group of its options.
 Options = argparse.ArgumentParser | argparse._ArgumentGroup
@@ -45,3 +48,12 @@ def add_project(parser: Options, help: str) -> None:
 def output_of(args: argparse.Namespace) -> str:
     """The form asked for: ``json`` under ``--json``, else ``-o``'s."""
     return "json" if args.json else str(args.output)
+
+
+def default_answerer() -> str:
+    """Who answers when ``--by`` is not given: the OS user and host, ``user@host``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"

@@ -15,7 +15,7 @@ from typing import Final
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from reaper.core.domain import SURFACED_CONDITIONS, Source
-from reaper.edges.gate_board import GateBoard, kinds_in
+from reaper.gates.board import GateBoard, kinds_in
 from reaper.reap.result import PassResult
 
 __all__ = ["PassCollector"]
@@ -219,7 +219,7 @@ def _fill(families: Mapping[str, GaugeMetricFamily], result: PassResult) -> None
     for (source_name, condition_name), count in sorted(open_now.items()):
         families["conditions_open"].add_metric([source_name, condition_name], count)
 
-    dead_letters = {d.queue: d for d in result.dead_letters}
+    dead_letters = {d.queue: d for d in result.dead_letters.queues}
     for queue, d in sorted(dead_letters.items()):
         families["dead_letter_queue_depth"].add_metric([queue], d.depth)
         families["dead_letters_unread"].add_metric([queue], d.unread)
@@ -233,7 +233,7 @@ def _fill(families: Mapping[str, GaugeMetricFamily], result: PassResult) -> None
     for project, age in sorted(ages.items()):
         families["oldest_claimable_age_seconds"].add_metric([project], age)
 
-    for p in sorted(result.policies, key=lambda p: p.name):
+    for p in sorted(result.policies.outcomes, key=lambda p: p.name):
         families["policy_outcome"].add_metric([p.name, p.action], 1)
         families["policy_queues_failing"].add_metric([p.name], len(p.queues_failing))
         if (p.action == "refused" or p.verified is not None) and not p.planned:

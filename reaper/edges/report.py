@@ -39,7 +39,7 @@ def _state(r: RecordedVerdict, result: PassResult) -> str:
     """Whether a finding's sighting opened now (``new``), was open already (``seen``, with
     since when: a dry run reads that too), or would open (a dry run); ``not recorded`` when
     the ledger could not be read."""
-    opened = result.since.get(r.verdict.sighting_key)
+    opened = result.sightings.since.get(r.verdict.sighting_key)
     if result.dry_run:
         return "would record" if opened is None else f"seen since {_since(opened, result)}"
     if r.recorded:
@@ -60,7 +60,7 @@ def _since(opened: datetime, result: PassResult) -> str:
 def _ledger_read(result: PassResult) -> bool:
     """Whether the pass read the ledger and wrote its sightings there."""
     return (
-        result.expired_leases is not None
+        result.leases.expired is not None
         and not any(u.source == "job_queue" and u.queue is None for u in result.unreadable)
         and not any(r.subject == SIGHTINGS_WRITE for r in result.not_moved)
     )
@@ -139,7 +139,7 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
         lines += finding_lines(findings, lambda r: _state(r, result), wide=wide)
 
     since = raised_since(result.started_at)
-    moves = LeaseMoves(wide, result.gates, result.dry_run, since)
+    moves = LeaseMoves(wide, result.gates.by_job, result.dry_run, since)
     acted: list[RecordedVerdict] = []
     not_done = 0
     for r in result.verdicts:
@@ -156,14 +156,14 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
     # a policy written (a dry run: a write it plans); a refused one is under NOT OK
     written = [
         p
-        for p in result.policies
+        for p in result.policies.outcomes
         if p.write and (p.action == "planned" if result.dry_run else p.written)
     ]
     count = moves.count + len(acted) + len(written)
     if count:
         lines += ["", f"{verb} ({count}):"]
     lines += moves.lines()
-    lines += acted_lines(acted, result.gates, wide, since)
+    lines += acted_lines(acted, result.gates.by_job, wide, since)
     lines += [f"  {p.write:<8} {'policy':<13} {p.name}: {p.change}" for p in written]
 
     lines += _dead_letter_lines(result, wide)
@@ -209,7 +209,7 @@ def _dead_letter_lines(result: PassResult, wide: bool) -> list[str]:
     # (a dry run reads none: its note says what a real pass would read)
     shown = [
         d
-        for d in result.dead_letters
+        for d in result.dead_letters.queues
         if wide or d.read_blocked or (d.unread and not result.dry_run)
     ]
     if not shown:
@@ -234,11 +234,11 @@ def _dead_letter_lines(result: PassResult, wide: bool) -> list[str]:
 def _policy_lines(result: PassResult, wide: bool) -> list[str]:
     """One line per policy; the fallback and what is not enforced said once each; the
     long form (every detail) only ``wide``."""
-    if not result.policies:
+    if not result.policies.outcomes:
         return []
     lines = ["", "Policies:"]
     said: set[str] = set()
-    for p in result.policies:
+    for p in result.policies.outcomes:
         verified = {True: "in force", False: "NOT in force", None: "nothing to check"}[p.verified]
         failing = f"; failing: {one_line(', '.join(p.queues_failing))}" if p.queues_failing else ""
         where_ = f"on {plural(p.queues_checked, 'queue')}"

@@ -139,7 +139,7 @@ def _policies_json(result: PassResult) -> list[dict[str, object]]:
             "change": p.change,
             "unenforceable": p.unenforceable,
         }
-        for p in result.policies
+        for p in result.policies.outcomes
     ]
 
 
@@ -155,7 +155,7 @@ def _dead_letters_json(result: PassResult) -> list[dict[str, object]]:
             "stale_pointers": d.stale_pointers,
             "bodies_read": d.bodies_read,
         }
-        for d in result.dead_letters
+        for d in result.dead_letters.queues
     ]
 
 
@@ -186,8 +186,8 @@ def _findings_json(result: PassResult) -> list[dict[str, object]]:
             "next_step": next_step(r.verdict),
             "recorded": r.recorded,
             "since": (
-                iso(result.since[r.verdict.sighting_key])
-                if r.verdict.sighting_key in result.since
+                iso(result.sightings.since[r.verdict.sighting_key])
+                if r.verdict.sighting_key in result.sightings.since
                 else None
             ),
         }

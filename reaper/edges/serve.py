@@ -28,10 +28,10 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
 
-from reaper.edges.gate_board import GateBoard
 from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.status_page import PageTarget, PassLine, pass_line, render_page
 from reaper.errors import ReaperError, scrub
+from reaper.gates.board import GateBoard
 from reaper.reap.result import PassResult
 
 if TYPE_CHECKING:
@@ -258,7 +258,7 @@ async def serve(
             remaining = (
                 next_in() if next_in is not None else interval_seconds - (loop.time() - started)
             )
-            if result is not None and result.leases_remaining:
+            if result is not None and result.leases.remaining:
                 remaining = 0  # expired leases left by the budget: the next turn comes at once
             if remaining > 0 and not stop.is_set():
                 with contextlib.suppress(TimeoutError):

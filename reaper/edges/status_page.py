@@ -21,12 +21,12 @@ from typing import Final
 from reaper.config import Settings
 from reaper.core.dead_letters import quote_untrusted
 from reaper.core.moments import utc
-from reaper.edges.gate_board import GateBoard, safe_to_clear
-from reaper.edges.gate_views import view_of
 from reaper.edges.status_queues import dead_letter_section, escape, queue_section
 from reaper.edges.wording import age, measure, next_step, where
 from reaper.errors import scrub
-from reaper.reap.ids import project_name
+from reaper.gates.board import GateBoard, safe_to_clear
+from reaper.gates.ids import project_name
+from reaper.gates.views import view_of
 from reaper.reap.result import PassResult
 
 __all__ = ["PageTarget", "PassLine", "escape", "page_target", "pass_line", "render_page"]
@@ -92,7 +92,7 @@ def pass_line(result: PassResult) -> PassLine:
         result.ok,
         result.duration_seconds,
         len(result.findings()),
-        result.expired_leases or 0,
+        result.leases.expired or 0,
     )
 
 
@@ -208,10 +208,10 @@ def _tiles(result: PassResult | None, board: GateBoard | None, target: PageTarge
             dead = inventory.dead_letter_queues or 0
             label = f"owned queues, {dead} dead-letter" if dead else "owned queues"
             tiles.append(_tile(inventory.queues_owned, label))
-            letters = sum(d.depth for d in result.dead_letters)
+            letters = sum(d.depth for d in result.dead_letters.queues)
             tiles.append(_tile(letters, "dead letters", "warn" if letters else ""))
             if board is not None and letters:
-                clear = safe_to_clear(result.dead_letters, board.waiting, target.vhost)
+                clear = safe_to_clear(result.dead_letters.queues, board.waiting, target.vhost)
                 tiles.append(_tile(len(clear), "queues safe to clear"))
     if board is not None:
         first = min((c.oldest for c in board.counts), default=board.now)

@@ -17,8 +17,8 @@ from reaper.core.bounds import (
 )
 from reaper.core.domain import BrokerFacts, Condition, QueueStats
 from reaper.core.terminal import for_terminal, one_line
-from reaper.edges.gate_board import GateBoard, safe_to_clear
 from reaper.edges.wording import age
+from reaper.gates.board import GateBoard, safe_to_clear
 from reaper.reap.dead_letters import DeadLetterOutcome
 from reaper.reap.result import PassResult
 
@@ -117,15 +117,15 @@ def dead_letter_section(result: PassResult, board: GateBoard | None, vhost: str)
     """Each owned dead-letter queue: its letters, how many are parked and answered, and
     whether it is safe to clear (with the command) or why not."""
     lines = ["<h2>Dead-letter queues</h2>"]
-    if not result.dead_letters:
+    if not result.dead_letters.queues:
         return [*lines, "<p>None of ours holds a letter.</p>"]
     waiting = board.waiting if board is not None else {}
-    clear = {s.queue: s for s in safe_to_clear(result.dead_letters, waiting, vhost)}
+    clear = {s.queue: s for s in safe_to_clear(result.dead_letters.queues, waiting, vhost)}
     lines.append(
         "<table><tr><th>queue</th><th class=num>letters</th><th class=num>parked</th>"
         "<th class=num>answered</th><th>clear?</th></tr>"
     )
-    for d in sorted(result.dead_letters, key=lambda d: d.queue):
+    for d in sorted(result.dead_letters.queues, key=lambda d: d.queue):
         parked = d.parked_here if d.parked_here is not None else d.already_parked + d.parked_new
         open_here = waiting.get(d.queue, 0) if board is not None else None
         answered = "?" if open_here is None else str(max(0, parked - open_here))

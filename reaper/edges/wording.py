@@ -3,14 +3,13 @@ step. Shared by the text report and the JSON's ``findings``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Final
 
 from reaper.core.domain import Condition, Verdict
 from reaper.core.moments import utc
 from reaper.core.terminal import one_line
 from reaper.core.values import display_number
-from reaper.reap.ids import project_name
+from reaper.gates.ids import project_name
 
 __all__ = [
     "LEASE_CONDITIONS",
@@ -19,7 +18,6 @@ __all__ = [
     "next_step",
     "plural",
     "short",
-    "table",
     "utc",
     "where",
 ]
@@ -118,12 +116,3 @@ def next_step(verdict: Verdict) -> str:
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
-    """Rows under a header row, each column as wide as its widest cell (the last unpadded)."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
-    return [
-        "  ".join([*(cell.ljust(w) for cell, w in zip(r, widths, strict=False)), r[-1]])
-        for r in [header, *rows]
-    ]

@@ -4,8 +4,8 @@ A dead letter read from an owned dead-letter queue is parked once, by its identi
 across projects and passes): a ``bus.dead_letter`` job on the fleet project, its
 ``dead_letter`` row (what it was: migration 0004), a ``bus_dead_lettered`` gate and an
 untrusted ``QueueReaped`` event on the fleet stream, in one transaction. Nothing here ever
-deletes a letter, on the broker or in the database. Answering its gate is a person's act, the
-desk's (:mod:`reaper.desk.dead_letters`).
+deletes a letter, on the broker or in the database. Answering its gate is a person's act
+(:class:`~reaper.jobqueue.gates.Gates`).
 """
 
 from __future__ import annotations
@@ -39,15 +39,7 @@ from reaper.jobqueue.rules import (
 )
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = [
-    "count_parked",
-    "keep_envelopes",
-    "park",
-    "park_pointers",
-    "parked_envelopes",
-    "parked_identities",
-    "parked_letters_of",
-]
+__all__ = ["DeadLetters"]
 
 _CHOICES_JSON: Final = json.dumps(list(dead_letters.GATE_CHOICES))
 _RETRY_JSON: Final = json.dumps(list(DELIVERY_EXHAUSTED_CHOICES))
@@ -55,81 +47,6 @@ _RETRY_JSON: Final = json.dumps(list(DELIVERY_EXHAUSTED_CHOICES))
 
 class _Refused(Exception):
     """A park found its identity half taken (a ``dead_letter`` row or gate without the job)."""
-
-
-async def parked_identities(db: Database, identities: Sequence[str]) -> set[str]:
-    """Which of these identities are parked (their gate raised, answered or not)."""
-    if not identities:
-        return set()
-    keys = sorted({dead_letter_key(i) for i in identities})
-    async with db.session("reading parked dead letters") as conn:
-        rows = await conn.fetch(QUERIES["parked_dead_letters"], keys, sorted(set(identities)))
-    return {row["identity"].removeprefix(DEAD_LETTER_KEY_PREFIX) for row in rows}
-
-
-async def parked_envelopes(db: Database, envelopes: Sequence[str]) -> dict[str, int]:
-    """How many handled letters carry each of these envelopes (absent: none)."""
-    if not envelopes:
-        return {}
-    async with db.session("reading parked envelopes") as conn:
-        rows = await conn.fetch(QUERIES["parked_envelopes"], sorted(set(envelopes)))
-    return {row["envelope"]: int(row["parked"]) for row in rows}
-
-
-async def keep_envelopes(db: Database, seen: Sequence[tuple[str, str]]) -> int:
-    """Note, for handled letters just read whole (``(identity, envelope)``), the envelope they
-    were read with where their row holds another or none; how many rows changed."""
-    latest = dict(seen)
-    if not latest:
-        return 0
-    identities = sorted(latest)
-    async with db.session("noting envelopes") as conn:
-        status = await conn.execute(
-            QUERIES["keep_envelopes"], identities, [latest[i] for i in identities]
-        )
-    return int(str(status).rsplit(" ", 1)[-1] or 0)
-
-
-async def count_parked(db: Database, queue: str) -> int:
-    """How many dead letters read from ``queue`` are handled (parked, answered or not, or
-    recorded as stale pointers: the broker's copy stays either way), so a read knows how far
-    to reach."""
-    async with db.session("counting parked dead letters") as conn:
-        count = await conn.fetchval(QUERIES["count_parked_dead_letters"], for_storage(queue))
-    return int(count)
-
-
-async def park(
-    db: Database, letters: Sequence[DeadLetter], *, now: datetime, rules: ParkRules
-) -> DeadLetterParks:
-    """Park each letter not parked yet, each in its own transaction. A letter already parked
-    (by this call, an earlier pass or another reaper at the same moment) writes nothing; a
-    letter the database refuses is rolled back alone and named in ``failed``. Raises
-    :class:`~reaper.errors.StoreUnavailable` only when the database itself is the problem."""
-    parked: list[Verdict] = []
-    already: list[str] = []
-    failed: list[tuple[str, str]] = []
-    if not letters:
-        return DeadLetterParks()
-    async with db.session("parking dead letters") as conn:
-        for letter in letters:
-            try:
-                verdict = await _park_one(conn, letter, now=now, rules=rules)
-            except PostgresError as exc:
-                if not is_row_failure(exc):
-                    raise
-                failed.append((letter.identity, db.row_reason(exc)))
-                continue
-            except (_Refused, UnicodeError, ValueError, TypeError) as exc:
-                # a value the driver cannot send (a lone surrogate), or an inconsistent row
-                reason = scrub(f"{type(exc).__name__}: {first_line(exc)}", [db.password])
-                failed.append((letter.identity, reason))
-                continue
-            if verdict is None:
-                already.append(letter.identity)
-            else:
-                parked.append(verdict)
-    return DeadLetterParks(tuple(parked), tuple(already), tuple(failed))
 
 
 async def _park_one(
@@ -169,39 +86,6 @@ async def _park_one(
         )
         await ledger.append(conn, [ledger.event_of(verdict)], now)
     return verdict
-
-
-async def park_pointers(
-    db: Database,
-    pointers: Sequence[tuple[DeadLetter, DispatchPointer]],
-    *,
-    now: datetime,
-    rules: ParkRules,
-) -> DeadLetterParks:
-    """Dead-lettered dispatch pointers (ADR-0044 §8), each once and in its own transaction:
-    park the job while it is still at the pointer's generation and ready (or its lease
-    expired), else record the pointer as stale, nothing moved; each with its event. A letter
-    handled before (by this call, an earlier pass or another reaper) writes nothing."""
-    parked: list[Verdict] = []
-    stale: list[Verdict] = []
-    already: list[str] = []
-    failed: list[tuple[str, str]] = []
-    async with db.session("parking dead-lettered dispatches") as conn:
-        for letter, pointer in pointers:
-            try:
-                verdict = await _park_pointer(conn, letter, pointer, now=now, rules=rules)
-            except PostgresError as exc:
-                if not is_row_failure(exc):
-                    raise
-                failed.append((letter.identity, db.row_reason(exc)))
-                continue
-            if verdict is None:
-                already.append(letter.identity)
-            elif verdict.action is Action.PARK:
-                parked.append(verdict)
-            else:
-                stale.append(verdict)
-    return DeadLetterParks(tuple(parked), tuple(already), tuple(failed), tuple(stale))
 
 
 async def _park_pointer(
@@ -247,13 +131,6 @@ def _as_found(state: str | None, generation: int | None) -> str:
     return f"is {state} at generation {generation}"
 
 
-async def parked_letters_of(db: Database, job_ids: Sequence[UUID]) -> dict[UUID, ParkedDeadLetter]:
-    """What each of these parked dead-letter jobs keeps of its letter, by job."""
-    async with db.session("reading parked dead letters") as conn:
-        rows = await conn.fetch(QUERIES["dead_letters_of_jobs"], list(job_ids))
-    return {r["job_id"]: parked_of(r) for r in rows}
-
-
 def _letter_columns(kept: dead_letters.ParkedLetter) -> tuple[object, ...]:
     """The dead_letter row's columns of a letter as parked, in the order both park queries take
     them (identity, queue, message id, origin queue, reason, body, its encoding, size,
@@ -270,3 +147,119 @@ def _letter_columns(kept: dead_letters.ParkedLetter) -> tuple[object, ...]:
         kept.body_truncated,
         kept.is_json_object,
     )
+
+
+class DeadLetters:
+    """The store's dead-letter parks and what they keep."""
+
+    database: Database
+
+    async def count_parked_dead_letters(self, queue: str) -> int:
+        """How many dead letters read from ``queue`` are handled (parked, answered or not, or
+        recorded as stale pointers: the broker's copy stays either way), so a read knows how far
+        to reach."""
+        async with self.database.session("counting parked dead letters") as conn:
+            count = await conn.fetchval(QUERIES["count_parked_dead_letters"], for_storage(queue))
+        return int(count)
+
+    async def parked_identities(self, identities: Sequence[str]) -> set[str]:
+        """Which of these identities are parked (their gate raised, answered or not)."""
+        if not identities:
+            return set()
+        keys = sorted({dead_letter_key(i) for i in identities})
+        async with self.database.session("reading parked dead letters") as conn:
+            rows = await conn.fetch(QUERIES["parked_dead_letters"], keys, sorted(set(identities)))
+        return {row["identity"].removeprefix(DEAD_LETTER_KEY_PREFIX) for row in rows}
+
+    async def parked_envelopes(self, envelopes: Sequence[str]) -> dict[str, int]:
+        """How many handled letters carry each of these envelopes (absent: none)."""
+        if not envelopes:
+            return {}
+        async with self.database.session("reading parked envelopes") as conn:
+            rows = await conn.fetch(QUERIES["parked_envelopes"], sorted(set(envelopes)))
+        return {row["envelope"]: int(row["parked"]) for row in rows}
+
+    async def keep_envelopes(self, seen: Sequence[tuple[str, str]]) -> int:
+        """Note, for handled letters just read whole (``(identity, envelope)``), the envelope they
+        were read with where their row holds another or none; how many rows changed."""
+        latest = dict(seen)
+        if not latest:
+            return 0
+        identities = sorted(latest)
+        async with self.database.session("noting envelopes") as conn:
+            status = await conn.execute(
+                QUERIES["keep_envelopes"], identities, [latest[i] for i in identities]
+            )
+        return int(str(status).rsplit(" ", 1)[-1] or 0)
+
+    async def park_dead_letters(
+        self, letters: Sequence[DeadLetter], *, now: datetime, rules: ParkRules
+    ) -> DeadLetterParks:
+        """Park each letter not parked yet, each in its own transaction. A letter already parked
+        (by this call, an earlier pass or another reaper at the same moment) writes nothing; a
+        letter the database refuses is rolled back alone and named in ``failed``. Raises
+        :class:`~reaper.errors.StoreUnavailable` only when the database itself is the problem."""
+        parked: list[Verdict] = []
+        already: list[str] = []
+        failed: list[tuple[str, str]] = []
+        if not letters:
+            return DeadLetterParks()
+        async with self.database.session("parking dead letters") as conn:
+            for letter in letters:
+                try:
+                    verdict = await _park_one(conn, letter, now=now, rules=rules)
+                except PostgresError as exc:
+                    if not is_row_failure(exc):
+                        raise
+                    failed.append((letter.identity, self.database.row_reason(exc)))
+                    continue
+                except (_Refused, UnicodeError, ValueError, TypeError) as exc:
+                    # a value the driver cannot send (a lone surrogate), or an inconsistent row
+                    reason = scrub(
+                        f"{type(exc).__name__}: {first_line(exc)}", [self.database.password]
+                    )
+                    failed.append((letter.identity, reason))
+                    continue
+                if verdict is None:
+                    already.append(letter.identity)
+                else:
+                    parked.append(verdict)
+        return DeadLetterParks(tuple(parked), tuple(already), tuple(failed))
+
+    async def park_dispatch_pointers(
+        self,
+        pointers: Sequence[tuple[DeadLetter, DispatchPointer]],
+        *,
+        now: datetime,
+        rules: ParkRules,
+    ) -> DeadLetterParks:
+        """Dead-lettered dispatch pointers (ADR-0044 §8), each once and in its own transaction:
+        park the job while it is still at the pointer's generation and ready (or its lease
+        expired), else record the pointer as stale, nothing moved; each with its event. A letter
+        handled before (by this call, an earlier pass or another reaper) writes nothing."""
+        parked: list[Verdict] = []
+        stale: list[Verdict] = []
+        already: list[str] = []
+        failed: list[tuple[str, str]] = []
+        async with self.database.session("parking dead-lettered dispatches") as conn:
+            for letter, pointer in pointers:
+                try:
+                    verdict = await _park_pointer(conn, letter, pointer, now=now, rules=rules)
+                except PostgresError as exc:
+                    if not is_row_failure(exc):
+                        raise
+                    failed.append((letter.identity, self.database.row_reason(exc)))
+                    continue
+                if verdict is None:
+                    already.append(letter.identity)
+                elif verdict.action is Action.PARK:
+                    parked.append(verdict)
+                else:
+                    stale.append(verdict)
+        return DeadLetterParks(tuple(parked), tuple(already), tuple(failed), tuple(stale))
+
+    async def parked_dead_letters(self, job_ids: Sequence[UUID]) -> dict[UUID, ParkedDeadLetter]:
+        """What each of these parked dead-letter jobs keeps of its letter, by job."""
+        async with self.database.session("reading parked dead letters") as conn:
+            rows = await conn.fetch(QUERIES["dead_letters_of_jobs"], list(job_ids))
+        return {r["job_id"]: parked_of(r) for r in rows}

@@ -1,53 +1,227 @@
-"""Gates as a pass and a person read them (SPEC §1): listed, found by id, counted open, and the
-open dead-letter gates per queue. A park raises a gate with its move
-(:mod:`~reaper.jobqueue.leases`, :mod:`~reaper.jobqueue.dead_letters`); answering one is a
-person's act, the desk's (:mod:`reaper.desk`)."""
+"""Gates (SPEC §1): listed, found by id, counted open, the open dead-letter gates per queue, and
+answered. A park raises a gate with its move (:mod:`~reaper.jobqueue.lease_reap`,
+:mod:`~reaper.jobqueue.dead_letters`).
+
+An answer is recorded, its ``GateAnswered`` event appended and what it means done, in one
+transaction, with the gate row locked so that two people answering at once cannot both act: a
+``delivery_exhausted`` gate's ``retry`` re-readies the parked job for exactly one more delivery
+(the attempt refunded at the park pays for it), ``cancel`` gives it up; a ``bus_dead_lettered``
+gate's ``dismiss`` settles the parked job ``cancelled``, ``replay`` publishes the letter's body
+through the caller's sender first, still under the lock (one replay, never two). Nothing here
+ever deletes a letter, on the broker or in the database.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
+from typing import Final
 from uuid import UUID
 
+from reaper.core.canonical import canonical_json, digest_of
+from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Dispatch
 from reaper.core.records import Gate
-from reaper.core.storable import from_storage
-from reaper.jobqueue.database import Database
-from reaper.jobqueue.port import GateCount
-from reaper.jobqueue.rows import gate_of
+from reaper.core.storable import for_storage, from_storage, payload_for_storage
+from reaper.errors import GateError
+from reaper.jobqueue import ledger
+from reaper.jobqueue.database import Connection, Database
+from reaper.jobqueue.port import GateCount, ParkedDeadLetter, ReplaySender
+from reaper.jobqueue.rows import gate_of, parked_of
+from reaper.jobqueue.rules import (
+    DEAD_LETTER_REPLAY,
+    DEAD_LETTER_SETTLED,
+    DELIVERY_CANCEL,
+    GATE_ANSWERED,
+    REPLAY_NEEDS_BROKER,
+    answered_payload,
+    check_answerable,
+    not_the_latest,
+    replay_parts,
+)
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["gates_between", "list_gates", "open_dead_letter_gates", "open_gate_counts"]
+__all__ = ["Gates"]
+
+#: What answering a gate does beyond recording the answer: runs inside the answer's
+#: transaction, with the gate row locked.
+Answer = Callable[[Connection, Gate, str, datetime, Dispatch], Awaitable[None]]
 
 
-async def list_gates(
-    db: Database,
-    *,
-    open_only: bool = True,
-    kind: str | None = None,
-    project_id: UUID | None = None,
-    raised_before: datetime | None = None,
-    raised_since: datetime | None = None,
-    limit: int | None = None,
-) -> list[Gate]:
-    async with db.session("listing gates") as conn:
-        rows = await conn.fetch(
-            QUERIES["list_gates"], open_only, kind, project_id, raised_before, raised_since, limit
+class Gates:
+    """The store's gates: read, and answered."""
+
+    database: Database
+
+    async def list_gates(
+        self,
+        *,
+        open_only: bool = True,
+        kind: str | None = None,
+        project_id: UUID | None = None,
+        raised_before: datetime | None = None,
+        raised_since: datetime | None = None,
+        limit: int | None = None,
+    ) -> list[Gate]:
+        async with self.database.session("listing gates") as conn:
+            rows = await conn.fetch(
+                QUERIES["list_gates"],
+                open_only,
+                kind,
+                project_id,
+                raised_before,
+                raised_since,
+                limit,
+            )
+        return [gate_of(r) for r in rows]
+
+    async def gates_between(self, low: UUID, high: UUID, limit: int) -> list[Gate]:
+        async with self.database.session("finding a gate") as conn:
+            rows = await conn.fetch(QUERIES["gates_between"], low, high, limit)
+        return [gate_of(r) for r in rows]
+
+    async def open_gate_counts(self) -> list[GateCount]:
+        async with self.database.session("counting open gates") as conn:
+            rows = await conn.fetch(QUERIES["open_gate_counts"])
+        return [GateCount(r["kind"], r["open"], r["oldest"]) for r in rows]
+
+    async def open_dead_letter_gates(self) -> dict[str, int]:
+        async with self.database.session("counting open dead-letter gates") as conn:
+            rows = await conn.fetch(QUERIES["open_dead_letter_gates"])
+        return {from_storage(r["queue"]): r["waiting"] for r in rows}
+
+    async def answer_gate(
+        self,
+        gate_id: UUID,
+        choice: str,
+        now: datetime,
+        *,
+        answered_by: str | None = None,
+        dispatch: Dispatch = Dispatch.POLLING,
+        reason: str | None = None,
+    ) -> Gate:
+        async with self.database.session("answering a gate") as conn, conn.transaction():
+            gate = await _open_for_answer(conn, gate_id, choice)
+            answer = ANSWERS.get(gate.kind)
+            if answer is None:
+                raise GateError(
+                    f"gate {gate.id} is a {gate.kind} gate: this store cannot answer it"
+                )
+            await answer(conn, gate, choice, now, dispatch)
+            return await _record_answer(conn, gate, choice, now, answered_by, reason)
+
+    async def answer_dead_letter_gate(
+        self,
+        gate_id: UUID,
+        choice: str,
+        now: datetime,
+        *,
+        replay: ReplaySender | None = None,
+        answered_by: str | None = None,
+        reason: str | None = None,
+    ) -> tuple[Gate, ParkedDeadLetter | None]:
+        async with (
+            self.database.session("answering a dead-letter gate") as conn,
+            conn.transaction(),
+        ):
+            gate = await _open_for_answer(conn, gate_id, choice)
+            if gate.kind != GATE_BUS_DEAD_LETTERED:
+                raise GateError(
+                    f"gate {gate.id} is a {gate.kind} gate, not a {GATE_BUS_DEAD_LETTERED} gate"
+                )
+            parked = None
+            if gate.job_id is not None:
+                found = await conn.fetchrow(QUERIES["dead_letter_of_job"], gate.job_id)
+                parked = None if found is None else parked_of(found)
+            published = None
+            if choice == DEAD_LETTER_REPLAY:
+                send, letter = replay_parts(gate, replay, parked)
+                message_id = await send(gate, letter)
+                published = (letter.letter.origin_queue or "", message_id)
+                await conn.fetchval(
+                    QUERIES["settle_parked_job"],
+                    now,
+                    letter.job_id,
+                    DEAD_LETTER_SETTLED[DEAD_LETTER_REPLAY],
+                )
+            else:
+                await _settle_dead_letter(conn, gate, choice, now, Dispatch.POLLING)
+            answered = await _record_answer(conn, gate, choice, now, answered_by, reason, published)
+            return answered, parked
+
+
+async def _open_for_answer(conn: Connection, gate_id: UUID, choice: str) -> Gate:
+    """Lock the gate (its row, for the rest of the transaction) and refuse an answer it
+    cannot take: an unknown gate, one already answered, a choice it does not offer, a gate
+    its job has since been parked again behind (a gate answers only itself)."""
+    row = await conn.fetchrow(QUERIES["gate_for_answer"], gate_id)
+    if row is None:
+        raise GateError(f"gate {gate_id} does not exist")
+    gate = gate_of(row)
+    check_answerable(gate, choice)
+    if gate.job_id is not None:
+        latest = await conn.fetchrow(QUERIES["latest_gate_of_job"], gate.job_id)
+        if latest is not None and latest["id"] != gate.id:
+            raise GateError(
+                not_the_latest(gate, latest["id"], latest["kind"], latest["created_at"])
+            )
+    return gate
+
+
+async def _record_answer(
+    conn: Connection,
+    gate: Gate,
+    choice: str,
+    now: datetime,
+    answered_by: str | None,
+    reason: str | None,
+    published: tuple[str, str] | None = None,
+) -> Gate:
+    """Record the answer of a gate locked by :func:`_open_for_answer`, and its
+    ``GateAnswered`` event on the gate's project stream (``published``: the queue and message
+    id a replay sent; the queue came from the letter's headers, so that event is untrusted)."""
+    stored_by = None if answered_by is None else for_storage(answered_by)
+    answered = gate_of(await conn.fetchrow(QUERIES["answer_gate"], now, gate.id, choice, stored_by))
+    payload = answered_payload(gate, choice, answered_by, reason, published)
+    canonical = canonical_json(payload_for_storage(payload))
+    event = ledger.Event(
+        gate.project_id, canonical, digest_of(canonical), published is None, GATE_ANSWERED
+    )
+    await ledger.append(conn, [event], now)
+    return answered
+
+
+async def _answer_delivery(
+    conn: Connection, gate: Gate, choice: str, now: datetime, dispatch: Dispatch
+) -> None:
+    # retry: the attempt refunded at the park buys exactly one more delivery; a job no longer
+    # awaiting a human (cancelled meanwhile) is left as it is. With outbox dispatch the job
+    # made ready starts a new dispatch episode: a worker receives it at a new generation.
+    # cancel: the job ends, and no episode starts.
+    if gate.job_id is None:
+        return
+    if choice == DELIVERY_CANCEL:
+        await conn.fetchval(QUERIES["cancel_parked_job"], now, gate.job_id)
+        return
+    readied = await conn.fetchval(QUERIES["ready_parked_job"], now, gate.job_id)
+    if readied is not None and dispatch is Dispatch.OUTBOX:
+        await conn.fetch(QUERIES["dispatch_jobs"], now, [readied])
+
+
+async def _settle_dead_letter(
+    conn: Connection, gate: Gate, choice: str, now: datetime, dispatch: Dispatch
+) -> None:
+    """``dismiss`` settles the parked job (a job no longer awaiting a human is left as it
+    is); ``replay`` needs the broker, so only ``answer_dead_letter_gate`` takes it."""
+    if choice == DEAD_LETTER_REPLAY:
+        raise GateError(REPLAY_NEEDS_BROKER.format(gate=gate.id))
+    if gate.job_id is not None:
+        await conn.fetchval(
+            QUERIES["settle_parked_job"], now, gate.job_id, DEAD_LETTER_SETTLED[choice]
         )
-    return [gate_of(r) for r in rows]
 
 
-async def gates_between(db: Database, low: UUID, high: UUID, limit: int) -> list[Gate]:
-    async with db.session("finding a gate") as conn:
-        rows = await conn.fetch(QUERIES["gates_between"], low, high, limit)
-    return [gate_of(r) for r in rows]
-
-
-async def open_gate_counts(db: Database) -> list[GateCount]:
-    async with db.session("counting open gates") as conn:
-        rows = await conn.fetch(QUERIES["open_gate_counts"])
-    return [GateCount(r["kind"], r["open"], r["oldest"]) for r in rows]
-
-
-async def open_dead_letter_gates(db: Database) -> dict[str, int]:
-    async with db.session("counting open dead-letter gates") as conn:
-        rows = await conn.fetch(QUERIES["open_dead_letter_gates"])
-    return {from_storage(r["queue"]): r["waiting"] for r in rows}
+#: What answering a gate of each kind does; a kind without an entry cannot be answered here.
+ANSWERS: Final[Mapping[str, Answer]] = {
+    GATE_DELIVERY_EXHAUSTED: _answer_delivery,
+    GATE_BUS_DEAD_LETTERED: _settle_dead_letter,
+}

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final
+from typing import Final, Protocol
 from uuid import UUID
 
 from reaper.core.domain import Dispatch
@@ -123,8 +123,12 @@ def _keep_nothing(_recorded: str, _written: bool) -> None:
     pass
 
 
+class _Store(Protocol):
+    database: Database
+
+
 async def reap_leases(
-    db: Database,
+    self: _Store,
     now: datetime,
     grace_seconds: int,
     *,
@@ -138,7 +142,9 @@ async def reap_leases(
 ) -> LeaseReap:
     """:meth:`~reaper.jobqueue.port.JobQueue.reap_leases`: batches on :data:`LANES` lanes at
     once (one for one project), until none is left, ``deadline`` has passed or ``stopping()``
-    (asked after each batch: the batch in flight commits or rolls back first)."""
+    (asked after each batch: the batch in flight commits or rolls back first). The store's
+    method as it is (:class:`~reaper.jobqueue.leases.Leases`)."""
+    db = self.database
     count = max(1, min(LANES, db.pool_size)) if project_id is None else 1
     reap = LeaseReap()
     lanes = [

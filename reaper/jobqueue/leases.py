@@ -9,29 +9,45 @@ from datetime import datetime
 from uuid import UUID
 
 from reaper.core.domain import ClaimableHead, UnsentDispatch
+from reaper.jobqueue import lease_reap
 from reaper.jobqueue.database import Database
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["claimable_heads", "count_expired_leases", "unsent_dispatches"]
+__all__ = ["Leases"]
 
 
-async def count_expired_leases(
-    db: Database, now: datetime, grace_seconds: int, project_id: UUID | None = None
-) -> int:
-    async with db.session("counting expired leases") as conn:
-        count = await conn.fetchval(QUERIES["count_expired_leases"], now, grace_seconds, project_id)
-    return int(count)
+class Leases:
+    """What a pass counts of leases and claimable work, and the lease reap."""
 
+    database: Database
 
-async def claimable_heads(
-    db: Database, now: datetime, known_phases: frozenset[str], project_id: UUID | None
-) -> list[ClaimableHead]:
-    async with db.session("reading claimable work") as conn:
-        rows = await conn.fetch(QUERIES["claimable_heads"], now, sorted(known_phases), project_id)
-    return [ClaimableHead(*r) for r in rows]  # likewise
+    #: The batches PostgreSQL moves (:mod:`reaper.jobqueue.lease_reap`), written there with
+    #: the store as its first parameter.
+    reap_leases = lease_reap.reap_leases
 
+    async def count_expired_leases(
+        self, now: datetime, grace_seconds: int, project_id: UUID | None = None
+    ) -> int:
+        async with self.database.session("counting expired leases") as conn:
+            count = await conn.fetchval(
+                QUERIES["count_expired_leases"], now, grace_seconds, project_id
+            )
+        return int(count)
 
-async def unsent_dispatches(db: Database, project_id: UUID | None) -> list[UnsentDispatch]:
-    async with db.session("reading unsent dispatches") as conn:
-        rows = await conn.fetch(QUERIES["unsent_dispatches"], project_id)
-    return [UnsentDispatch(*r) for r in rows]  # the query's columns are its fields
+    async def claimable_heads(
+        self, now: datetime, known_phases: frozenset[str], project_id: UUID | None = None
+    ) -> list[ClaimableHead]:
+        async with self.database.session("reading claimable work") as conn:
+            rows = await conn.fetch(
+                QUERIES["claimable_heads"], now, sorted(known_phases), project_id
+            )
+        return [ClaimableHead(*r) for r in rows]  # likewise
+
+    async def unsent_dispatches(self, project_id: UUID | None = None) -> list[UnsentDispatch]:
+        async with self.database.session("reading unsent dispatches") as conn:
+            rows = await conn.fetch(QUERIES["unsent_dispatches"], project_id)
+        return [UnsentDispatch(*r) for r in rows]  # the query's columns are its fields
+
+    async def jobs_between(self, low: UUID, high: UUID, limit: int) -> list[UUID]:
+        async with self.database.session("reading job ids") as conn:
+            return [r[0] for r in await conn.fetch(QUERIES["jobs_between"], low, high, limit)]

@@ -34,12 +34,11 @@ from reaper.jobqueue.sql import QUERIES
 __all__ = [
     "ROUNDS",
     "Event",
+    "Ledger",
     "LedgerContention",
     "append",
     "event_of",
     "lock_streams",
-    "read",
-    "stream",
 ]
 
 #: How many rounds of appending one set of events may take before giving up. A round writes
@@ -109,17 +108,30 @@ async def append(
     )
 
 
-async def stream(db: Database, project_id: UUID) -> list[LedgerEvent]:
-    """One stream's events, in sequence order."""
-    async with db.session("reading the ledger") as conn:
-        rows = await conn.fetch(QUERIES["ledger_events"], project_id)
-    return [LedgerEvent(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
+class Ledger:
+    """The ledger's events, read."""
 
+    database: Database
 
-async def read(db: Database, chosen: EventFilter) -> list[LedgerEvent]:
-    """The newest ``chosen.limit`` events ``chosen`` selects, across streams, oldest first."""
-    async with db.session("reading the ledger") as conn:
-        rows = await conn.fetch(
-            QUERIES["read_events"], *chosen.values()[:5], chosen.limit, *chosen.values()[5:]
-        )
-    return [LedgerEvent(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
+    async def events(self, project_id: UUID) -> list[LedgerEvent]:
+        """One stream's events, in sequence order."""
+        async with self.database.session("reading the ledger") as conn:
+            rows = await conn.fetch(QUERIES["ledger_events"], project_id)
+        return [LedgerEvent(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
+
+    async def read_events(self, chosen: EventFilter) -> list[LedgerEvent]:
+        """The newest ``chosen.limit`` events ``chosen`` selects, across streams, oldest first."""
+        async with self.database.session("reading the ledger") as conn:
+            rows = await conn.fetch(
+                QUERIES["read_events"], *chosen.values()[:5], chosen.limit, *chosen.values()[5:]
+            )
+        return [LedgerEvent(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
+
+    async def count_events(self, chosen: EventFilter) -> int:
+        async with self.database.session("counting the ledger's events") as conn:
+            found: int = await conn.fetchval(QUERIES["count_events"], *chosen.values())
+        return found
+
+    async def streams_between(self, low: UUID, high: UUID, limit: int) -> list[UUID]:
+        async with self.database.session("reading the ledger's streams") as conn:
+            return [r[0] for r in await conn.fetch(QUERIES["streams_between"], low, high, limit)]

@@ -10,7 +10,7 @@ a driver. Every method returns a named, typed result; a failure of the database 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -40,6 +40,7 @@ __all__ = [
     "LeaseReapInterrupted",
     "ParkRules",
     "ParkedDeadLetter",
+    "ReplaySender",
     "SightingsRecorded",
     "Turn",
 ]
@@ -210,6 +211,11 @@ class EventFilter:
         return (c.since, c.project_id, c.kind, c.condition, c.object, c.action, c.source)
 
 
+#: Publishes a parked dead letter's body back (``reaper gates answer``) and returns the message
+#: id it was published with; raises to refuse.
+ReplaySender = Callable[[Gate, ParkedDeadLetter], Awaitable[str]]
+
+
 class JobQueue(Protocol):
     """The job queue's record and the ledger (SPEC §3)."""
 
@@ -371,12 +377,59 @@ class JobQueue(Protocol):
         """What each of these parked dead-letter jobs keeps of its letter, by job."""
         ...
 
+    async def answer_gate(
+        self,
+        gate_id: UUID,
+        choice: str,
+        now: datetime,
+        *,
+        answered_by: str | None = None,
+        dispatch: Dispatch = Dispatch.POLLING,
+        reason: str | None = None,
+    ) -> Gate:
+        """A person's answer (SPEC §1): recorded with its ``GateAnswered`` event and what it
+        means for the gate's kind done (with outbox dispatch, a job made ready again starts a
+        new dispatch episode), at once, the gate locked. ``GateError`` for an unknown gate, one
+        answered already, a choice it does not offer, a gate its job has a newer one than, or a
+        kind answered only with the broker (a dead letter's ``replay``)."""
+        ...
+
+    async def answer_dead_letter_gate(
+        self,
+        gate_id: UUID,
+        choice: str,
+        now: datetime,
+        *,
+        replay: ReplaySender | None = None,
+        answered_by: str | None = None,
+        reason: str | None = None,
+    ) -> tuple[Gate, ParkedDeadLetter | None]:
+        """Answer a ``bus_dead_lettered`` gate: ``dismiss`` settles the parked job
+        ``cancelled``; ``replay`` runs ``replay(gate, letter)`` first, under the gate's lock,
+        and records the answer (with the queue and message id sent) and settles the job
+        ``succeeded`` only once it returns; if it raises, nothing is recorded. ``replay`` None
+        refuses a replay; refused like :meth:`answer_gate` otherwise, and a gate of another
+        kind too. Returns the answered gate and the letter its job keeps."""
+        ...
+
     async def events(self, project_id: UUID) -> list[LedgerEvent]:
         """One stream's events, in sequence order."""
         ...
 
     async def read_events(self, chosen: EventFilter) -> list[LedgerEvent]:
         """The newest ``chosen.limit`` events ``chosen`` selects, oldest first."""
+        ...
+
+    async def count_events(self, chosen: EventFilter) -> int:
+        """How many events ``chosen`` selects in all, whatever its limit."""
+        ...
+
+    async def streams_between(self, low: UUID, high: UUID, limit: int) -> list[UUID]:
+        """The ledger's streams (projects) whose ids lie between ``low`` and ``high``, by id."""
+        ...
+
+    async def jobs_between(self, low: UUID, high: UUID, limit: int) -> list[UUID]:
+        """The jobs whose ids lie between ``low`` and ``high`` (an id's prefix), by id."""
         ...
 
     async def close(self) -> None: ...

@@ -1,6 +1,6 @@
 """Rows read back as the values the port speaks: a ``human_gate`` row as a :class:`Gate`, a
 parked ``dead_letter`` row with its job's state as a :class:`ParkedDeadLetter`. The store's
-reads and the desk's answers (:mod:`reaper.desk`) read them the same way."""
+reads and its answers read them the same way."""
 
 from __future__ import annotations
 

@@ -1,26 +1,45 @@
-"""What any job-queue store writes when a pass parks, whichever store it is: the gate a park
-raises, its identity and its answers, a dead letter's key. Shared
-by :class:`~reaper.jobqueue.postgres.PostgresStore` and
-:class:`~reaper.testing.memory.MemoryJobQueue`, so the two cannot drift apart; what an answer
-does is the desk's (:mod:`reaper.desk.rules`). Pure."""
+"""What any job-queue store does with a gate, whichever store it is: the gate a park raises, its
+identity and its answers, a dead letter's key; whether a gate takes an answer, what it settles
+a parked job as, the ``GateAnswered`` event's payload. Shared by
+:class:`~reaper.jobqueue.postgres.PostgresStore` and
+:class:`~reaper.testing.memory.MemoryJobQueue`, so the two cannot drift apart. Pure."""
 
 from __future__ import annotations
 
-from datetime import UTC
-from typing import Final
+from datetime import UTC, datetime
+from typing import Final, TypeVar
+from uuid import UUID
 
 from reaper.core.canonical import quote_owner
-from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, HeldLease
+from reaper.core.dead_letters import GATE_CHOICES
+from reaper.core.domain import (
+    GATE_BUS_DEAD_LETTERED,
+    GATE_DELIVERY_EXHAUSTED,
+    Condition,
+    HeldLease,
+)
 from reaper.core.moments import utc
+from reaper.core.records import Gate
+from reaper.errors import GateError
 
 __all__ = [
+    "DEAD_LETTER_DISMISS",
     "DEAD_LETTER_KEY_PREFIX",
+    "DEAD_LETTER_REPLAY",
+    "DEAD_LETTER_SETTLED",
     "DELIVERY_CANCEL",
     "DELIVERY_EXHAUSTED_CHOICES",
     "DELIVERY_RETRY",
+    "GATE_ANSWERED",
+    "REPLAY_NEEDS_BROKER",
+    "answered_payload",
+    "check_answerable",
     "dead_letter_key",
+    "not_the_latest",
+    "offered_choices",
     "park_identity",
     "park_prompt",
+    "replay_parts",
 ]
 
 #: The answers a ``delivery_exhausted`` gate offers: deliver it once more, or give it up.
@@ -55,3 +74,98 @@ def park_prompt(lease: HeldLease) -> str:
         f"refunded when it was parked), or 'cancel' to give it up (it ends cancelled and is "
         f"never delivered again); leave this gate open to keep it parked."
     )
+
+
+_R = TypeVar("_R")
+_P = TypeVar("_P")
+
+#: The ledger event kind of an answer (SPEC §1): one per answer, with the job's move.
+GATE_ANSWERED: Final = "GateAnswered"
+
+#: The condition an answer closes, by gate kind (so ``reaper events --condition`` finds both
+#: the park and its answer).
+_CONDITION_OF_GATE: Final = {
+    GATE_DELIVERY_EXHAUSTED: Condition.POISON.value,
+    GATE_BUS_DEAD_LETTERED: Condition.DEAD_LETTER.value,
+}
+
+#: The two answers of a ``bus_dead_lettered`` gate.
+DEAD_LETTER_REPLAY, DEAD_LETTER_DISMISS = GATE_CHOICES
+
+#: What a parked dead-letter job settles as: a replay did the job's work (the body is back on
+#: its queue); a dismissal settles it with nothing done.
+DEAD_LETTER_SETTLED: Final = {DEAD_LETTER_REPLAY: "succeeded", DEAD_LETTER_DISMISS: "cancelled"}
+
+REPLAY_NEEDS_BROKER: Final = (
+    "gate {gate}: replay publishes the body to the broker, which the store alone cannot do: "
+    "answer it with `reaper gates answer`"
+)
+
+
+def not_the_latest(gate: Gate, newer: UUID, kind: str, raised: datetime) -> str:
+    """Why an answer to ``gate`` is refused when its job has a newer gate: an answer acts only
+    while the job waits behind the very gate answered (a stale answer must not reopen a job
+    parked for another reason)."""
+    return (
+        f"gate {gate.id} is not job {gate.job_id}'s latest gate: gate {newer} ({kind}, raised "
+        f"{utc(raised)}) is, and the job waits behind that one; answer it instead. "
+        "Nothing was written"
+    )
+
+
+def check_answerable(gate: Gate, choice: str) -> None:
+    """Refuse (``GateError``) an answer ``gate`` cannot take: it was answered already, or
+    ``choice`` is not one it offers."""
+    if gate.answered_at is not None:
+        raise GateError(
+            f"gate {gate.id} was already answered at {utc(gate.answered_at)} with {gate.answer!r}"
+        )
+    choices = offered_choices(gate)
+    if choice not in choices:
+        offered = ", ".join(repr(c) for c in choices) or "nothing"
+        raise GateError(f"{choice!r} is not an answer gate {gate.id} offers: choose {offered}")
+
+
+def offered_choices(gate: Gate) -> tuple[str, ...]:
+    """The answers ``gate`` takes: those it was raised with, and for a ``delivery_exhausted``
+    gate ``cancel`` too (a gate raised before the job could be given up can still be)."""
+    if gate.kind == GATE_DELIVERY_EXHAUSTED and DELIVERY_CANCEL not in gate.choices:
+        return (*gate.choices, DELIVERY_CANCEL)
+    return gate.choices
+
+
+def answered_payload(
+    gate: Gate,
+    choice: str,
+    answered_by: str | None,
+    reason: str | None,
+    published: tuple[str, str] | None = None,
+) -> dict[str, object]:
+    """The ``GateAnswered`` event's payload: the gate, its job (the ``object``, as a park's
+    event names it), the choice, who answered and why, and for a replay the queue and message
+    id it published (``published``)."""
+    queue, message_id = published if published is not None else (None, None)
+    return {
+        "object": str(gate.job_id if gate.job_id is not None else gate.id),
+        "gate": str(gate.id),
+        "gate_kind": gate.kind,
+        "job": None if gate.job_id is None else str(gate.job_id),
+        "condition": _CONDITION_OF_GATE.get(gate.kind),
+        "choice": choice,
+        "by": answered_by,
+        "reason": reason,
+        "queue": queue,
+        "message_id": message_id,
+    }
+
+
+def replay_parts(gate: Gate, replay: _R | None, parked: _P | None) -> tuple[_R, _P]:
+    """What a replay answer to ``gate`` needs, or a refusal (``GateError``) naming what it
+    lacks: the broker to publish to (``replay``), and the dead letter its job keeps."""
+    if replay is None:
+        raise GateError(REPLAY_NEEDS_BROKER.format(gate=gate.id))
+    if parked is None:
+        raise GateError(
+            f"gate {gate.id}: its job keeps no dead letter, so there is nothing to replay"
+        )
+    return replay, parked

@@ -22,6 +22,7 @@ from reaper.core.dead_letters import DispatchPointer
 from reaper.core.domain import Action, BrokerFacts, DeadLetter, Dispatch, QueueStats, Verdict
 from reaper.errors import SourceUnreadable
 from reaper.jobqueue.port import DeadLetterParks, JobQueue, ParkRules
+from reaper.reap.context import Pass
 from reaper.reap.pass_config import PassConfig
 from reaper.reap.progress import Found, RowNotMoved, written
 
@@ -79,25 +80,21 @@ class _Step:
     now: datetime
     writable: bool
     dispatch: Dispatch
+    dry_run: bool = False
     #: Per queue, how many letters read from it the ledger held as the pass came to it.
     held: dict[str, int] = field(default_factory=dict)
 
 
-async def park_dead_letters(
-    config: PassConfig,
-    broker: Broker,
-    store: JobQueue | None,
-    facts: BrokerFacts,
-    verdicts: Sequence[Verdict],
-    *,
-    now: datetime,
-    writable: bool,
-    dispatch: Dispatch,
-) -> DeadLettersOutcome:
-    """Each owned dead-letter queue's outcome, and the dead-letter verdicts to surface. With
-    outbox dispatch a letter that is a dispatch pointer parks the job it points to instead.
-    A source that fails on a queue is named, and that queue left to the next pass."""
-    step = _Step(config, broker, store, facts, now, writable, dispatch)
+async def park_dead_letters(p: Pass, verdicts: Sequence[Verdict]) -> DeadLettersOutcome:
+    """Each owned dead-letter queue's outcome, and the dead-letter ``verdicts`` to surface, when
+    the broker was read and the pass was not asked to stop. With outbox dispatch a letter that
+    is a dispatch pointer parks the job it points to instead. A source that fails on a queue
+    is named, and that queue left to the next pass."""
+    if p.reading.broker is None or p.broker is None or p.stop():
+        return DeadLettersOutcome()
+    facts = p.reading.broker.facts
+    writable = p.ledger is not None
+    step = _Step(p.config, p.broker, p.opened, facts, p.now, writable, p.dispatch, p.dry_run)
     outcomes: list[DeadLetterOutcome] = []
     surfaced: list[Verdict] = []
     found = Found()
@@ -113,14 +110,16 @@ async def park_dead_letters(
             here = step.held[outcome.queue] + outcome.parked_new
             outcome = replace(outcome, parked_here=here)
         outcomes.append(outcome)
-        surfaced.extend(_remainder(verdict, outcome, config))
+        surfaced.extend(_remainder(verdict, outcome, p.config, audit=p.dry_run))
     return DeadLettersOutcome(tuple(outcomes), tuple(surfaced), found)
 
 
-def _remainder(verdict: Verdict, outcome: DeadLetterOutcome, config: PassConfig) -> list[Verdict]:
+def _remainder(
+    verdict: Verdict, outcome: DeadLetterOutcome, config: PassConfig, *, audit: bool = False
+) -> list[Verdict]:
     """The letters of an owned queue not parked, as a verdict to surface (none if none)."""
     # A dry run does not read, so its remainder is unknown, not unparked.
-    if not (outcome.read_blocked or (outcome.unread and not config.dry_run)):
+    if not (outcome.read_blocked or (outcome.unread and not audit)):
         return []
     why = outcome.read_blocked or (
         f"past the read limit of {config.thresholds.dead_letter_peek_limit} per pass"
@@ -159,7 +158,7 @@ async def _park_queue(step: _Step, name: str) -> tuple[DeadLetterOutcome | None,
         )
         if plan.blocked:
             return DeadLetterOutcome(name, depth, 0, 0, depth, plan.blocked), found
-        if step.config.dry_run:
+        if step.dry_run:
             # A read sets `redelivered` and, on quorum queues, spends a delivery and reorders:
             # a dry run moves nothing on the broker, so it does not read at all.
             found += Found.noted(

@@ -12,15 +12,13 @@ next turn comes at once. A dry run asks the same question read-only.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from uuid import UUID
 
-from reaper.core.domain import Dispatch, Thresholds
 from reaper.errors import SourceUnreadable
 from reaper.jobqueue.port import JobQueue, LeaseReap, LeaseReapInterrupted
+from reaper.reap.context import Pass
 from reaper.reap.lease_log import LeaseLog
 from reaper.reap.progress import Found, RowNotMoved
 
@@ -33,38 +31,41 @@ class LeaseReapOutcome:
     #: went to the end).
     remaining: int = 0
     found: Found = field(default_factory=Found)
+    #: Every lease verdict of the step (a dry run: every ruling), kept a batch at a time.
+    log: LeaseLog = field(default_factory=LeaseLog)
+    #: The expired leases the step read: those it ruled on and those it left (None: the job
+    #: queue was not read).
+    expired: int | None = None
 
 
-async def reap_leases(
-    store: JobQueue,
-    thresholds: Thresholds,
-    now: datetime,
-    *,
-    budget_seconds: float,
-    project_id: UUID | None,
-    dispatch: Dispatch,
-    write: bool,
-    log: LeaseLog,
-    monotonic: Callable[[], float] = time.monotonic,
-    stopping: Callable[[], bool] = lambda: False,
-) -> LeaseReapOutcome:
-    """Rule on the expired leases and (``write``) move them, until none is left,
-    ``budget_seconds`` (by ``monotonic``) is spent or the pass is asked to stop (``stopping``,
-    asked after each batch). A dry run (``write`` false) rules the same and moves nothing. A
-    database that goes away part-way is named in ``unreadable``, and what had committed is
-    still logged as recorded. What the budget, a stop request or a lost connection left is
-    counted (``remaining``) and noted."""
-    grace = thresholds.lease_grace_seconds
+async def reap_leases(p: Pass) -> LeaseReapOutcome:
+    """The lease step, when the job queue was read: every expired lease ruled on and (unless
+    an audit) moved, until none is left, the pass's lease budget (by its ``monotonic``) is
+    spent or the pass is asked to stop (asked after each batch). A database that goes away
+    part-way is named in ``unreadable``, and what had committed is still logged as recorded.
+    What the budget, a stop request or a lost connection left is counted (``remaining``) and
+    noted."""
+    if p.store is None:
+        return LeaseReapOutcome()
+    log = LeaseLog()
+    outcome = await _reaped(p, p.store, log)
+    return replace(outcome, log=log, expired=len(log) + outcome.remaining)
+
+
+async def _reaped(p: Pass, store: JobQueue, log: LeaseLog) -> LeaseReapOutcome:
+    config, now, stopping, write = p.config, p.now, p.stop, p.ledger is not None
+    grace, project_id = config.thresholds.lease_grace_seconds, config.project_id
+    budget = config.lease_reap_budget_seconds
     try:
         reap = await store.reap_leases(
             now,
             grace,
             project_id=project_id,
-            dispatch=dispatch,
+            deadline=p.monotonic() + budget,
+            dispatch=p.dispatch,
             write=write,
-            deadline=monotonic() + budget_seconds,
             keep=log.keep,
-            monotonic=monotonic,
+            monotonic=p.monotonic,
             stopping=stopping,
         )
     except LeaseReapInterrupted as exc:
@@ -83,7 +84,7 @@ async def reap_leases(
         return LeaseReapOutcome(0, found + Found.failed(exc))
     # what the next turn takes: not the rows named, nor (a dry run) those already ruled on
     left = max(0, left - (len(reap.failed) if write else reap.moved))
-    return LeaseReapOutcome(left, found + _left(left, None if stopping() else budget_seconds))
+    return LeaseReapOutcome(left, found + _left(left, None if stopping() else budget))
 
 
 def _left(left: int, budget_seconds: float | None) -> Found:

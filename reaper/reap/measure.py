@@ -20,10 +20,10 @@ from reaper.core.domain import (
 )
 from reaper.core.observation import ChannelStats, ConsumerSeen
 from reaper.errors import ConfigError, ReaperError
+from reaper.jobqueue.dispatch import DispatchInForce, dispatch_in_force
 from reaper.jobqueue.port import JobQueue
 from reaper.policies.declarations import load_declarations
 from reaper.policies.render import DesiredPolicy, render
-from reaper.reap.dispatch import DispatchInForce, dispatch_in_force
 from reaper.reap.listing import Listing, QuietQueues, read_listing
 from reaper.reap.pass_config import PassConfig
 from reaper.reap.progress import Found, Unreadable, unreadable_from
@@ -91,7 +91,9 @@ class Reading:
         )
 
 
-async def _read_job_queue(store: JobQueue, config: PassConfig) -> JobQueueReading:
+async def _read_job_queue(
+    store: JobQueue, config: PassConfig, leases_only: bool
+) -> JobQueueReading:
     # The host stamps leases and run_after with its database's clock (or its workers' own):
     # the database's clock decides, never the reaper's (SPEC §10).
     facts = await store.database_facts()
@@ -99,7 +101,7 @@ async def _read_job_queue(store: JobQueue, config: PassConfig) -> JobQueueReadin
     dispatch = dispatch_in_force(config.dispatch, facts.outbox_schema)
     # The expired leases are not counted here: the lease reap reads them a page at a time
     # until none is left (reaper.reap.leases.reap_leases), and counts only what it leaves.
-    if config.leases_only:
+    if leases_only:
         return JobQueueReading(now, dispatch, None, None)
     project_id = config.project_id
     claimable, unsent = await asyncio.gather(
@@ -167,11 +169,13 @@ async def _none() -> list[UnsentDispatch]:
     return []
 
 
-async def measure(config: PassConfig, store: JobQueue | None, broker: Broker | None) -> Reading:
+async def measure(
+    config: PassConfig, store: JobQueue | None, broker: Broker | None, *, leases_only: bool = False
+) -> Reading:
     """Read both sources at once; a failing one is named and read as unknown. A lease-only
     pass reads the database's clock and dispatch alone (the lease reap reads the leases)."""
     pg_read, broker_read = await asyncio.gather(
-        _read_job_queue(store, config) if store else _nothing(),
+        _read_job_queue(store, config, leases_only) if store else _nothing(),
         _read_broker(broker, config) if broker else _nothing(),
         return_exceptions=True,
     )

@@ -5,14 +5,12 @@ and before the judge, on the database's clock."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from reaper.core.bounds import is_owned_queue
 from reaper.core.observation import Observed, QueueFlow, observe
 from reaper.errors import SourceUnreadable
-from reaper.jobqueue.port import JobQueue
+from reaper.reap.context import Pass
 from reaper.reap.measure import BrokerReading
-from reaper.reap.pass_config import PassConfig
 from reaper.reap.progress import Found, written
 
 __all__ = ["ObserveOutcome", "observe_broker"]
@@ -26,11 +24,10 @@ class ObserveOutcome:
     found: Found = field(default_factory=Found)
 
 
-async def observe_broker(
-    config: PassConfig, store: JobQueue | None, reading: BrokerReading | None, now: datetime
-) -> ObserveOutcome:
+async def observe_broker(p: Pass) -> ObserveOutcome:
     """This pass's observations, continued from the last pass's and, unless a dry run, kept
     for the next."""
+    config, store, reading, now = p.config, p.store, p.reading.broker, p.now
     if reading is None or store is None:
         return ObserveOutcome()
     try:
@@ -59,7 +56,7 @@ async def observe_broker(
             f"{' …' if len(observed.unmeasured) > 5 else ''}): their holds are not measured"
         )
     found = Found.noted(*notes)
-    if not config.dry_run:
+    if not p.dry_run:
         _, kept = await written(
             store.keep_observations(config.vhost, observed.observations), "the observations kept"
         )

@@ -35,20 +35,15 @@ class PassConfig:
     policy_verify_wait_seconds: float
     #: The warning every report carries while the management API's TLS is not verified.
     tls_warning: str | None
-    dry_run: bool = False
     project_id: UUID | None = None
-    #: The pass of a hook switched off: the lease reap alone, no broker, no sighting.
-    leases_only: bool = False
 
     @classmethod
     def of(
         cls,
         settings: Settings,
         *,
-        dry_run: bool = False,
         project_id: UUID | None = None,
         policies_dir: Path | None = None,
-        leases_only: bool = False,
     ) -> PassConfig:
         reap, thresholds = settings.queue.reap, settings.thresholds()
         return cls(
@@ -63,9 +58,7 @@ class PassConfig:
             policies_dir=policies_dir or DEFAULT_POLICY_DIR,
             policy_verify_wait_seconds=reap.policy_verify_wait_seconds,
             tls_warning=settings.bus.tls_warning(),
-            dry_run=dry_run,
             project_id=project_id,
-            leases_only=leases_only,
         )
 
 

@@ -14,9 +14,10 @@ from reaper.errors import ConfigError, SourceUnreadable
 from reaper.policies.declarations import DEFAULT_POLICY_DIR, load_declarations
 from reaper.policies.reconcile import Plan, PolicyOutcome, QueuesRead, plan, reconcile
 from reaper.policies.render import DesiredPolicy, render
+from reaper.reap.context import Pass
 from reaper.reap.listing import read_listing
 from reaper.reap.measure import BrokerReading
-from reaper.reap.pass_config import PassConfig, policy_parameters
+from reaper.reap.pass_config import policy_parameters
 from reaper.reap.progress import Found
 
 __all__ = [
@@ -40,21 +41,23 @@ def desired_for(
 
 @dataclass(frozen=True)
 class PoliciesOutcome:
-    policies: tuple[PolicyOutcome, ...] = ()
+    #: Each declared policy's outcome (none when the broker was not read, or the pass was
+    #: asked to stop before this step).
+    outcomes: tuple[PolicyOutcome, ...] = ()
     found: Found = field(default_factory=Found)
 
 
-async def reconcile_policies(
-    config: PassConfig,
-    broker: Broker,
-    facts: BrokerFacts,
-    reading: BrokerReading | None = None,
-) -> PoliciesOutcome:
-    """Reconcile (or in a dry run, plan) every declared policy; declarations that cannot be
-    rendered are one refused outcome, never an exception. ``reading``: the pass's listing,
-    whose queues withhold a delivery limit where it would drop and on which the policies are
-    verified when nothing was written (a queue it did not keep was verified as it was read);
-    the queues are listed again, a page at a time, only when that listing no longer holds."""
+async def reconcile_policies(p: Pass) -> PoliciesOutcome:
+    """Reconcile (or in a dry run, plan) every declared policy, when the broker was read and
+    the pass was not asked to stop; declarations that cannot be rendered are one refused
+    outcome, never an exception. The pass's listing withholds a delivery limit where it would
+    drop, and the policies are verified on it when nothing was written (a queue it did not
+    keep was verified as it was read); the queues are listed again, a page at a time, only
+    when that listing no longer holds."""
+    reading, broker, config = p.reading.broker, p.broker, p.config
+    if reading is None or broker is None or p.stop():
+        return PoliciesOutcome()
+    facts = reading.facts
     listed = _listed(reading)
     queues = list(listed.queues) + [q for q, _ in listed.unreadable] if listed else ()
     watched = frozenset(c.queue for c in reading.consumers) if reading else frozenset()
@@ -78,7 +81,7 @@ async def reconcile_policies(
             broker,
             desired,
             vhost=config.vhost,
-            dry_run=config.dry_run,
+            dry_run=p.dry_run,
             verify_wait_seconds=config.policy_verify_wait_seconds,
             listed=listed,
             read_queues=read_queues,

@@ -4,7 +4,7 @@ logs, and the one list of what made it not ok."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
@@ -18,15 +18,16 @@ from reaper.core.domain import (
     ClaimableHead,
     Condition,
     QueueStats,
-    SightingKey,
     Thresholds,
 )
-from reaper.policies.reconcile import PolicyOutcome
-from reaper.reap.dead_letters import DeadLetterOutcome
-from reaper.reap.dispatch import DispatchInForce
+from reaper.jobqueue.dispatch import DispatchInForce
+from reaper.reap.dead_letters import DeadLettersOutcome
 from reaper.reap.lease_log import VerdictLog
+from reaper.reap.leases import LeaseReapOutcome
 from reaper.reap.listing import QuietQueues
+from reaper.reap.policies import PoliciesOutcome
 from reaper.reap.progress import RecordedVerdict, RowNotMoved, Unreadable
+from reaper.reap.sightings import GatesOutcome, SightingsOutcome
 
 __all__ = ["SEVERITY", "Inventory", "PassResult", "Problem", "Target", "TargetFinding"]
 
@@ -143,8 +144,14 @@ class PassResult:
     broker: BrokerFacts | None
     #: Every verdict: the lease verdicts spooled (read back as they are iterated), then the rest.
     verdicts: VerdictLog
-    policies: tuple[PolicyOutcome, ...] = ()
-    dead_letters: tuple[DeadLetterOutcome, ...] = ()
+    #: Each step's outcome, as the step returned it.
+    leases: LeaseReapOutcome = field(default_factory=LeaseReapOutcome)
+    policies: PoliciesOutcome = field(default_factory=PoliciesOutcome)
+    dead_letters: DeadLettersOutcome = field(default_factory=DeadLettersOutcome)
+    #: The open gate of each job this pass parked, for the answer command.
+    gates: GatesOutcome = field(default_factory=GatesOutcome)
+    #: When each finding already on record (``seen``) opened its sighting, by sighting key.
+    sightings: SightingsOutcome = field(default_factory=SightingsOutcome)
     unreadable: tuple[Unreadable, ...] = ()
     notes: tuple[str, ...] = ()
     #: Queues as measured and kept, for metrics (bounded labels) and the report.
@@ -162,17 +169,8 @@ class PassResult:
     management: tuple[ManagementEndpoint, ...] = ()
     #: What the pass was pointed at (None: a result built without settings).
     target: Target | None = None
-    #: Expired leases counted as the pass began (None: the job queue was not read).
-    expired_leases: int | None = None
     #: The thresholds judged against, for the inventory (owned and dead-letter queues).
     thresholds: Thresholds | None = None
-    #: The open gate of each job this pass parked (by job id), for the answer command.
-    gates: Mapping[str, UUID] = field(default_factory=dict)
-    #: Expired leases the lease reap left when its time budget was spent: while any remain,
-    #: the next turn comes at once (``reaper serve``, the worker hook), not after the interval.
-    leases_remaining: int = 0
-    #: When each finding already on record (``seen``) opened its sighting, by sighting key.
-    since: Mapping[SightingKey, datetime] = field(default_factory=dict)
     #: When the vhost holds no owned queue: the other vhosts that do (a finding).
     owned_elsewhere: QueuesByVhost = field(default_factory=lambda: QueuesByVhost({}))
     #: Exports of this pass's metrics that failed (``--metrics-textfile``, ``--pushgateway``):
@@ -220,11 +218,12 @@ class PassResult:
             mine = self.thresholds is None or is_owned_queue(q.name, self.thresholds)
             owned, foreign = owned + mine, foreign + (not mine)
             dead += self.thresholds is not None and is_dead_letter_queue(q.name, self.thresholds)
-        read = self.expired_leases is not None
+        expired = self.leases.expired
+        read = expired is not None
         return Inventory(
-            jobs=(self.expired_leases or 0) + len(self.claimable) if read else None,
+            jobs=(expired or 0) + len(self.claimable) if read else None,
             projects=len({c.project_id for c in self.claimable}) if read else None,
-            expired_leases=self.expired_leases,
+            expired_leases=expired,
             queues_owned=owned if self.broker else None,
             queues_foreign=foreign if self.broker else None,
             dead_letter_queues=dead if self.broker else None,
@@ -261,12 +260,12 @@ class PassResult:
                 + (f" ({p.reason})" if p.reason else "")
                 + f" - {p.detail}",
             )
-            for p in self.policies
+            for p in self.policies.outcomes
             if not p.ok and not (self.dry_run and p.planned)
         ]
         found += [
             Problem("dead_letter", d.queue, f"not read - {d.read_blocked}")
-            for d in self.dead_letters
+            for d in self.dead_letters.queues
             if d.read_blocked
         ]
         found += [

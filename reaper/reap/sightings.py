@@ -9,13 +9,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
 
-from reaper.core.domain import Action, SightingKey, Source, Verdict
+from reaper.core.domain import Action, Condition, Judgement, SightingKey, Source, Verdict
 from reaper.errors import SourceUnreadable
 from reaper.jobqueue.port import JobQueue
+from reaper.reap.context import Pass
+from reaper.reap.dead_letters import DeadLettersOutcome
 from reaper.reap.lease_log import LeaseLog
-from reaper.reap.progress import SIGHTINGS_WRITE, Found, RecordedVerdict, written
+from reaper.reap.progress import SIGHTINGS_WRITE, Found, RecordedVerdict, Unreadable, written
 
-__all__ = ["SightingsOutcome", "gates_of_parks", "record_sightings", "sightings_on_record"]
+__all__ = [
+    "GatesOutcome",
+    "SightingsOutcome",
+    "gates_of_parks",
+    "record",
+    "record_sightings",
+    "sightings_on_record",
+]
 
 
 @dataclass(frozen=True)
@@ -23,6 +32,52 @@ class SightingsOutcome:
     found: Found = field(default_factory=Found)
     #: Since when each finding already on record has been open, by its sighting key.
     since: Mapping[SightingKey, datetime] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GatesOutcome:
+    #: The open gate of each job this pass parked (by job id), for the answer command.
+    by_job: Mapping[str, UUID] = field(default_factory=dict)
+    found: Found = field(default_factory=Found)
+
+
+async def record(
+    p: Pass,
+    judgement: Judgement,
+    dead_letters: DeadLettersOutcome,
+    unreadable: Sequence[Unreadable],
+) -> SightingsOutcome:
+    """The surfaced verdicts to the ledger's sightings (none in a lease-only pass, nor once the
+    pass was asked to stop); a dry run only reads which are on record already. ``unreadable``:
+    what the steps before could not read, which clears nothing."""
+    if p.leases_only or p.stop():
+        return SightingsOutcome()
+    surfaced = [
+        v
+        for v in judgement.verdicts
+        if v.action is Action.SURFACE and v.condition is not Condition.DEAD_LETTER
+    ]
+    surfaced += dead_letters.surfaced
+    if p.dry_run:
+        return await sightings_on_record(p.store, surfaced)
+    broker = p.reading.broker
+    return await record_sightings(
+        p.ledger,
+        surfaced,
+        p.now,
+        sources_read=_sources_read(p, unreadable),
+        unmeasured=broker.unmeasured() if broker else frozenset(),
+        project_id=p.config.project_id,
+    )
+
+
+def _sources_read(p: Pass, unreadable: Sequence[Unreadable]) -> frozenset[Source]:
+    """The sources read in full: a source that failed at any step of this pass clears
+    nothing, even if it was measured. A queue that could not be measured leaves its source
+    read; its own sightings stay as they are (``unmeasured``)."""
+    failed = {u.source for u in unreadable if u.queue is None}
+    read = ((Source.JOB_QUEUE, p.reading.job_queue), (Source.BROKER, p.reading.broker))
+    return frozenset(source for source, got in read if got and source.value not in failed)
 
 
 async def record_sightings(
@@ -76,17 +131,18 @@ async def sightings_on_record(
 
 
 async def gates_of_parks(
-    store: JobQueue | None, leases: LeaseLog, verdicts: Sequence[RecordedVerdict], now: datetime
-) -> tuple[dict[str, UUID], Found]:
-    """The gates this pass's parks raised (at ``now``, the pass's instant), by job, when it
-    parked one: the report names the gate each park waits behind, and the command that answers
-    it. The older open gates are not read: there may be thousands."""
+    p: Pass, leases: LeaseLog, verdicts: Sequence[RecordedVerdict]
+) -> GatesOutcome:
+    """The gates this pass's parks raised (at the pass's instant), by job, when it parked one:
+    the report names the gate each park waits behind, and the command that answers it. The
+    older open gates are not read: there may be thousands."""
     parked = any(r.applied and r.verdict.action is Action.PARK for r in verdicts)
     parked = parked or any(a is Action.PARK and rec for (_, a, _, rec) in leases.tally)
-    if store is None or not parked:
-        return {}, Found()
+    if p.ledger is None or not parked:
+        return GatesOutcome()
     try:
-        gates = await store.list_gates(open_only=True, raised_since=now)
+        gates = await p.ledger.list_gates(open_only=True, raised_since=p.now)
     except SourceUnreadable as exc:
-        return {}, Found.noted(f"the gates of this pass's parks could not be listed: {exc.reason}")
-    return {str(g.job_id): g.id for g in gates if g.job_id is not None}, Found()
+        said = f"the gates of this pass's parks could not be listed: {exc.reason}"
+        return GatesOutcome(found=Found.noted(said))
+    return GatesOutcome({str(g.job_id): g.id for g in gates if g.job_id is not None})

@@ -1,6 +1,6 @@
 """The sources a pass reads, opened from the configuration: PostgreSQL (the job queue and the
-ledger) and the broker's management API, and the desk a person's answers are taken at, over
-the store's database. A source that cannot be opened is None with the reason beside it, and the
+ledger, where a person's answers to gates are taken too) and the broker's management API. A
+source that cannot be opened is None with the reason beside it, and the
 pass names it in ``unreadable``: opening never raises."""
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from reaper.broker.client import ManagementClient
 from reaper.broker.http import BrokerTls
 from reaper.broker.port import Broker
 from reaper.config import Settings
-from reaper.desk.port import GateDesk
-from reaper.desk.postgres import PostgresDesk
 from reaper.errors import SourceUnreadable
 from reaper.jobqueue.database import ConnectionFactory, WorkerPool
 from reaper.jobqueue.port import JobQueue
@@ -29,9 +27,6 @@ class Sources:
     store_error: str | None = None
     broker: Broker | None = None
     broker_error: str | None = None
-    #: Where a gate's answer is taken (:mod:`reaper.desk`): over the store's database, so
-    #: None with it. Closing the store closes it.
-    desk: GateDesk | None = None
 
     async def close(self) -> None:
         if self.store is not None:
@@ -91,9 +86,7 @@ async def open_sources(settings: Settings, *, store: bool = True, broker: bool =
     cannot be reached: the reason is kept and the pass names it in ``unreadable``."""
     sources = Sources()
     if store:
-        opened, sources.store_error = await open_store(settings)
-        sources.store = opened
-        sources.desk = None if opened is None else PostgresDesk(opened.database)
+        sources.store, sources.store_error = await open_store(settings)
     if broker:
         sources.broker = open_broker(settings)
     return sources

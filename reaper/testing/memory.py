@@ -1,8 +1,8 @@
 """``MemoryJobQueue``: the job queue and ledger in memory, for tests of everything above the
 store (the pass, the hook, the commands) without a database.
 
-It keeps the same contract as :class:`~reaper.jobqueue.postgres.PostgresStore` and answers gates
-as :class:`~reaper.desk.postgres.PostgresDesk` does; ``tests/contract/`` holds them to the same
+It keeps the same contract as :class:`~reaper.jobqueue.postgres.PostgresStore`, gates answered
+included; ``tests/contract/`` holds them to the same
 tests: guarded moves (still leased, same owner, same expiry, same attempts), one event per move
 on a gapless stream, one gate per park episode, sightings recorded once and cleared once, dead
 letters parked once by identity, gates that cannot be answered twice. What it does not model:

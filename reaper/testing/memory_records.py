@@ -1,7 +1,7 @@
 """The in-memory double's tables, and what it does with them whatever the method: arranging
-jobs, raising and answering gates (the desk's port, :class:`~reaper.desk.port.GateDesk`, by the
-desk's rules), appending to the ledger, starting a dispatch episode. The job queue port's
-methods are in :mod:`reaper.testing.memory`."""
+jobs, raising and answering gates (by the rules any store follows, :mod:`reaper.jobqueue.rules`),
+appending to the ledger, starting a dispatch episode. The job queue port's other methods are in
+:mod:`reaper.testing.memory`."""
 
 from __future__ import annotations
 
@@ -23,10 +23,12 @@ from reaper.core.domain import (
 from reaper.core.observation import Observation
 from reaper.core.records import Gate, LedgerEvent
 from reaper.core.storable import payload_for_storage
-from reaper.desk.port import ReplaySender
-from reaper.desk.rules import (
+from reaper.errors import GateError, StoreUnavailable
+from reaper.jobqueue.port import EventFilter, GateCount, ParkedDeadLetter, ReplaySender
+from reaper.jobqueue.rules import (
     DEAD_LETTER_REPLAY,
     DEAD_LETTER_SETTLED,
+    DELIVERY_CANCEL,
     GATE_ANSWERED,
     REPLAY_NEEDS_BROKER,
     answered_payload,
@@ -34,9 +36,6 @@ from reaper.desk.rules import (
     not_the_latest,
     replay_parts,
 )
-from reaper.errors import GateError, StoreUnavailable
-from reaper.jobqueue.port import EventFilter, GateCount, ParkedDeadLetter
-from reaper.jobqueue.rules import DELIVERY_CANCEL
 
 __all__ = ["JobRow", "OutboxRow", "Records"]
 

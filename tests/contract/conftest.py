@@ -1,6 +1,5 @@
-"""The job-queue contract's two subjects: ``PostgresStore`` (with ``PostgresDesk`` over its
-database, where gates are answered) on a migrated database of the test's own, and
-``MemoryJobQueue`` (its own desk). Every test in this folder runs against both, arranging its
+"""The job-queue contract's two subjects: ``PostgresStore`` on a migrated database of the test's
+own, and ``MemoryJobQueue``. Every test in this folder runs against both, arranging its
 jobs through :class:`Subject` so that the same words mean the same rows."""
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ from typing import Protocol
 import asyncpg
 import pytest
 
-from reaper.desk.port import GateDesk
-from reaper.desk.postgres import PostgresDesk
 from reaper.jobqueue.port import JobQueue
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.testing.memory import JobRow, MemoryJobQueue
@@ -50,10 +47,6 @@ class Outbox:
 class Subject(Protocol):
     store: JobQueue
 
-    @property
-    def desk(self) -> GateDesk:
-        """Where the subject's gates are answered, over the same records as ``store``."""
-
     async def add(self, *jobs: Job) -> None: ...
 
     async def depend(self, job_id: uuid.UUID, on: uuid.UUID) -> None: ...
@@ -75,10 +68,6 @@ class Subject(Protocol):
 class OnPostgres:
     store: PostgresStore
     dsn: str
-
-    @property
-    def desk(self) -> GateDesk:
-        return PostgresDesk(self.store.database)
 
     async def add(self, *jobs: Job) -> None:
         await insert_jobs(self.dsn, jobs)
@@ -135,10 +124,6 @@ class OnPostgres:
 @dataclass
 class InMemory:
     store: MemoryJobQueue
-
-    @property
-    def desk(self) -> GateDesk:
-        return self.store
 
     async def add(self, *jobs: Job) -> None:
         for j in jobs:

@@ -17,8 +17,8 @@ from reaper.core.domain import (
     Dispatch,
 )
 from reaper.core.records import Gate
-from reaper.desk.rules import gate_id_range
 from reaper.errors import GateError
+from reaper.gates.ids import gate_id_range
 from reaper.jobqueue.port import EventFilter, GateCount, ParkedDeadLetter
 from tests.contract.conftest import Subject
 from tests.contract.test_job_queue_contract import RULES, dead_letter
@@ -43,7 +43,7 @@ async def test_a_retry_answer_is_one_event_on_the_gates_stream(subject: Subject)
     gate = await park_poison(subject, project)
     store = subject.store
 
-    answered = await subject.desk.answer_gate(
+    answered = await subject.store.answer_gate(
         gate.id, "retry", LATER, answered_by="ana@ops", reason="the API is back"
     )
 
@@ -73,7 +73,7 @@ async def test_a_cancel_answer_gives_the_job_up_for_good(subject: Subject) -> No
     store = subject.store
     assert gate.job_id is not None
 
-    await subject.desk.answer_gate(gate.id, "cancel", LATER, answered_by="ana@ops")
+    await subject.store.answer_gate(gate.id, "cancel", LATER, answered_by="ana@ops")
 
     row = await subject.row(gate.job_id)
     assert (row.state, row.finished_at, row.attempts) == ("cancelled", LATER, 6)
@@ -82,7 +82,7 @@ async def test_a_cancel_answer_gives_the_job_up_for_good(subject: Subject) -> No
     later = LATER + timedelta(hours=1)
     assert await store.count_expired_leases(later, 0) == 0  # never requeued
     with pytest.raises(GateError, match="already answered"):
-        await subject.desk.answer_gate(gate.id, "retry", later)
+        await subject.store.answer_gate(gate.id, "retry", later)
     assert len(await store.events(project)) == 2  # a refused answer writes nothing
 
 
@@ -91,7 +91,7 @@ async def test_a_cancel_writes_no_outbox_row(outbox_subject: Subject) -> None:
     gate = await park_poison(outbox_subject, project, dispatch_seq=2)
     assert gate.job_id is not None
 
-    await outbox_subject.desk.answer_gate(gate.id, "cancel", LATER, dispatch=Dispatch.OUTBOX)
+    await outbox_subject.store.answer_gate(gate.id, "cancel", LATER, dispatch=Dispatch.OUTBOX)
 
     assert await outbox_subject.outbox() == []
     assert await outbox_subject.generation(gate.job_id) == 2
@@ -118,10 +118,10 @@ async def test_a_stale_answer_is_refused_and_writes_no_event(subject: Subject) -
 
     for choice in ("retry", "cancel"):
         with pytest.raises(GateError, match="the job waits behind"):
-            await subject.desk.answer_gate(first.id, choice, again)
+            await subject.store.answer_gate(first.id, choice, again)
 
     assert [e.kind for e in await store.events(project)] == ["QueueReaped", "QueueReaped"]
-    await subject.desk.answer_gate(second.id, "cancel", again)
+    await subject.store.answer_gate(second.id, "cancel", again)
     assert [e.kind for e in await store.events(project)][-1] == "GateAnswered"
 
 
@@ -135,10 +135,10 @@ async def test_dead_letter_answers_are_on_the_fleet_stream(subject: Subject) -> 
     async def send(gate: object, parked: ParkedDeadLetter) -> str:
         return f"replay:{parked.letter.identity}"
 
-    await subject.desk.answer_dead_letter_gate(
+    await subject.store.answer_dead_letter_gate(
         gates[f"dead_letter:{kept.identity}"].id, "dismiss", NOW, answered_by="ana", reason="dup"
     )
-    await subject.desk.answer_dead_letter_gate(
+    await subject.store.answer_dead_letter_gate(
         gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW, replay=send, answered_by="bo"
     )
 
@@ -167,7 +167,7 @@ async def test_a_refused_replay_writes_no_event(subject: Subject) -> None:
         raise GateError("refused by the test")
 
     with pytest.raises(GateError, match="refused by the test"):
-        await subject.desk.answer_dead_letter_gate(gate.id, "replay", NOW, replay=refuse)
+        await subject.store.answer_dead_letter_gate(gate.id, "replay", NOW, replay=refuse)
     assert await store.events(FLEET_PROJECT_ID) == before
 
 
@@ -212,7 +212,7 @@ async def test_gates_are_listed_by_project_age_and_kind(subject: Subject) -> Non
     ]
     assert await store.open_dead_letter_gates() == {"vibey.jobs.dead": 1}
     [letter_gate] = await store.list_gates(kind=GATE_BUS_DEAD_LETTERED)
-    await subject.desk.answer_dead_letter_gate(letter_gate.id, "dismiss", LATER)
+    await subject.store.answer_dead_letter_gate(letter_gate.id, "dismiss", LATER)
     assert await store.open_dead_letter_gates() == {}
     assert [c.kind for c in await store.open_gate_counts()] == [GATE_DELIVERY_EXHAUSTED]
     assert letter_gate.job_id is not None
@@ -226,7 +226,7 @@ async def test_the_ledger_is_read_newest_last_by_filter(subject: Subject) -> Non
     mine = await park_poison(subject, project)
     await park_poison(subject, other)
     store = subject.store
-    await subject.desk.answer_gate(mine.id, "retry", LATER, answered_by="ana")
+    await subject.store.answer_gate(mine.id, "retry", LATER, answered_by="ana")
 
     everything = await store.read_events(EventFilter())
     assert [e.created_at for e in everything] == [NOW, NOW, LATER]

@@ -14,7 +14,6 @@ from datetime import timedelta
 import pytest
 
 from reaper.core.canonical import canonical_json, canonical_payload
-from reaper.core.dead_letters import decode
 from reaper.core.domain import (
     FLEET_PROJECT_ID,
     GATE_BUS_DEAD_LETTERED,
@@ -31,6 +30,7 @@ from reaper.core.judge_leases import judge_lease_page
 from reaper.errors import GateError
 from reaper.jobqueue.port import ParkedDeadLetter, ParkRules
 from tests.contract.conftest import Subject
+from tests.support.dead_letters import got_letter
 from tests.support.store import NOW, Job, Reaped, lease_of, leased, reap_page
 
 pytestmark = pytest.mark.postgres
@@ -54,22 +54,7 @@ def surfaced(project: uuid.UUID, condition: Condition = Condition.STALE_READY) -
 
 
 def dead_letter(message_id: str, queue: str = "vibey.jobs.dead") -> DeadLetter:
-    body = '{"task": 1}'
-    return decode(
-        {
-            "payload": body,
-            "payload_encoding": "string",
-            "payload_bytes": len(body),
-            "properties": {
-                "message_id": message_id,
-                "headers": {
-                    "x-first-death-queue": "vibey.jobs",
-                    "x-first-death-reason": "rejected",
-                },
-            },
-        },
-        queue=queue,
-    )
+    return got_letter('{"task": 1}', message_id, queue=queue)
 
 
 # --------------------------------------------------------------------------- leases
@@ -355,16 +340,16 @@ async def test_a_retry_answer_readies_the_parked_job_once(subject: Subject) -> N
     later = NOW + timedelta(minutes=5)
 
     with pytest.raises(GateError, match="'dismiss' is not an answer"):
-        await subject.desk.answer_gate(gate.id, "dismiss", later)
+        await subject.store.answer_gate(gate.id, "dismiss", later)
     with pytest.raises(GateError, match="does not exist"):
-        await subject.desk.answer_gate(uuid.uuid4(), "retry", later)
-    answered = await subject.desk.answer_gate(gate.id, "retry", later, answered_by="ops")
+        await subject.store.answer_gate(uuid.uuid4(), "retry", later)
+    answered = await subject.store.answer_gate(gate.id, "retry", later, answered_by="ops")
 
     assert (answered.answer, answered.answered_at, answered.answered_by) == ("retry", later, "ops")
     row = await subject.row(poison.id)
     assert (row.state, row.run_after, row.attempts) == ("ready", later, 6)
     with pytest.raises(GateError, match="already answered"):
-        await subject.desk.answer_gate(gate.id, "retry", later)
+        await subject.store.answer_gate(gate.id, "retry", later)
     assert await store.list_gates() == []
     assert len(await store.list_gates(open_only=False)) == 1
 
@@ -384,17 +369,17 @@ async def test_a_dead_letter_gate_settles_its_job_by_its_answer(subject: Subject
         sent.append(parked)
 
     with pytest.raises(GateError, match="replay publishes the body"):
-        await subject.desk.answer_gate(gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW)
+        await subject.store.answer_gate(gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW)
     with pytest.raises(GateError, match="refused by the test"):
-        await subject.desk.answer_dead_letter_gate(
+        await subject.store.answer_dead_letter_gate(
             gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW, replay=refuse
         )
     assert len(await store.list_gates()) == 2  # a refused replay records nothing
 
-    dismissed, _ = await subject.desk.answer_dead_letter_gate(
+    dismissed, _ = await subject.store.answer_dead_letter_gate(
         gates[f"dead_letter:{kept.identity}"].id, "dismiss", NOW
     )
-    replay_gate, parked = await subject.desk.answer_dead_letter_gate(
+    replay_gate, parked = await subject.store.answer_dead_letter_gate(
         gates[f"dead_letter:{replayed.identity}"].id, "replay", NOW, replay=send
     )
 
@@ -425,11 +410,11 @@ async def test_a_gate_answers_only_while_its_job_waits_behind_it(subject: Subjec
     second = next(g for g in await store.list_gates() if g.id != first.id)
 
     with pytest.raises(GateError, match=f"gate {second.id} .* is, and the job waits behind"):
-        await subject.desk.answer_gate(first.id, "retry", later)
+        await subject.store.answer_gate(first.id, "retry", later)
 
     assert {g.id for g in await store.list_gates()} == {first.id, second.id}  # nothing written
     assert (await subject.row(poison.id)).state == "awaiting_human"
-    await subject.desk.answer_gate(second.id, "retry", later)
+    await subject.store.answer_gate(second.id, "retry", later)
     assert (await subject.row(poison.id)).state == "ready"
 
 

@@ -13,10 +13,11 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from reaper.core.dead_letters import DISPATCH_SCHEMA, DispatchPointer, decode, dispatch_pointer
+from reaper.core.dead_letters import DISPATCH_SCHEMA, DispatchPointer, dispatch_pointer
 from reaper.core.domain import Action, DeadLetter, Dispatch
 from reaper.jobqueue.port import ParkRules
 from tests.contract.conftest import Subject
+from tests.support.dead_letters import got_letter
 from tests.support.dispatch import dispatch_body
 from tests.support.store import NOW, Job, leased, reap_page
 
@@ -31,21 +32,7 @@ def pointer_letter(job: Job, generation: int, message_id: str = "d-1") -> DeadLe
     body = json.dumps(
         dispatch_body(DispatchPointer(job.id, job.project_id, generation, job.kind, NOW))
     )
-    return decode(
-        {
-            "payload": body,
-            "payload_encoding": "string",
-            "payload_bytes": len(body),
-            "properties": {
-                "message_id": message_id,
-                "headers": {
-                    "x-first-death-queue": "vibey.jobs",
-                    "x-first-death-reason": "delivery_limit",
-                },
-            },
-        },
-        queue="vibey.jobs.dead",
-    )
+    return got_letter(body, message_id, "delivery_limit")
 
 
 def pointed(letter: DeadLetter) -> tuple[DeadLetter, DispatchPointer]:
@@ -108,7 +95,7 @@ async def test_a_retry_answer_dispatches_the_job_at_a_new_generation(
     [gate] = await store.list_gates()
     later = NOW + timedelta(minutes=5)
 
-    await outbox_subject.desk.answer_gate(gate.id, "retry", later, dispatch=Dispatch.OUTBOX)
+    await outbox_subject.store.answer_gate(gate.id, "retry", later, dispatch=Dispatch.OUTBOX)
 
     assert await outbox_subject.generation(poison.id) == 3
     assert [r.key for r in await outbox_subject.outbox()] == [f"dispatch:{poison.id}:3"]
@@ -155,7 +142,7 @@ async def test_a_dead_lettered_dispatch_parks_its_job_once_while_it_is_current(
     assert handled == {current.identity, stale.identity}
     assert await store.count_parked_dead_letters("vibey.jobs.dead") == 3
     assert await outbox_subject.outbox() == []  # a park dispatches nothing
-    await outbox_subject.desk.answer_gate(gate.id, "retry", NOW, dispatch=Dispatch.OUTBOX)
+    await outbox_subject.store.answer_gate(gate.id, "retry", NOW, dispatch=Dispatch.OUTBOX)
     assert [r.key for r in await outbox_subject.outbox()] == [f"dispatch:{ready.id}:3"]
 
 

@@ -37,7 +37,7 @@ and 4.3):
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -51,14 +51,6 @@ pytestmark = pytest.mark.broker
 
 STATS_WAIT_SECONDS = 20
 QUORUM = "quorum"
-
-
-@pytest.fixture
-async def client(broker: BrokerUnderTest) -> AsyncIterator[ManagementClient]:
-    async with ManagementClient(
-        broker.management_url, broker.username, broker.password, vhost=broker.vhost
-    ) as c:
-        yield c
 
 
 async def wait_for(probe: Callable[[], Any], what: str) -> Any:

@@ -8,7 +8,7 @@ import math
 import socket
 import struct
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -27,14 +27,6 @@ from tests.support.services import BrokerUnderTest, policy_named, poll_until
 pytestmark = pytest.mark.broker
 
 STATS_WAIT_SECONDS = 20
-
-
-@pytest.fixture
-async def client(broker: BrokerUnderTest) -> AsyncIterator[ManagementClient]:
-    async with ManagementClient(
-        broker.management_url, broker.username, broker.password, vhost=broker.vhost
-    ) as c:
-        yield c
 
 
 def import_queues(broker: BrokerUnderTest, names: list[str], queue_type: str = "classic") -> None:

@@ -27,7 +27,7 @@ from reaper.core.cluster import queue_unavailable
 from reaper.core.domain import FLEET_PROJECT_ID, GATE_BUS_DEAD_LETTERED
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once
-from tests.support.cli import reaper_env, run_cli, validate_report
+from tests.support.cli import Cli, reaper_env, validate_report
 from tests.support.cluster import ClusterUnderTest
 from tests.support.services import poll_until
 from tests.support.store import query
@@ -97,6 +97,12 @@ def arrange(cluster: ClusterUnderTest) -> None:
     assert cluster.queue(ON_QR2)["node"] == "qr2@localhost"
 
 
+async def arranged(cluster: ClusterUnderTest) -> None:
+    """``arrange``, and every message it published measurable in the listing."""
+    arrange(cluster)
+    await measurable(cluster, {QUORUM: 2, ON_QR2: 1})
+
+
 async def sighting_records(pg_dsn: str, queue: str) -> list[str]:
     rows = await query(
         pg_dsn,
@@ -108,16 +114,11 @@ async def sighting_records(pg_dsn: str, queue: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-async def reap_json(
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    env: Mapping[str, str],
-) -> tuple[int, dict[str, Any]]:
-    code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
-    report: dict[str, Any] = json.loads(capsys.readouterr().out)
+async def reap_json(cli: Cli) -> tuple[int, dict[str, Any]]:
+    said = await cli("reap", "--json")
+    report: dict[str, Any] = json.loads(said.out)
     validate_report(report)
-    return code, report
+    return said.code, report
 
 
 # --------------------------------------------------------------------------- every node up
@@ -126,16 +127,11 @@ async def reap_json(
 async def test_a_whole_pass_over_the_cluster_with_every_node_up(
     cluster: ClusterUnderTest,
     pg_dsn: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
 ) -> None:
-    arrange(cluster)
-    await measurable(cluster, {QUORUM: 2, ON_QR2: 1})
+    await arranged(cluster)
 
-    code, report = await reap_json(
-        monkeypatch, tmp_path, capsys, env_for(cluster, pg_dsn, cluster.urls())
-    )
+    code, report = await reap_json(cli.on(env_for(cluster, pg_dsn, cluster.urls())))
 
     assert code == 0 and report["ok"] is True, report["problems"]
     assert report["unreadable"] == []
@@ -162,14 +158,11 @@ async def test_a_whole_pass_over_the_cluster_with_every_node_up(
 async def test_a_pass_with_one_node_stopped_concludes_nothing_about_its_queue(
     cluster: ClusterUnderTest,
     pg_dsn: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
 ) -> None:
-    arrange(cluster)
-    await measurable(cluster, {QUORUM: 2, ON_QR2: 1})
-    env = env_for(cluster, pg_dsn, cluster.urls())
-    code, first = await reap_json(monkeypatch, tmp_path, capsys, env)
+    await arranged(cluster)
+    cli = cli.on(env_for(cluster, pg_dsn, cluster.urls()))
+    code, first = await reap_json(cli)
     assert code == 0, first["problems"]
     assert await sighting_records(pg_dsn, ON_QR2) == ["surface"]
 
@@ -179,7 +172,7 @@ async def test_a_pass_with_one_node_stopped_concludes_nothing_about_its_queue(
         # listed "down", or for a moment "stopped" (its process stopped by its supervisor)
         assert cluster.queue(ON_QR2)["state"] in STOPPED_STATES
 
-        code, report = await reap_json(monkeypatch, tmp_path, capsys, env)
+        code, report = await reap_json(cli)
 
         assert code == 1 and report["ok"] is False
         [unreadable] = report["unreadable"]
@@ -205,9 +198,7 @@ async def test_a_pass_with_one_node_stopped_concludes_nothing_about_its_queue(
         evidence = report["broker"]["capabilities"]["consumer_timeout_evidence"]
         assert "not running, so not checked: qr2@localhost" in evidence
 
-        code = await run_cli(monkeypatch, tmp_path, env, "reap")
-        text = capsys.readouterr().out
-        assert code == 1
+        text = await cli.out("reap", code=1)
         assert re.search(
             rf"UNREADABLE  queue {ON_QR2!r}: listed '(down|stopped)' on node qr2@localhost", text
         ), text
@@ -220,9 +211,7 @@ async def test_a_pass_with_one_node_stopped_concludes_nothing_about_its_queue(
 async def test_a_stopped_nodes_management_url_first_fails_over_and_is_named(
     cluster: ClusterUnderTest,
     pg_dsn: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
 ) -> None:
     # with a dead-letter target, as arrange() declares it: without one, its default delivery
     # limit would drop, and the pass would rightly be not ok
@@ -235,9 +224,7 @@ async def test_a_stopped_nodes_management_url_first_fails_over_and_is_named(
     urls = cluster.urls("qr3", "qr1", "qr2")
     with cluster.node_stopped("qr3"):
         await measurable(cluster, {QUORUM: 0})
-        code, report = await reap_json(
-            monkeypatch, tmp_path, capsys, env_for(cluster, pg_dsn, urls)
-        )
+        code, report = await reap_json(cli.on(env_for(cluster, pg_dsn, urls)))
 
     assert code == 0 and report["ok"] is True, report["problems"]
     assert report["broker"] is not None and report["unreadable"] == []
@@ -288,7 +275,7 @@ async def test_an_owned_quorum_dead_letter_queue_survives_its_leaders_node_stopp
             result = await reap_once(settings)
             assert not result.not_moved, result.not_moved
             assert not [u for u in result.unreadable if u.queue is None], result.unreadable
-            [outcome] = [d for d in result.dead_letters if d.queue == DLQ] or [None]
+            [outcome] = [d for d in result.dead_letters.queues if d.queue == DLQ] or [None]
             gates = await store.list_gates(open_only=False, kind=GATE_BUS_DEAD_LETTERED)
             assert len(gates) <= 5
             if outcome is None:

@@ -93,11 +93,9 @@ def arrange(
 
 
 def put_policy(broker: BrokerUnderTest, definition: dict[str, object]) -> Any:
-    with broker.admin() as admin:
-        return admin.put(
-            f"/api/policies/{broker.vhost_path}/ct",
-            json={"pattern": r"^ct\.", "apply-to": "queues", "definition": definition},
-        )
+    return broker.put_policy(
+        "ct", {"pattern": r"^ct\.", "apply-to": "queues", "definition": definition}
+    )
 
 
 def wait_for(holders: list[Holder], probe: Callable[[], bool], what: str) -> None:
@@ -173,6 +171,25 @@ def watch_43(holders: list[Holder]) -> None:
     watch(holders, until - time.monotonic() + 0.1, lambda: False)
 
 
+def enforced_as_the_version_does(broker: BrokerUnderTest, holders: list[Holder]) -> None:
+    """A timeout in force on both queue types: 4.3 cancels the quorum holder in time (proof
+    the window was in force) and does not enforce it on the classic one within 10 T, whose
+    message stays unacknowledged; earlier versions close every holder's channel on the tick
+    and each message returns to ready."""
+    held = by_type(holders)
+    if broker.at_least(4, 3):
+        watch_43(holders)
+        assert_cancelled_in_time(held["quorum"])
+        assert_not_enforced(held["classic"], NOT_ENFORCED_WITHIN)
+        back_to_ready(holders, held["quorum"])
+        still_unacknowledged(holders, held["classic"])
+    else:
+        watch_for_the_tick(holders)
+        for h in holders:
+            assert_closed_on_the_tick(h)
+            back_to_ready(holders, h)
+
+
 # --------------------------------------------------------------------------- policy
 
 
@@ -191,19 +208,7 @@ def test_a_policy_timeout(broker: BrokerUnderTest, holders: list[Holder]) -> Non
         wait_for(holders, lambda h=h: broker.queue(h.queue).get("policy") == "ct", "the policy")
     start(holders)
     delivered(holders)
-    held = by_type(holders)
-
-    if broker.at_least(4, 3):
-        watch_43(holders)
-        assert_cancelled_in_time(held["quorum"])
-        assert_not_enforced(held["classic"], NOT_ENFORCED_WITHIN)  # not enforced within 10 T
-        back_to_ready(holders, held["quorum"])
-        still_unacknowledged(holders, held["classic"])
-    else:
-        watch_for_the_tick(holders)
-        for h in holders:
-            assert_closed_on_the_tick(h)
-            back_to_ready(holders, h)
+    enforced_as_the_version_does(broker, holders)
 
 
 # --------------------------------------------------------------------------- argument
@@ -280,16 +285,4 @@ def test_the_broker_wide_timeout(broker: BrokerUnderTest, holders: list[Holder])
         for h in holders:
             h.start()
     delivered(holders)
-    held = by_type(holders)
-
-    if broker.at_least(4, 3):
-        watch_43(holders)
-        assert_cancelled_in_time(held["quorum"])  # and proof the window was in force
-        assert_not_enforced(held["classic"], NOT_ENFORCED_WITHIN)
-        back_to_ready(holders, held["quorum"])
-        still_unacknowledged(holders, held["classic"])
-    else:
-        watch_for_the_tick(holders)
-        for h in holders:
-            assert_closed_on_the_tick(h)
-            back_to_ready(holders, h)
+    enforced_as_the_version_does(broker, holders)

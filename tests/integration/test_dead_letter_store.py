@@ -30,9 +30,9 @@ from reaper.core.domain import (
     DeadLetter,
 )
 from reaper.core.records import Gate
-from reaper.desk.postgres import PostgresDesk
-from reaper.edges.gates import answer_gate
 from reaper.errors import GateError
+from reaper.gates.answering import answer_gate
+from reaper.gates.wording import answered_line
 from reaper.jobqueue.port import DeadLetterParks, ParkRules
 from reaper.jobqueue.postgres import PostgresStore
 from tests.support.store import NOW, insert_jobs, leased, query, reap_page
@@ -383,9 +383,7 @@ async def test_an_identity_half_taken_is_refused_and_rolled_back(
 
 
 def sources(store: PostgresStore, broker: Any = None) -> SimpleNamespace:
-    return SimpleNamespace(
-        store=store, broker=broker, store_error=None, desk=PostgresDesk(store.database)
-    )
+    return SimpleNamespace(store=store, broker=broker, store_error=None)
 
 
 async def test_dismiss_settles_the_job_and_keeps_the_letter(
@@ -395,7 +393,9 @@ async def test_dismiss_settles_the_job_and_keeps_the_letter(
     [verdict] = (await park(store, [one])).parked
     gate = await gate_of(store, one.identity)
 
-    outcome = await answer_gate(sources(store), settings, gate.id, "dismiss", clock=lambda: LATER)
+    outcome = answered_line(
+        await answer_gate(sources(store), settings, gate.id, "dismiss", clock=lambda: LATER)
+    )
 
     assert outcome.startswith(f"gate {gate.id} (bus_dead_lettered) answered 'dismiss'")
     assert "nothing was sent" in outcome and '"vibey.jobs.dead"' in outcome
@@ -409,17 +409,19 @@ async def test_dismiss_settles_the_job_and_keeps_the_letter(
 
 
 async def test_the_store_alone_dismisses_and_refuses_replay(
-    pg_dsn: str, store: PostgresStore, desk: PostgresDesk
+    pg_dsn: str, store: PostgresStore
 ) -> None:
     one, two = letter(message_id="s-1"), letter(message_id="s-2")
     await park(store, [one, two])
     with pytest.raises(GateError, match="replay publishes the body to the broker"):
-        await desk.answer_gate((await gate_of(store, one.identity)).id, "replay", LATER)
+        await store.answer_gate((await gate_of(store, one.identity)).id, "replay", LATER)
     assert (await gate_of(store, one.identity)).is_open
     with pytest.raises(GateError, match="replay publishes the body to the broker"):
-        await desk.answer_dead_letter_gate((await gate_of(store, one.identity)).id, "replay", LATER)
+        await store.answer_dead_letter_gate(
+            (await gate_of(store, one.identity)).id, "replay", LATER
+        )
 
-    answered = await desk.answer_gate((await gate_of(store, two.identity)).id, "dismiss", LATER)
+    answered = await store.answer_gate((await gate_of(store, two.identity)).id, "dismiss", LATER)
     assert answered.answer == "dismiss"
     [(state,)] = await query(pg_dsn, "SELECT state FROM job WHERE id = $1", answered.job_id)
     assert state == "cancelled"
@@ -528,7 +530,9 @@ async def test_delivery_exhausted_gates_are_answered_by_the_store(
     with pytest.raises(GateError, match="'dismiss' is not an answer"):
         await answer_gate(sources(store), settings, gate.id, "dismiss")
 
-    outcome = await answer_gate(sources(store), settings, gate.id, "retry", clock=lambda: LATER)
+    outcome = answered_line(
+        await answer_gate(sources(store), settings, gate.id, "retry", clock=lambda: LATER)
+    )
 
     assert outcome == (
         f"gate {gate.id} (delivery_exhausted) answered 'retry': job {job.id} is ready for "
@@ -549,7 +553,7 @@ class Unreachable:
 
 
 def test_replay_message_ids_fit_amqp() -> None:
-    from reaper.reap.gates import replay_message_id
+    from reaper.gates.answering import replay_message_id
 
     gate = uuid.UUID(int=1)
     assert replay_message_id("msg:m-1", gate) == f"replay:msg:m-1:{gate}"

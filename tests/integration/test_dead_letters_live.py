@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
 from reaper.config import Settings
 from reaper.core.domain import FLEET_PROJECT_ID
-from reaper.edges.gates import answer_gate, short_id
 from reaper.errors import GateError
+from reaper.gates.answering import answer_gate, preview_answer
+from reaper.gates.ids import short_id
+from reaper.gates.wording import answered_line, would_line
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once
 from reaper.reap.sources import open_sources
@@ -28,7 +29,6 @@ from tests.support.dead_letters import (
     outcome_of,
     parked_after_passes,
     read_all,
-    settings_for,
     wait_for_depth,
 )
 from tests.support.services import BrokerUnderTest
@@ -36,14 +36,6 @@ from tests.support.services import BrokerUnderTest
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
 PASSES = 50
-
-
-# --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture
-def settings(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path) -> Settings:
-    return settings_for(broker, pg_dsn, tmp_path)
 
 
 # --------------------------------------------------------------------------- never deleted
@@ -196,19 +188,21 @@ async def test_replay_publishes_the_body_back_and_the_dead_letter_stays(
 
     sources = await open_sources(settings)
     try:
-        would = await answer_gate(sources, settings, short_id(replayed.id), "replay", dry_run=True)
+        would = would_line(await preview_answer(sources, settings, short_id(replayed.id), "replay"))
         assert depth(broker, ORIGIN) == 0 and (await gate_by_id(store, replayed.id)).is_open
-        outcome = await answer_gate(
-            sources,
-            settings,
-            short_id(replayed.id),
-            "replay",
-            answered_by="ana@ops",
-            reason="consumer fixed",
+        outcome = answered_line(
+            await answer_gate(
+                sources,
+                settings,
+                short_id(replayed.id),
+                "replay",
+                answered_by="ana@ops",
+                reason="consumer fixed",
+            )
         )
         with pytest.raises(GateError, match="already answered"):
             await answer_gate(sources, settings, replayed.id, "replay")
-        dismissal = await answer_gate(sources, settings, dismissed.id, "dismiss")
+        dismissal = answered_line(await answer_gate(sources, settings, dismissed.id, "dismiss"))
     finally:
         await sources.close()
 

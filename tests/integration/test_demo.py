@@ -7,35 +7,32 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 from urllib.parse import quote
 
 import asyncpg
 import httpx
 import pytest
 
-from tests.support.cli import run_cli
+from tests.support.cli import Cli
 from tests.support.services import BROKER_PASSWORD, BROKER_USER, BROKERS, PG_ADMIN_DSN
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
 DEFAULT_BROKER = BROKERS["3.10"]  # the configured default, management on :15672
+#: The demo's environment: the server's admin database and the default broker, no vhost.
+DEMO_ENV = {
+    "REAPER_DATABASE__DSN": PG_ADMIN_DSN,
+    "REAPER_BUS__MANAGEMENT_URL": DEFAULT_BROKER,
+    "REAPER_BUS__USERNAME": BROKER_USER,
+    "REAPER_BUS__PASSWORD": BROKER_PASSWORD,
+}
 
 
-async def test_the_demo_runs_both_passes_and_the_second_records_nothing_new(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    env = {
-        "REAPER_DATABASE__DSN": PG_ADMIN_DSN,
-        "REAPER_BUS__MANAGEMENT_URL": DEFAULT_BROKER,
-        "REAPER_BUS__USERNAME": BROKER_USER,
-        "REAPER_BUS__PASSWORD": BROKER_PASSWORD,
-    }
+async def test_the_demo_runs_both_passes_and_the_second_records_nothing_new(cli: Cli) -> None:
     started = time.monotonic()
-    code = await run_cli(monkeypatch, tmp_path, env, "demo")
+    captured = await cli.on(DEMO_ENV)("demo")
     elapsed = time.monotonic() - started
-    captured = capsys.readouterr()
-    out = captured.out
+    code, out = captured.code, captured.out
     names = set(re.findall(r"queue_reaper_demo_[0-9a-f]{6}", out))
     try:
         assert code == 0, captured.err
@@ -102,17 +99,9 @@ async def _remove(names: set[str]) -> None:
             await client.delete(f"/api/vhosts/{quote(name, safe='')}")
 
 
-async def test_the_demo_with_cleanup_removes_its_database_and_vhost(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    env = {
-        "REAPER_DATABASE__DSN": PG_ADMIN_DSN,
-        "REAPER_BUS__MANAGEMENT_URL": DEFAULT_BROKER,
-        "REAPER_BUS__USERNAME": BROKER_USER,
-        "REAPER_BUS__PASSWORD": BROKER_PASSWORD,
-    }
-    code = await run_cli(monkeypatch, tmp_path, env, "demo", "--cleanup")
-    captured = capsys.readouterr()
+async def test_the_demo_with_cleanup_removes_its_database_and_vhost(cli: Cli) -> None:
+    captured = await cli.on(DEMO_ENV)("demo", "--cleanup")
+    code = captured.code
     names = set(re.findall(r"queue_reaper_demo_[0-9a-f]{6}", captured.out))
     try:
         assert code == 0, captured.err

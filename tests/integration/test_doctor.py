@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +19,20 @@ from tests.support.accounts import (
     README_PERMISSIONS,
     README_TAGS,
     broker_user,
-    login_role,
     set_user,
 )
-from tests.support.cli import CLOSED_PG_DSN, reaper_env, run_cli
+from tests.support.cli import CLOSED_PG_DSN, Cli, reaper_env
 from tests.support.services import BrokerUnderTest, on_one_broker
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
 
-async def doctor(
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    env: dict[str, str],
-) -> tuple[int, dict[str, Any], str]:
+async def doctor(cli: Cli) -> tuple[int, dict[str, Any], str]:
     """The doctor's exit code, its JSON, and its text (run twice: both forms)."""
-    code = await run_cli(monkeypatch, tmp_path, env, "doctor", "--json")
-    report = json.loads(capsys.readouterr().out)
-    text_code = await run_cli(monkeypatch, tmp_path, env, "doctor")
-    text = capsys.readouterr().out
+    said = await cli("doctor", "--json")
+    code, report = said.code, json.loads(said.out)
+    said = await cli("doctor")
+    text_code, text = said.code, said.out
     assert text_code == code
     assert report["ok"] is (code == 0)
     # every line that is not ok carries a fix, in both forms; an ok line's fix is empty
@@ -62,21 +56,8 @@ def user(broker: BrokerUnderTest) -> Iterator[tuple[str, str]]:
         yield name_and_password
 
 
-@pytest.fixture
-async def bare_role(pg_dsn: str) -> AsyncIterator[str]:
-    async with login_role(pg_dsn, "qr_bare") as name:
-        yield name
-
-
-async def test_healthy(
-    pg_dsn: str,
-    broker: BrokerUnderTest,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    env = reaper_env(pg_dsn, broker.management_url, broker.vhost)
-    code, report, text = await doctor(monkeypatch, tmp_path, capsys, env)
+async def test_healthy(broker: BrokerUnderTest, broker_cli: Cli) -> None:
+    code, report, text = await doctor(broker_cli)
     assert code == 0, text
     checks = by_name(report)
     url = broker.management_url
@@ -94,15 +75,9 @@ async def test_healthy(
     assert text.splitlines()[-1].endswith("0 failed: ready")
 
 
-async def test_a_vhost_that_does_not_exist(
-    pg_dsn: str,
-    broker: BrokerUnderTest,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    env = reaper_env(pg_dsn, broker.management_url, "qr-doctor-no-such-vhost")
-    code, report, text = await doctor(monkeypatch, tmp_path, capsys, env)
+async def test_a_vhost_that_does_not_exist(pg_dsn: str, broker: BrokerUnderTest, cli: Cli) -> None:
+    cli = cli.on(reaper_env(pg_dsn, broker.management_url, "qr-doctor-no-such-vhost"))
+    code, report, text = await doctor(cli)
     assert code == 1
     checks = by_name(report)
     vhost = checks[f"broker {broker.management_url} vhost"]
@@ -114,8 +89,7 @@ async def test_a_vhost_that_does_not_exist(
     assert f"broker {broker.management_url} permissions" not in checks
     assert "set_permissions" not in text
     # -o wide: the fix on a line of its own
-    assert await run_cli(monkeypatch, tmp_path, env, "doctor", "-o", "wide") == 1
-    wide = capsys.readouterr().out.splitlines()
+    wide = (await cli.out("doctor", "-o", "wide", code=1)).splitlines()
     at = next(
         i
         for i, line in enumerate(wide)
@@ -124,14 +98,10 @@ async def test_a_vhost_that_does_not_exist(
     assert wide[at + 1] == f"      fix: {vhost['fix']}"
 
 
-async def test_postgresql_down_names_the_fix_for_that(
-    broker: BrokerUnderTest,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    env = reaper_env(CLOSED_PG_DSN, broker.management_url, broker.vhost)
-    code, report, _ = await doctor(monkeypatch, tmp_path, capsys, env)
+async def test_postgresql_down_names_the_fix_for_that(broker: BrokerUnderTest, cli: Cli) -> None:
+    code, report, _ = await doctor(
+        cli.on(reaper_env(CLOSED_PG_DSN, broker.management_url, broker.vhost))
+    )
     assert code == 1
     checks = by_name(report)
     assert checks["postgresql"]["fix"] == (
@@ -142,16 +112,11 @@ async def test_postgresql_down_names_the_fix_for_that(
 
 
 async def test_a_user_without_the_monitoring_and_policymaker_tags(
-    pg_dsn: str,
-    broker: BrokerUnderTest,
-    user: tuple[str, str],
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    pg_dsn: str, broker: BrokerUnderTest, user: tuple[str, str], cli: Cli
 ) -> None:
     name, password = user
     env = reaper_env(pg_dsn, broker.management_url, broker.vhost, username=name, password=password)
-    code, report, _ = await doctor(monkeypatch, tmp_path, capsys, env)
+    code, report, _ = await doctor(cli.on(env))
     assert code == 1
     checks = by_name(report)
     url = broker.management_url
@@ -172,25 +137,19 @@ async def test_a_user_without_the_monitoring_and_policymaker_tags(
 
 
 async def test_a_user_without_any_tag_and_the_pass_says_the_same(
-    pg_dsn: str,
-    broker: BrokerUnderTest,
-    user: tuple[str, str],
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    pg_dsn: str, broker: BrokerUnderTest, user: tuple[str, str], cli: Cli
 ) -> None:
     name, password = user
     set_user(broker, name, password, "")
     env = reaper_env(pg_dsn, broker.management_url, broker.vhost, username=name, password=password)
-    code, report, _ = await doctor(monkeypatch, tmp_path, capsys, env)
+    cli = cli.on(env)
+    code, report, _ = await doctor(cli)
     assert code == 1
     reached = by_name(report)[f"broker {broker.management_url}"]
     assert reached["status"] == "fail"
     assert f"accepted the password of user {name!r} but its tags do not allow" in reached["detail"]
 
-    code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
-    pass_report = json.loads(capsys.readouterr().out)
-    assert code == 1
+    pass_report = json.loads(await cli.out("reap", "--json", code=1))
     [unreadable] = [u for u in pass_report["unreadable"] if u["source"] == "broker"]
     assert f"rabbitmqctl set_user_tags {name} monitoring policymaker" in unreadable["error"]
     assert "check [bus] username/password" not in unreadable["error"]
@@ -201,13 +160,10 @@ async def test_a_role_without_grants(
     pg_dsn: str,
     broker: BrokerUnderTest,
     bare_role: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
 ) -> None:
     dsn = pg_dsn.replace("postgresql://postgres@", f"postgresql://{bare_role}@", 1)
-    env = reaper_env(dsn, broker.management_url, broker.vhost)
-    code, report, text = await doctor(monkeypatch, tmp_path, capsys, env)
+    code, report, text = await doctor(cli.on(reaper_env(dsn, broker.management_url, broker.vhost)))
     assert code == 1
     checks = by_name(report)
     assert checks["postgresql"]["status"] == "ok"
@@ -226,12 +182,7 @@ async def test_a_role_without_grants(
     assert f"FAIL  privileges: {bare_role} lacks" in text
 
 
-async def test_healthy_over_tls_to_both_sources(
-    pg_dsn: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+async def test_healthy_over_tls_to_both_sources(pg_dsn: str, cli: Cli) -> None:
     """RabbitMQ 3.10's https listener and PostgreSQL with verify-full, from the test CA."""
     ca = "/var/cache/queue-reaper/tls/ca.pem"
     database = pg_dsn.rpartition("/")[2]
@@ -243,7 +194,7 @@ async def test_healthy_over_tls_to_both_sources(
         "REAPER_DATABASE__SSLROOTCERT": ca,
         "REAPER_BUS__CA_FILE": ca,
     }
-    code, report, text = await doctor(monkeypatch, tmp_path, capsys, env)
+    code, report, text = await doctor(cli.on(env))
     assert code == 0, text
     checks = by_name(report)
     assert checks["postgresql tls"]["status"] == "ok"
@@ -259,24 +210,16 @@ async def test_healthy_over_tls_to_both_sources(
     }
 
 
-async def test_verify_off_is_a_loud_warning(
-    pg_dsn: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    env = {
-        **reaper_env(pg_dsn, "https://localhost:15671", "/"),
-        "REAPER_BUS__VERIFY": "false",
-    }
-    code, report, text = await doctor(monkeypatch, tmp_path, capsys, env)
+async def test_verify_off_is_a_loud_warning(pg_dsn: str, cli: Cli) -> None:
+    cli = cli.on(
+        {**reaper_env(pg_dsn, "https://localhost:15671", "/"), "REAPER_BUS__VERIFY": "false"}
+    )
+    code, report, text = await doctor(cli)
     assert code == 0, text
     assert "WARN  configuration: WARNING: bus.verify = false" in text
     assert by_name(report)["broker https://localhost:15671 tls"]["status"] == "warn"
-    assert await run_cli(monkeypatch, tmp_path, env, "config", "show") == 0
-    assert capsys.readouterr().out.startswith("WARNING: bus.verify = false")
-    code = await run_cli(monkeypatch, tmp_path, env, "reap", "--dry-run", "--json")
-    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert (await cli.out("config", "show")).startswith("WARNING: bus.verify = false")
+    notes = json.loads((await cli("reap", "--dry-run", "--json")).out)["notes"]
     assert any(n.startswith("WARNING: bus.verify = false") for n in notes)
 
 
@@ -284,16 +227,14 @@ async def test_healthy_as_the_least_privileged_user(
     pg_dsn: str,
     broker: BrokerUnderTest,
     user: tuple[str, str],
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    cli: Cli,
 ) -> None:
     """A user with the README's tags and permissions, not an administrator: every check the
     doctor makes is one such a user may ask."""
     name, password = user
     set_user(broker, name, password, README_TAGS, README_PERMISSIONS)
     env = reaper_env(pg_dsn, broker.management_url, broker.vhost, username=name, password=password)
-    code, report, text = await doctor(monkeypatch, tmp_path, capsys, env)
+    code, report, text = await doctor(cli.on(env))
     assert code == 0, text
     checks = by_name(report)
     url = broker.management_url

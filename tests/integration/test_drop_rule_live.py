@@ -112,7 +112,7 @@ async def test_no_limit_is_written_where_it_would_drop_and_the_pass_is_not_ok(
     withheld = problems[("policy", "vibey-reap-quorum")]
     assert "delivery-limit 20 withheld: vibey.jobs.main has no dead-letter" in withheld.detail
     assert "declare each with x-dead-letter-exchange" in withheld.detail
-    [outcome] = [p for p in result.policies if p.name == "vibey-reap-quorum"]
+    [outcome] = [p for p in result.policies.outcomes if p.name == "vibey-reap-quorum"]
     assert outcome.reason == "DeliveryLimitWithheld"
     # 4.x: written with its consumer timeout alone; 3.10 takes no consumer-timeout key, so
     # without its limit there is nothing of the policy to write

@@ -18,8 +18,8 @@ from reaper.config import load_config
 from reaper.edges.arguments import build_parser
 from reaper.edges.gate_bulk import answer_selection
 from reaper.jobqueue.postgres import PostgresStore
-from tests.integration.test_gates_cli import env_of, park
-from tests.support.cli import run_cli
+from tests.integration.test_gates_cli import park
+from tests.support.cli import Cli, database_env
 from tests.support.store import query
 
 pytestmark = pytest.mark.postgres
@@ -46,32 +46,25 @@ async def answers(dsn: str) -> dict[uuid.UUID, int]:
 
 
 async def test_a_selection_is_shown_counted_and_answered_only_with_yes(
-    pg_dsn: str,
-    store: PostgresStore,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    pg_dsn: str, store: PostgresStore, db_cli: Cli
 ) -> None:
     old, new = await parks(store, pg_dsn)
-    env = env_of(pg_dsn)
     select = ("gates", "answer", "--choice", "retry", "--older-than", "1h")
 
-    assert await run_cli(monkeypatch, tmp_path, env, *select, "--dry-run") == 0
-    out = capsys.readouterr().out
+    out = await db_cli.out(*select, "--dry-run")
     assert out.startswith("12 open gates would be answered 'retry' (--older-than 1h):")
     assert all(g.hex[:8] in out for g in old) and not any(g.hex[:8] in out for g in new)
     assert "dry run: nothing was written or sent" in out
     assert await answers(pg_dsn) == {}
 
     # not at a terminal and no --yes: shown, nothing answered, a usage error
-    assert await run_cli(monkeypatch, tmp_path, env, *select) == 2
-    captured = capsys.readouterr()
+    captured = await db_cli(*select)
+    assert captured.code == 2
     assert "12 open gates would be answered" in captured.out
     assert "nothing answered: add --yes to answer these 12 gate(s)" in captured.err
     assert await answers(pg_dsn) == {}
 
-    assert await run_cli(monkeypatch, tmp_path, env, *select, "--yes", "--by", "ana@ops") == 0
-    out = capsys.readouterr().out
+    out = await db_cli.out(*select, "--yes", "--by", "ana@ops")
     assert "12 of 12 gate(s) answered 'retry', each with its own GateAnswered event" in out
     assert await answers(pg_dsn) == {g: 1 for g in old}
     rows = await query(
@@ -87,27 +80,19 @@ async def test_a_selection_is_shown_counted_and_answered_only_with_yes(
     assert still_open == len(new)
 
     # a dead-letter queue selects only dead-letter gates: none of these poison ones
-    code = await run_cli(
-        monkeypatch, tmp_path, env, "gates", "answer", "--choice", "cancel", "--queue", "q.dead"
-    )
-    assert code == 0
-    assert capsys.readouterr().out.startswith("0 open gates would be answered 'cancel'")
+    out = await db_cli.out("gates", "answer", "--choice", "cancel", "--queue", "q.dead")
+    assert out.startswith("0 open gates would be answered 'cancel'")
 
     # a choice a gate does not offer leaves it open, saying so
-    code = await run_cli(
-        monkeypatch, tmp_path, env, "gates", "answer", "--choice", "replay", "--all", "--yes"
-    )
-    assert code == 0
-    out = capsys.readouterr().out
+    out = await db_cli.out("gates", "answer", "--choice", "replay", "--all", "--yes")
     assert "12 selected gate(s) left open, not answerable 'replay'" in out
     assert "it offers retry/cancel" in out
 
     # one gate or a selection, never both; neither is a usage error
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "answer", new[0].hex[:8],
-                         "--choice", "cancel", "--all") == 2  # fmt: skip
-    assert "not both" in capsys.readouterr().err
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "answer", "--choice", "cancel") == 2
-    assert "name a GATE, or select gates" in capsys.readouterr().err
+    err = await db_cli.err("gates", "answer", new[0].hex[:8], "--choice", "cancel", "--all")
+    assert "not both" in err
+    err = await db_cli.err("gates", "answer", "--choice", "cancel")
+    assert "name a GATE, or select gates" in err
     assert await answers(pg_dsn) == {g: 1 for g in old}
 
 
@@ -115,7 +100,7 @@ async def test_a_typed_count_confirms_at_a_terminal(
     pg_dsn: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     old = [await park(store, pg_dsn, 2, "render.video") for _ in range(3)]
-    loaded = load_config(None, env_of(pg_dsn))
+    loaded = load_config(None, database_env(pg_dsn))
     args = build_parser().parse_args(["gates", "answer", "--choice", "cancel", "--all"])
     prompts: list[str] = []
 
@@ -153,7 +138,7 @@ async def test_single_answers_beside_a_bulk_answer_give_one_answer_per_gate(
 ) -> None:
     old, new = await parks(store, pg_dsn)
     gates = old + new  # oldest first: the order the bulk answer takes them in
-    env = env_of(pg_dsn)
+    env = database_env(pg_dsn)
     bulk = reaper(tmp_path, env, "gates", "answer", "--all", "--choice", "cancel", "--yes")
     # a person answering every third gate, one at a time, at the same moment
     singles = [

@@ -10,21 +10,15 @@ import re
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
-from tests.support.cli import run_cli
+from tests.support.cli import Cli
 from tests.support.store import insert_jobs, leased, query, reap_page
 
 pytestmark = pytest.mark.postgres
-
-
-def env_of(dsn: str) -> dict[str, str]:
-    # no broker is needed to list, show or answer a poison gate: an unreachable URL proves it
-    return {"REAPER_DATABASE__DSN": dsn, "REAPER_BUS__MANAGEMENT_URL": "http://127.0.0.1:9"}
 
 
 async def park(store: PostgresStore, dsn: str, hours_ago: float, kind: str) -> uuid.UUID:
@@ -43,18 +37,12 @@ def old_identity(shown: str) -> str:
 
 
 async def test_a_person_works_through_the_gates(
-    pg_dsn: str,
-    store: PostgresStore,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    pg_dsn: str, store: PostgresStore, db_cli: Cli
 ) -> None:
     old = await park(store, pg_dsn, 3, "render.video")
     new = await park(store, pg_dsn, 0.1, "mail.send")
-    env = env_of(pg_dsn)
 
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "list") == 0
-    out = capsys.readouterr().out
+    out = await db_cli.out("gates", "list")
     assert out.index(old.hex[:8]) < out.index(new.hex[:8])  # oldest first
     assert f"reaper gates answer {old.hex[:8]} --choice retry" in out
     assert f"reaper gates answer {old.hex[:8]} --choice cancel" in out
@@ -62,63 +50,32 @@ async def test_a_person_works_through_the_gates(
     assert "  3h00m  " in out and '  "render.video"  open' in out
     assert "2 open gates, the oldest 3h00m old" in out
 
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "list", "--older-than", "1h") == 0
-    out = capsys.readouterr().out
+    out = await db_cli.out("gates", "list", "--older-than", "1h")
     assert old.hex[:8] in out and new.hex[:8] not in out
     assert "1 open gate, the oldest 3h00m old (--older-than 1h)" in out
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "list", "--older-than", "1x") == 2
-    assert "not a duration: '1x'" in capsys.readouterr().err
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "list", "--json") == 0
-    listed = json.loads(capsys.readouterr().out)
+    assert "not a duration: '1x'" in await db_cli.err("gates", "list", "--older-than", "1x")
+    listed = json.loads(await db_cli.out("gates", "list", "--json"))
     assert [g["short_id"] for g in listed] == [old.hex[:8], new.hex[:8]]
     assert listed[0]["choices"] == ["retry", "cancel"] and listed[0]["job_kind"] == "render.video"
-    assert (
-        await run_cli(monkeypatch, tmp_path, env, "gates", "list", "--kind", "bus_dead_lettered")
-        == 0
-    )
-    assert capsys.readouterr().out.startswith("0 open gates")
+    out = await db_cli.out("gates", "list", "--kind", "bus_dead_lettered")
+    assert out.startswith("0 open gates")
 
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "show", old.hex[:6]) == 0
-    shown = capsys.readouterr().out
+    shown = await db_cli.out("gates", "show", old.hex[:6])
     assert f"gate {old} (short {old.hex[:8]})" in shown and "Answer 'retry'" in shown
 
     # --dry-run: says what it would do, writes nothing
     before = await query(pg_dsn, "SELECT count(*) FROM event")
-    code = await run_cli(
-        monkeypatch,
-        tmp_path,
-        env,
-        "gates",
-        "answer",
-        old.hex[:8],
-        "--choice",
-        "cancel",
-        "--dry-run",
-    )
-    assert code == 0
-    assert "would end cancelled, never delivered again" in capsys.readouterr().out
+    out = await db_cli.out("gates", "answer", old.hex[:8], "--choice", "cancel", "--dry-run")
+    assert "would end cancelled, never delivered again" in out
     assert await query(pg_dsn, "SELECT count(*) FROM event") == before
     [(open_,)] = await query(
         pg_dsn, "SELECT answered_at IS NULL FROM human_gate WHERE id = $1", old
     )
     assert open_
 
-    code = await run_cli(
-        monkeypatch,
-        tmp_path,
-        env,
-        "gates",
-        "answer",
-        old.hex[:8],
-        "--choice",
-        "cancel",
-        "--by",
-        "ana@ops",
-        "--reason",
-        "upstream deleted",
-    )
-    assert code == 0
-    assert "cancelled; it is never delivered again" in capsys.readouterr().out
+    args = ("gates", "answer", old.hex[:8], "--choice", "cancel")
+    out = await db_cli.out(*args, "--by", "ana@ops", "--reason", "upstream deleted")
+    assert "cancelled; it is never delivered again" in out
     [(by, state, finished)] = await query(
         pg_dsn,
         "SELECT g.answered_by, j.state, j.finished_at IS NOT NULL FROM human_gate g "
@@ -127,39 +84,30 @@ async def test_a_person_works_through_the_gates(
     )
     assert (by, state, finished) == ("ana@ops", "cancelled", True)
     # every time a person reads is UTC with Z, the answer's and the refusal's alike
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "show", old.hex[:8]) == 0
-    shown = capsys.readouterr().out
+    shown = await db_cli.out("gates", "show", old.hex[:8])
     assert re.search(r"raised:   \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(3h00m ago\)", shown)
     assert re.search(r"answered 'cancel' at \S+Z by ana@ops", shown)
     assert "+00:00" not in shown.replace(old_identity(shown), "")
     args = ("gates", "answer", old.hex[:8], "--choice", "retry")
-    assert await run_cli(monkeypatch, tmp_path, env, *args) == 2
-    assert re.search(r"already answered at \S+Z with 'cancel'", capsys.readouterr().err)
+    assert re.search(r"already answered at \S+Z with 'cancel'", await db_cli.err(*args))
 
     # the default answerer is the OS user and host
-    assert (
-        await run_cli(monkeypatch, tmp_path, env, "gates", "answer", str(new), "--choice", "retry")
-        == 0
-    )
-    capsys.readouterr()
+    await db_cli.out("gates", "answer", str(new), "--choice", "retry")
     [(by,)] = await query(pg_dsn, "SELECT answered_by FROM human_gate WHERE id = $1", new)
     assert "@" in by
 
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "--kind", "GateAnswered") == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = (await db_cli.out("events", "--kind", "GateAnswered")).splitlines()
     assert len(lines) == 3 and lines[-1] == "2 events, newest last"
     assert f"gate {old.hex[:8]} (delivery_exhausted) cancel by ana@ops" in lines[0]
     assert 'reason "upstream deleted"' in lines[0]
     assert f"gate {new.hex[:8]} (delivery_exhausted) retry by {by}" in lines[1]
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "--since", "1h", "--json") == 0
-    recent = json.loads(capsys.readouterr().out)
+    recent = json.loads(await db_cli.out("events", "--since", "1h", "--json"))
     assert [e["kind"] for e in recent] == ["QueueReaped", "GateAnswered", "GateAnswered"]
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "--since", "soon") == 2
-    assert "not an age" in capsys.readouterr().err
+    assert "not an age" in await db_cli.err("events", "--since", "soon")
 
 
 async def test_an_ambiguous_prefix_is_refused_naming_the_candidates(
-    pg_dsn: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    pg_dsn: str, db_cli: Cli
 ) -> None:
     one = uuid.UUID("abcdef01-0000-4000-8000-000000000001")
     two = uuid.UUID("abcdef02-0000-4000-8000-000000000002")
@@ -171,23 +119,16 @@ async def test_an_ambiguous_prefix_is_refused_naming_the_candidates(
             gate_id,
             uuid.uuid4(),
         )
-    env = env_of(pg_dsn)
 
-    code = await run_cli(
-        monkeypatch, tmp_path, env, "gates", "answer", "abcdef0", "--choice", "retry"
-    )
+    err = await db_cli.err("gates", "answer", "abcdef0", "--choice", "retry")
 
-    assert code == 2
-    err = capsys.readouterr().err
     assert "'abcdef0' names more than one gate" in err and str(one) in err and str(two) in err
     [(events,)] = await query(pg_dsn, "SELECT count(*) FROM event")
     assert events == 0
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "show", "abcdef02") == 0
-    assert f"gate {two}" in capsys.readouterr().out
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "show", "abcdef03") == 2
-    assert "gate with an id starting 'abcdef03' does not exist" in capsys.readouterr().err
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "show", "xyz") == 2
-    assert "not a gate id or a prefix" in capsys.readouterr().err
+    assert f"gate {two}" in await db_cli.out("gates", "show", "abcdef02")
+    err = await db_cli.err("gates", "show", "abcdef03")
+    assert "gate with an id starting 'abcdef03' does not exist" in err
+    assert "not a gate id or a prefix" in await db_cli.err("gates", "show", "xyz")
 
 
 QUIET = uuid.UUID("11111111-0000-4000-8000-000000000000")
@@ -240,11 +181,7 @@ async def test_the_ledger_is_read_from_its_indexes(
 
 
 async def test_a_pass_that_parks_twenty_gives_the_commands_that_list_and_answer_exactly_them(
-    pg_dsn: str,
-    store: PostgresStore,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    pg_dsn: str, store: PostgresStore, db_cli: Cli
 ) -> None:
     earlier = await park(store, pg_dsn, 1, "render.video")  # an earlier pass's gate
     now = (await store.database_facts()).now
@@ -253,10 +190,8 @@ async def test_a_pass_that_parks_twenty_gives_the_commands_that_list_and_answer_
         pg_dsn,
         [leased(project, attempts=7, max_attempts=7, now=now) for _ in range(20)],
     )
-    env = env_of(pg_dsn)
     # the broker is unreachable (the pass is not ok), and the parks are done all the same
-    assert await run_cli(monkeypatch, tmp_path, env, "reap") == 1
-    report = capsys.readouterr().out.splitlines()
+    report = (await db_cli.out("reap", code=1)).splitlines()
     assert any("park     poison        20 job(s) in 1 project(s)" in line for line in report)
     listed = [line.strip() for line in report if line.strip().startswith("their gates: ")]
     answer = [line.strip() for line in report if line.strip().startswith("answer them at once:")]
@@ -264,8 +199,7 @@ async def test_a_pass_that_parks_twenty_gives_the_commands_that_list_and_answer_
     command = listed[0].split(": ", 1)[1].removesuffix(" (with any raised since)").split()
     assert command[:5] == ["reaper", "gates", "list", "--kind", "poison"]
 
-    assert await run_cli(monkeypatch, tmp_path, env, *command[1:], "-o", "name") == 0
-    names = {uuid.UUID(line) for line in capsys.readouterr().out.split()}
+    names = {uuid.UUID(line) for line in (await db_cli.out(*command[1:], "-o", "name")).split()}
     raised = await query(
         pg_dsn, "SELECT g.id FROM human_gate g JOIN job j ON j.id = g.job_id "
         "WHERE j.project_id = $1", project,
@@ -275,8 +209,8 @@ async def test_a_pass_that_parks_twenty_gives_the_commands_that_list_and_answer_
 
     take = answer[0].split(": ", 1)[1].removesuffix(" (or cancel)").split()
     assert take[-2:] == ["--choice", "retry"]
-    assert await run_cli(monkeypatch, tmp_path, env, *take[1:], "--yes", "--by", "ana") == 0
-    assert "20 of 20 gate(s) answered 'retry'" in capsys.readouterr().out
+    out = await db_cli.out(*take[1:], "--yes", "--by", "ana")
+    assert "20 of 20 gate(s) answered 'retry'" in out
     [(still_open,)] = await query(
         pg_dsn, "SELECT answered_at IS NULL FROM human_gate WHERE id = $1", earlier
     )
@@ -298,24 +232,17 @@ async def _expire_and_reap(store: PostgresStore, dsn: str, job: uuid.UUID, owner
 
 
 async def test_gates_show_of_a_poison_job_tells_its_history_from_the_ledger(
-    pg_dsn: str,
-    store: PostgresStore,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    pg_dsn: str, store: PostgresStore, db_cli: Cli
 ) -> None:
     job = replace(leased(uuid.uuid4(), attempts=4, max_attempts=7), kind="render.video")
     await insert_jobs(pg_dsn, [replace(job, state="ready", lease_owner=None)])
     for owner in ("worker-a/pid-1", "worker-b/pid-2", "worker-c/pid-3\x1b[2J"):
         await _expire_and_reap(store, pg_dsn, job.id, owner)  # requeue, requeue, park
     [(gate,)] = await query(pg_dsn, "SELECT id FROM human_gate WHERE job_id = $1", job.id)
-    env = env_of(pg_dsn)
     args = ("gates", "answer", gate.hex[:8], "--choice", "retry", "--by", "ana@ops")
-    assert await run_cli(monkeypatch, tmp_path, env, *args, "--reason", "disk full, fixed") == 0
-    capsys.readouterr()
+    await db_cli.out(*args, "--reason", "disk full, fixed")
 
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "show", gate.hex[:8]) == 0
-    shown = capsys.readouterr().out.splitlines()
+    shown = (await db_cli.out("gates", "show", gate.hex[:8])).splitlines()
     start = shown.index(f"  history of job {job.id.hex[:8]} (the ledger, oldest first):")
     history = [line.strip() for line in shown[start + 1 : start + 5]]
     z = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
@@ -350,8 +277,7 @@ async def test_gates_show_of_a_poison_job_tells_its_history_from_the_ledger(
     assert shown[start + 5] == "  question:"
     assert "\x1b" not in "\n".join(shown)
 
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "show", gate.hex[:8], "--json") == 0
-    shown_json = json.loads(capsys.readouterr().out)
+    shown_json = json.loads(await db_cli.out("gates", "show", gate.hex[:8], "--json"))
     assert [e["payload"].get("action") or e["kind"] for e in shown_json["history"]] == [
         "requeue",
         "requeue",
@@ -372,8 +298,7 @@ async def test_gates_show_of_a_poison_job_tells_its_history_from_the_ledger(
             seq,
             str(job.id),
         )
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "show", gate.hex[:8]) == 0
-    shown = capsys.readouterr().out.splitlines()
+    shown = (await db_cli.out("gates", "show", gate.hex[:8])).splitlines()
     start = shown.index(f"  history of job {job.id.hex[:8]} (the ledger, oldest first):")
     assert shown[start + 21].strip() == (
         f"showing the newest 20 of 24: reaper events --object {job.id.hex[:8]} --limit 24"

@@ -13,7 +13,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pika
@@ -21,14 +20,14 @@ import pytest
 
 from reaper.config import Settings
 from reaper.core.domain import FLEET_PROJECT_ID
-from reaper.edges.gate_board import clear_notes, read_board
-from reaper.edges.gates import answer_gate
+from reaper.edges.commands import clear_notes, read_board
 from reaper.edges.status_page import page_target, render_page
 from reaper.errors import GateError
+from reaper.gates.answering import answer_gate
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import reap_once
 from reaper.reap.sources import open_sources
-from tests.support.cli import reaper_env, run_cli
+from tests.support.cli import Cli
 from tests.support.dead_letters import (
     DLQ,
     dead_letter_gates,
@@ -36,7 +35,6 @@ from tests.support.dead_letters import (
     outcome_of,
     parked_after_passes,
     read_all,
-    settings_for,
     wait_for_depth,
 )
 from tests.support.holders import connect
@@ -46,11 +44,6 @@ from tests.support.store import insert_jobs, leased, query
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
 DEEP = 1_000
-
-
-@pytest.fixture
-def settings(broker: BrokerUnderTest, pg_dsn: str, tmp_path: Path) -> Settings:
-    return settings_for(broker, pg_dsn, tmp_path)
 
 
 @pytest.fixture
@@ -149,7 +142,7 @@ async def test_a_letter_fanned_into_two_queues_makes_neither_safe_to_clear_while
     parked = 0
     for _ in range(40):
         result = await reap_once(settings)
-        parked += sum(d.parked_new for d in result.dead_letters)
+        parked += sum(d.parked_new for d in result.dead_letters.queues)
         both = [outcome_of(result, q) for q in (first, second)]
         if parked and all(o is not None and o.read_blocked is None for o in both):
             break
@@ -189,9 +182,7 @@ async def test_no_name_or_answer_drives_the_terminal_in_any_text_output(
     broker: BrokerUnderTest,
     pg_dsn: str,
     store: PostgresStore,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    broker_cli: Cli,
 ) -> None:
     old = int(time.time()) - 3 * 3600
     for name in HOSTILE_NAMES:
@@ -201,15 +192,13 @@ async def test_no_name_or_answer_drives_the_terminal_in_any_text_output(
     poison = replace(leased(uuid.uuid4(), attempts=7, max_attempts=7), kind="render\x1b[2J")
     forging = replace(leased(uuid.uuid4(), attempts=7, max_attempts=7), kind=f"send\r\n{FORGED}")
     await insert_jobs(pg_dsn, [poison, forging])
-    env = reaper_env(pg_dsn, broker.management_url, broker.vhost)
 
     shown: dict[str, str] = {}
 
     async def run(*argv: str) -> str:
-        await run_cli(monkeypatch, tmp_path, env, *argv)
-        captured = capsys.readouterr()
-        shown[" ".join(argv)] = captured.out + captured.err
-        return captured.out
+        said = await broker_cli(*argv)
+        shown[" ".join(argv)] = said.out + said.err
+        return said.out
 
     for _ in range(20):  # until the listing shows every queue's head timestamp
         report = json.loads(await run("reap", "--json"))
@@ -257,9 +246,7 @@ async def test_a_name_holding_nul_is_stored_escaped_the_same_way_every_pass(
     broker: BrokerUnderTest,
     pg_dsn: str,
     store: PostgresStore,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    broker_cli: Cli,
 ) -> None:
     foreign, dlq = "foreign\x00nul", "vibey.jobs\x00.dead"
     broker.declare_queue(foreign)
@@ -268,11 +255,10 @@ async def test_a_name_holding_nul_is_stored_escaped_the_same_way_every_pass(
     publish_amqp(broker, dlq, b'{"task": "nul"}', {"x-first-death-queue": "vibey.jobs"}, "nul-1")
     await wait_for_depth(broker, foreign, 1)
     await wait_for_depth(broker, dlq, 1)
-    env = reaper_env(pg_dsn, broker.management_url, broker.vhost)
 
     async def reap() -> tuple[int, dict[str, Any]]:
-        code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
-        return code, json.loads(capsys.readouterr().out)
+        said = await broker_cli("reap", "--json")
+        return said.code, json.loads(said.out)
 
     parked = False
     for _ in range(20):  # until the letter is parked and the old head is measured

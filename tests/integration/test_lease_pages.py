@@ -19,7 +19,9 @@ from reaper.edges.report import render_json, render_text, write_json
 from reaper.jobqueue.lease_reap import lease_rulings, statement
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
+from reaper.reap.context import Mode
 from reaper.reap.run import run_pass
+from reaper.reap.sources import Sources
 
 pytestmark = [pytest.mark.postgres]
 
@@ -59,7 +61,7 @@ async def test_a_paged_pass_moves_each_lease_once_with_one_event_and_lists_every
         for n in range(3):  # a host writer got to project 0's stream first
             await conn.execute(HOST_EVENT, project(0), n + 1)
         settings = load_config(None, {"REAPER_DATABASE__DSN": pg_dsn}).settings
-        result = await run_pass(settings, store=store, broker=None, leases_only=True)
+        result = await run_pass(settings, Sources(store=store, broker=None), mode=Mode.LEASES_ONLY)
 
         out = io.StringIO()
         write_json(result, out)

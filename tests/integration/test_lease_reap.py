@@ -16,7 +16,6 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 import reaper.jobqueue.lease_reap as lease_reap
@@ -24,7 +23,15 @@ from reaper.core.domain import Dispatch
 from reaper.jobqueue.port import LeaseReap
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import load_queries
-from tests.support.store import NOW, fetch_job, insert_jobs, leased, query
+from tests.support.store import (
+    NOW,
+    fetch_job,
+    insert_jobs,
+    leased,
+    query,
+    refuse_updates_of,
+    settling,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -99,20 +106,8 @@ async def test_a_row_another_transaction_holds_is_skipped_not_waited_for(
     project = uuid.uuid4()
     job, other = leased(project), leased(project)
     await insert_jobs(pg_dsn, [job, other])
-    worker = await asyncpg.connect(pg_dsn)
-    try:
-        tx = worker.transaction()
-        await tx.start()
-        await worker.execute(
-            "UPDATE job SET state = 'succeeded', finished_at = $2, lease_owner = NULL,"
-            " lease_expires_at = NULL WHERE id = $1",
-            job.id,
-            NOW,
-        )
+    async with settling(pg_dsn, job.id, NOW):
         done = await asyncio.wait_for(reap(store), 30)
-        await tx.commit()
-    finally:
-        await worker.close()
     assert done.moved == 1
     row = await fetch_job(pg_dsn, job.id)
     assert (row["state"], row["finished_at"]) == ("succeeded", NOW)
@@ -125,21 +120,7 @@ async def test_one_bad_row_is_named_and_the_others_move(pg_dsn: str, store: Post
     jobs.append(leased(project, attempts=7, max_attempts=7))
     bad = jobs[17]
     await insert_jobs(pg_dsn, jobs)
-    conn = await asyncpg.connect(pg_dsn)
-    try:
-        await conn.execute(
-            f"""
-            CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                IF NEW.id = '{bad.id}' THEN RAISE EXCEPTION 'row % is cursed', NEW.id; END IF;
-                RETURN NEW;
-            END $$;
-            CREATE TRIGGER refuse_one BEFORE UPDATE ON job
-                FOR EACH ROW EXECUTE FUNCTION refuse_one();
-            """
-        )
-    finally:
-        await conn.close()
+    await refuse_updates_of(pg_dsn, bad.id)
     done = await asyncio.wait_for(reap(store), 60)
     assert [job_id for job_id, _ in done.failed] == [bad.id]
     assert "cursed" in done.failed[0][1] and "P0001" in done.failed[0][1]

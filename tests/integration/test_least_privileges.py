@@ -6,19 +6,15 @@ the privilege, before the ledger's own trigger is reached."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import asyncpg
 import pytest
 
-from tests.support.accounts import README_PERMISSIONS, README_TAGS, login_role
-from tests.support.accounts import broker_user as readme_user
 from tests.support.cli import (
+    Cli,
     Seeded,
     assert_ok_but_for_what_the_version_does_not_enforce,
     event_count,
-    run_cli,
     seed_scenario,
     verdicts,
 )
@@ -47,34 +43,20 @@ def as_role(dsn: str, role: str) -> str:
     return dsn.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
 
 
-@pytest.fixture
-def broker_user(broker: BrokerUnderTest) -> Iterator[tuple[str, str]]:
-    """A management user with only the tags and vhost permissions the README lists."""
-    with readme_user(broker, "qr-reaper", README_TAGS, README_PERMISSIONS) as name_and_password:
-        yield name_and_password
-
-
-@pytest.fixture
-async def role(pg_dsn: str) -> AsyncIterator[str]:
-    """A login role of this test's own, holding nothing; dropped afterwards."""
-    async with login_role(pg_dsn, "qr_reaper") as name:
-        yield name
-
-
 async def test_the_grants_printed_are_exactly_what_is_needed(
     pg_dsn: str,
-    role: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    bare_role: str,
+    cli: Cli,
 ) -> None:
-    env = {"REAPER_DATABASE__DSN": pg_dsn}
-    assert await run_cli(monkeypatch, tmp_path, env, "db", "grants", role) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = (
+        await cli.on({"REAPER_DATABASE__DSN": pg_dsn}).out("db", "grants", bare_role)
+    ).splitlines()
     statements = [line.split("  -- ")[0] for line in lines if line.startswith("GRANT")]
-    assert statements == [g.format(role=role) for g in EXPECTED_GRANTS]
+    assert statements == [g.format(role=bare_role) for g in EXPECTED_GRANTS]
     # Printing grants nothing.
-    held = await query(pg_dsn, "SELECT has_table_privilege($1, 'event', 'INSERT') AS insert", role)
+    held = await query(
+        pg_dsn, "SELECT has_table_privilege($1, 'event', 'INSERT') AS insert", bare_role
+    )
     assert held[0]["insert"] is False
 
 
@@ -82,28 +64,25 @@ async def test_the_grants_printed_are_exactly_what_is_needed(
 async def test_a_whole_pass_runs_as_the_least_privileged_role(
     pg_dsn: str,
     broker: BrokerUnderTest,
-    role: str,
-    broker_user: tuple[str, str],
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    bare_role: str,
+    readme_user: tuple[str, str],
+    cli: Cli,
 ) -> None:
     seeded: Seeded = await seed_scenario(pg_dsn, broker)
-    code = await run_cli(
-        monkeypatch, tmp_path, {"REAPER_DATABASE__DSN": pg_dsn}, "db", "grants", role, "--apply"
-    )
-    assert code == 0, capsys.readouterr()
-    assert f"granted {role} the {len(EXPECTED_GRANTS)} privileges" in capsys.readouterr().out
+    said = await cli.on({"REAPER_DATABASE__DSN": pg_dsn})("db", "grants", bare_role, "--apply")
+    assert said.code == 0, said
+    assert f"granted {bare_role} the {len(EXPECTED_GRANTS)} privileges" in said.out
 
     env = {
         **seeded.env,
-        "REAPER_DATABASE__DSN": as_role(pg_dsn, role),
-        "REAPER_BUS__USERNAME": broker_user[0],
-        "REAPER_BUS__PASSWORD": broker_user[1],
+        "REAPER_DATABASE__DSN": as_role(pg_dsn, bare_role),
+        "REAPER_BUS__USERNAME": readme_user[0],
+        "REAPER_BUS__PASSWORD": readme_user[1],
     }
-    code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
-    report = json.loads(capsys.readouterr().out)
-    assert_ok_but_for_what_the_version_does_not_enforce(code, report, broker)
+    cli = cli.on(env)
+    said = await cli("reap", "--json")
+    report = json.loads(said.out)
+    assert_ok_but_for_what_the_version_does_not_enforce(said.code, report, broker)
     assert report["unreadable"] == []
     assert {p["action"] for p in report["policies"]} >= {"updated"}
     expected = seeded.scenario.expected
@@ -127,11 +106,8 @@ async def test_a_whole_pass_runs_as_the_least_privileged_role(
     )
     replayed = 0
     for gate in gates:
-        code = await run_cli(
-            monkeypatch, tmp_path, env, "gates", "answer", gate["id"], "--choice", "replay"
-        )
-        out = capsys.readouterr()
-        if code == 0:
+        out = await cli("gates", "answer", gate["id"], "--choice", "replay")
+        if out.code == 0:
             assert "answered 'replay'" in out.out and "published to" in out.out
             replayed += 1
             break
@@ -140,7 +116,7 @@ async def test_a_whole_pass_runs_as_the_least_privileged_role(
     events = await event_count(pg_dsn)
 
     # The same role cannot rewrite or remove the ledger: no privilege to (42501).
-    conn = await asyncpg.connect(as_role(pg_dsn, role))
+    conn = await asyncpg.connect(as_role(pg_dsn, bare_role))
     try:
         with pytest.raises(asyncpg.InsufficientPrivilegeError, match="permission denied"):
             await conn.execute("UPDATE event SET trusted = NOT trusted")
@@ -155,50 +131,37 @@ async def test_a_whole_pass_runs_as_the_least_privileged_role(
     assert await event_count(pg_dsn) == events >= recorded
 
 
-async def test_apply_names_a_role_that_does_not_exist(
-    pg_dsn: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    env = {"REAPER_DATABASE__DSN": pg_dsn}
-    code = await run_cli(monkeypatch, tmp_path, env, "db", "grants", "qr_nobody_here", "--apply")
-    assert code == 1
-    assert "role 'qr_nobody_here' does not exist" in capsys.readouterr().err
+async def test_apply_names_a_role_that_does_not_exist(pg_dsn: str, cli: Cli) -> None:
+    cli = cli.on({"REAPER_DATABASE__DSN": pg_dsn})
+    err = await cli.err("db", "grants", "qr_nobody_here", "--apply", code=1)
+    assert "role 'qr_nobody_here' does not exist" in err
 
 
 @on_one_broker  # the privileges are PostgreSQL's
 async def test_outbox_dispatch_adds_the_outbox_and_its_sequence(
     pg_dsn: str,
     broker: BrokerUnderTest,
-    role: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    bare_role: str,
+    cli: Cli,
 ) -> None:
     """Where the host dispatches through an outbox, a requeue writes a ``job_outbox`` row: the
     grants add the outbox and its id sequence, and a pass runs with them."""
-    env = {"REAPER_DATABASE__DSN": pg_dsn}
-    assert await run_cli(monkeypatch, tmp_path, env, "db", "migrate", "--outbox") == 0
-    capsys.readouterr()
-    assert await run_cli(monkeypatch, tmp_path, env, "db", "grants", role) == 0
-    statements = [
-        line.split("  -- ")[0]
-        for line in capsys.readouterr().out.splitlines()
-        if line.startswith("GRANT")
-    ]
+    owner = cli.on({"REAPER_DATABASE__DSN": pg_dsn})
+    await owner.out("db", "migrate", "--outbox")
+    lines = (await owner.out("db", "grants", bare_role)).splitlines()
+    statements = [line.split("  -- ")[0] for line in lines if line.startswith("GRANT")]
     assert statements == [
-        *(g.format(role=role) for g in EXPECTED_GRANTS),
-        f'GRANT SELECT, INSERT ON TABLE "public"."job_outbox" TO "{role}";',
-        f'GRANT USAGE ON SEQUENCE "public"."job_outbox_id_seq" TO "{role}";',
+        *(g.format(role=bare_role) for g in EXPECTED_GRANTS),
+        f'GRANT SELECT, INSERT ON TABLE "public"."job_outbox" TO "{bare_role}";',
+        f'GRANT USAGE ON SEQUENCE "public"."job_outbox_id_seq" TO "{bare_role}";',
     ]
     seeded = await seed_scenario(pg_dsn, broker)
-    assert await run_cli(monkeypatch, tmp_path, env, "db", "grants", role, "--apply") == 0
-    capsys.readouterr()
-    env = {**seeded.env, "REAPER_DATABASE__DSN": as_role(pg_dsn, role)}
-    code = await run_cli(monkeypatch, tmp_path, env, "reap", "--json")
-    report = json.loads(capsys.readouterr().out)
-    assert_ok_but_for_what_the_version_does_not_enforce(code, report, broker)
+    await owner.out("db", "grants", bare_role, "--apply")
+    said = await cli.on({**seeded.env, "REAPER_DATABASE__DSN": as_role(pg_dsn, bare_role)})(
+        "reap", "--json"
+    )
+    report = json.loads(said.out)
+    assert_ok_but_for_what_the_version_does_not_enforce(said.code, report, broker)
     requeued = verdicts(report, condition="lease_expired", action="requeue")
     assert {v["object"] for v in requeued} == seeded.scenario.expected.requeued
     rows = await query(pg_dsn, "SELECT job_id::text AS job FROM job_outbox")
@@ -209,20 +172,17 @@ async def test_outbox_dispatch_adds_the_outbox_and_its_sequence(
 async def test_a_read_only_role_is_told_which_command_grants_the_rest(
     pg_dsn: str,
     broker: BrokerUnderTest,
-    role: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    bare_role: str,
+    cli: Cli,
 ) -> None:
     seeded = await seed_scenario(pg_dsn, broker)
     conn = await asyncpg.connect(pg_dsn)
     try:
-        await conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
+        await conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{bare_role}"')
     finally:
         await conn.close()
-    env = {**seeded.env, "REAPER_DATABASE__DSN": as_role(pg_dsn, role)}
-    code = await run_cli(monkeypatch, tmp_path, env, "reap")
-    out = capsys.readouterr().out
-    assert code == 1
+    out = await cli.on({**seeded.env, "REAPER_DATABASE__DSN": as_role(pg_dsn, bare_role)}).out(
+        "reap", code=1
+    )
     assert "permission denied" in out
-    assert f"run `reaper db grants {role} --apply` as the tables' owner" in out
+    assert f"run `reaper db grants {bare_role} --apply` as the tables' owner" in out

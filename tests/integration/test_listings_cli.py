@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -17,8 +16,8 @@ from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import FLEET_PROJECT_ID
 from reaper.jobqueue.ledger import Event, append
 from reaper.jobqueue.postgres import PostgresStore
-from tests.integration.test_gates_cli import env_of, park
-from tests.support.cli import run_cli
+from tests.integration.test_gates_cli import park
+from tests.support.cli import Cli
 from tests.support.store import query
 
 pytestmark = pytest.mark.postgres
@@ -55,48 +54,37 @@ async def ledger(store: PostgresStore, pg_dsn: str) -> uuid.UUID:
 async def test_events_take_the_ids_the_outputs_print(
     ledger: uuid.UUID,
     pg_dsn: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    db_cli: Cli,
 ) -> None:
-    env = env_of(pg_dsn)
-
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "--project", "0bf57da4") == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = (await db_cli.out("events", "--project", "0bf57da4")).splitlines()
     assert lines[-1] == "3 events, newest last"
     assert all(line.split()[1].startswith("0bf57da4#") for line in lines[:-1])
 
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "--project", "0bf57da") == 2
-    err = capsys.readouterr().err
+    err = await db_cli.err("events", "--project", "0bf57da")
     assert "'0bf57da' names more than one project" in err and str(ONE) in err and str(TWIN) in err
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "--project", "0bf57da9") == 2
-    assert "no project in the ledger has an id starting '0bf57da9'" in capsys.readouterr().err
+    err = await db_cli.err("events", "--project", "0bf57da9")
+    assert "no project in the ledger has an id starting '0bf57da9'" in err
 
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "--project", "fleet") == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = (await db_cli.out("events", "--project", "fleet")).splitlines()
     assert lines[-1] == "4 events, newest last"
     assert all(line.split()[1].startswith("fleet#") for line in lines[:-1])
     assert "00000000-0000" not in "".join(lines)
 
     # the park's event names the job: its 8-hex prefix finds it, and only it
     short = ledger.hex[:8]
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "--object", short) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = (await db_cli.out("events", "--object", short)).splitlines()
     assert lines[-1] == "1 event, newest last" and f"poison park  {short}" in lines[0]
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "--object", "q1") == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "3 events, newest last"
+    *_, last = (await db_cli.out("events", "--object", "q1")).splitlines()
+    assert last == "3 events, newest last"
 
 
 async def test_an_event_kind_outside_the_ledger_is_refused_with_the_nearest(
     ledger: uuid.UUID,
     pg_dsn: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    db_cli: Cli,
 ) -> None:
-    env = env_of(pg_dsn)
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "--kind", "gateanswered") == 2
-    assert "no event kind 'gateanswered': did you mean GateAnswered?" in capsys.readouterr().err
+    err = await db_cli.err("events", "--kind", "gateanswered")
+    assert "no event kind 'gateanswered': did you mean GateAnswered?" in err
     # a host's own kind is taken where the ledger holds it
     await query(
         pg_dsn,
@@ -104,50 +92,40 @@ async def test_an_event_kind_outside_the_ledger_is_refused_with_the_nearest(
         "VALUES ($1, 99, 'JobCreated', '{}', repeat('ab', 32))",
         ONE,
     )
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "--kind", "JobCreated") == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "1 event, newest last"
+    *_, last = (await db_cli.out("events", "--kind", "JobCreated")).splitlines()
+    assert last == "1 event, newest last"
 
 
 async def test_a_listing_cut_at_its_limit_says_so_and_how_to_see_the_rest(
     ledger: uuid.UUID,
     pg_dsn: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    db_cli: Cli,
 ) -> None:
-    env = env_of(pg_dsn)
     [(total,)] = await query(pg_dsn, "SELECT count(*) FROM event")
     assert total == 10
 
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "--limit", "4") == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = (await db_cli.out("events", "--limit", "4")).splitlines()
     assert len(lines) == 5
     assert lines[-1] == (
         "showing the newest 4 of 10 events, newest last: --limit 10 shows them all "
         "(or narrow with --since, --project, --kind, --object)"
     )
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "--source", "broker") == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "9 events, newest last"
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "--action", "park") == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "1 event, newest last"
+    *_, last = (await db_cli.out("events", "--source", "broker")).splitlines()
+    assert last == "9 events, newest last"
+    *_, last = (await db_cli.out("events", "--action", "park")).splitlines()
+    assert last == "1 event, newest last"
 
 
 async def test_events_in_each_output(
     ledger: uuid.UUID,
     pg_dsn: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    db_cli: Cli,
 ) -> None:
-    env = env_of(pg_dsn)
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "-o", "wide") == 0
-    wide = capsys.readouterr().out
+    wide = await db_cli.out("events", "-o", "wide")
     assert f"{ONE}#1" in wide and f"poison park  {ledger}" in wide and "fleet#1" in wide
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "-o", "name") == 0
-    names = capsys.readouterr().out.split()
+    names = (await db_cli.out("events", "-o", "name")).split()
     assert len(names) == 10 and f"{ONE}#3" in names and f"{FLEET_PROJECT_ID}#4" in names
-    assert await run_cli(monkeypatch, tmp_path, env, "events", "-o", "json") == 0
-    listed = json.loads(capsys.readouterr().out)
+    listed = json.loads(await db_cli.out("events", "-o", "json"))
     assert all(e["created_at"].endswith("Z") for e in listed)
     assert {e["project"] for e in listed if e["project_id"] == str(FLEET_PROJECT_ID)} == {"fleet"}
 
@@ -156,26 +134,19 @@ async def test_gates_list_in_each_output(
     ledger: uuid.UUID,
     store: PostgresStore,
     pg_dsn: str,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    db_cli: Cli,
 ) -> None:
-    env = env_of(pg_dsn)
     [(gate, project)] = await query(pg_dsn, "SELECT id, project_id FROM human_gate")
 
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "list", "--kind", "poison") == 0
-    out = capsys.readouterr().out.splitlines()
+    out = (await db_cli.out("gates", "list", "--kind", "poison")).splitlines()
     assert out[0].split() == ["GATE", "AGE", "PROJECT", "KIND", "JOB", "KIND", "STATE"]
     assert out[1].split()[:4] == [gate.hex[:8], "2h00m", project.hex[:8], "delivery_exhausted"]
     assert "1 open gate, the oldest 2h00m old (--kind delivery_exhausted)" in out
 
     args = ("gates", "list", "--project", project.hex[:8], "-o", "wide")
-    assert await run_cli(monkeypatch, tmp_path, env, *args) == 0
-    wide = capsys.readouterr().out
+    wide = await db_cli.out(*args)
     assert wide.splitlines()[1].startswith(f"{gate}  2h00m  {project}  delivery_exhausted")
 
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "list", "-o", "name") == 0
-    assert capsys.readouterr().out.split() == [str(gate)]
-    assert await run_cli(monkeypatch, tmp_path, env, "gates", "list", "-o", "json") == 0
-    [listed] = json.loads(capsys.readouterr().out)
+    assert (await db_cli.out("gates", "list", "-o", "name")).split() == [str(gate)]
+    [listed] = json.loads(await db_cli.out("gates", "list", "-o", "json"))
     assert listed["created_at"].endswith("Z") and listed["project"] == str(project)

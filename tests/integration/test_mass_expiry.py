@@ -16,6 +16,7 @@ import reaper.jobqueue.lease_reap as lease_reap
 from reaper.config import Settings, load_config
 from reaper.edges.hook import TURN, QueueReaper
 from reaper.jobqueue.postgres import PostgresStore
+from reaper.reap.context import Mode
 from reaper.reap.run import run_pass
 from reaper.reap.sources import Sources
 
@@ -78,10 +79,12 @@ async def test_one_pass_requeues_more_than_the_old_cap_each_with_its_event(
 ) -> None:
     leases = OLD_CAP + 1
     await seeded(pg_dsn, leases)
-    result = await run_pass(settings_for(pg_dsn), store=store, broker=None, leases_only=True)
+    result = await run_pass(
+        settings_for(pg_dsn), Sources(store=store, broker=None), mode=Mode.LEASES_ONLY
+    )
 
     assert result.ok, result.problems()
-    assert result.leases_remaining == 0
+    assert result.leases.remaining == 0
     assert not [n for n in result.notes if "expired lease(s) left" in n]
     assert len(result.verdicts) == leases
     after = await tally(pg_dsn)
@@ -110,7 +113,7 @@ async def test_a_spent_budget_reports_what_is_left_and_the_next_turn_takes_it_at
         run = await worker.run_if_due()
         assert run.ran and run.result is not None, run
         assert run.result.ok, run.result.problems()
-        remaining.append(run.result.leases_remaining)
+        remaining.append(run.result.leases.remaining)
         notes += [note for note in run.result.notes if "expired lease(s) left" in note]
     assert remaining == [250, 150, 50, 0]
     assert notes == [
@@ -138,7 +141,10 @@ async def test_two_reapers_paging_at_once_move_each_lease_once(
     stores = [await PostgresStore.connect(pg_dsn) for _ in range(2)]
     try:
         results = await asyncio.gather(
-            *(run_pass(settings, store=s, broker=None, leases_only=True) for s in stores)
+            *(
+                run_pass(settings, Sources(store=s, broker=None), mode=Mode.LEASES_ONLY)
+                for s in stores
+            )
         )
     finally:
         for s in stores:

@@ -258,11 +258,10 @@ async def test_a_policy_changed_by_hand_is_restored(
 ) -> None:
     await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
     quorum = next(d for d in desired if d.name == "vibey-reap-quorum")
-    with broker.admin() as admin:
-        admin.put(
-            f"/api/policies/{broker.vhost_path}/vibey-reap-quorum",
-            json={**quorum.body(), "definition": {"delivery-limit": 5}, "priority": 3},
-        ).raise_for_status()
+    broker.put_policy(
+        "vibey-reap-quorum",
+        {**quorum.body(), "definition": {"delivery-limit": 5}, "priority": 3},
+    ).raise_for_status()
 
     planned = {o.name: o for o in await reconcile(client, desired, dry_run=True)}
     assert planned["vibey-reap-quorum"].action == "planned"
@@ -348,16 +347,15 @@ async def test_a_queue_under_someone_elses_higher_priority_policy_is_named(
     queues: dict[str, str],
     desired: list[DesiredPolicy],
 ) -> None:
-    with broker.admin() as admin:
-        admin.put(
-            f"/api/policies/{broker.vhost_path}/hog",
-            json={
-                "pattern": r"^vibey\.jobs\.p1$",
-                "apply-to": "queues",
-                "priority": 10,
-                "definition": {"max-length": 1000},
-            },
-        ).raise_for_status()
+    broker.put_policy(
+        "hog",
+        {
+            "pattern": r"^vibey\.jobs\.p1$",
+            "apply-to": "queues",
+            "priority": 10,
+            "definition": {"max-length": 1000},
+        },
+    ).raise_for_status()
 
     outcomes = {
         o.name: o
@@ -431,11 +429,10 @@ async def test_a_policy_of_our_name_this_version_cannot_hold_is_named_stale(
     queues: dict[str, str],
     desired: list[DesiredPolicy],
 ) -> None:
-    with broker.admin() as admin:
-        admin.put(
-            f"/api/policies/{broker.vhost_path}/vibey-reap-classic",
-            json={"pattern": r"^vibey\.", "apply-to": "queues", "definition": {"max-length": 7}},
-        ).raise_for_status()
+    broker.put_policy(
+        "vibey-reap-classic",
+        {"pattern": r"^vibey\.", "apply-to": "queues", "definition": {"max-length": 7}},
+    ).raise_for_status()
     # In force on every queue it reaches before the pass reads them: each queue reports on its
     # own clock, so a listing taken meanwhile shows it on some of them only.
     reached = [name for name in queues if name.startswith("vibey.")]

@@ -34,7 +34,6 @@ import re
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import pytest
@@ -69,11 +68,6 @@ SAMPLES = {
     "agent.x.inbox": None,
     "x.vibey.jobs": None,
 }
-
-
-def put(broker: BrokerUnderTest, name: str, body: dict[str, Any]) -> httpx.Response:
-    with broker.admin() as admin:
-        return admin.put(f"/api/policies/{broker.vhost_path}/{quote(name, safe='')}", json=body)
 
 
 def listing(broker: BrokerUnderTest) -> dict[str, dict[str, Any]]:
@@ -146,8 +140,7 @@ async def test_a_erlang_regex_selects_what_python_selects(broker: BrokerUnderTes
         broker.declare_queue(name)  # classic: takes a max-length policy on every version
     await wait_for(listed(broker, list(SAMPLES)), "every sample queue's statistics")
     # the rendered patterns, carrying a key every queue type takes
-    assert put(
-        broker,
+    assert broker.put_policy(
         "probe-work",
         {
             "pattern": work,
@@ -156,8 +149,7 @@ async def test_a_erlang_regex_selects_what_python_selects(broker: BrokerUnderTes
             "definition": {"max-length": 100000},
         },
     ).is_success
-    assert put(
-        broker,
+    assert broker.put_policy(
         "probe-dead",
         {
             "pattern": dead,
@@ -190,10 +182,10 @@ async def test_a_erlang_regex_selects_what_python_selects(broker: BrokerUnderTes
 async def test_b_the_higher_priority_policy_is_the_one_carried(broker: BrokerUnderTest) -> None:
     broker.declare_queue("vibey.jobs.p1", queue_type="quorum")
     body = {"pattern": r"^vibey\.", "apply-to": "queues", "definition": {"delivery-limit": 20}}
-    assert put(broker, "ours", {**body, "priority": 0}).is_success
-    assert put(broker, "theirs", {**body, "priority": 5, "definition": {"delivery-limit": 3}})
+    assert broker.put_policy("ours", {**body, "priority": 0}).is_success
+    assert broker.put_policy("theirs", {**body, "priority": 5, "definition": {"delivery-limit": 3}})
     await wait_for(shows(broker, "vibey.jobs.p1", "theirs", delivery_limit=3), "theirs (5)")
-    assert put(broker, "ours", {**body, "priority": 6}).is_success
+    assert broker.put_policy("ours", {**body, "priority": 6}).is_success
     await wait_for(shows(broker, "vibey.jobs.p1", "ours", delivery_limit=20), "ours (6)")
 
 
@@ -201,7 +193,7 @@ async def test_b_the_higher_priority_policy_is_the_one_carried(broker: BrokerUnd
 
 
 def test_c_an_empty_definition_is_refused(broker: BrokerUnderTest) -> None:
-    r = put(broker, "empty", {"pattern": "^x", "apply-to": "queues", "definition": {}})
+    r = broker.put_policy("empty", {"pattern": "^x", "apply-to": "queues", "definition": {}})
     assert r.status_code == 400
     assert "no policy provided" in r.json()["reason"]
 
@@ -212,7 +204,7 @@ def test_c_an_empty_definition_is_refused(broker: BrokerUnderTest) -> None:
 def test_d_a_management_user_may_list_policies_but_not_read_or_write_one(
     broker: BrokerUnderTest,
 ) -> None:
-    assert put(broker, "held", {"pattern": "^x", "definition": {"max-length": 5}}).is_success
+    assert broker.put_policy("held", {"pattern": "^x", "definition": {"max-length": 5}}).is_success
     path = f"/api/policies/{broker.vhost_path}"
     with (
         broker_user(broker, "qr-nopolicy", "management") as (user, password),
@@ -236,7 +228,7 @@ def test_e_a_policy_reads_back_as_written(broker: BrokerUnderTest) -> None:
     for d in render(load_declarations(), PolicyParameters(), facts_for(broker.version)):
         if not d.writable:
             continue
-        assert put(broker, d.name, d.body()).is_success, d.name
+        assert broker.put_policy(d.name, d.body()).is_success, d.name
         with broker.admin() as admin:
             [held] = [
                 p
@@ -273,11 +265,11 @@ async def test_f_queues_show_a_policy_write_within_the_default_verify_wait(
         "priority": 0,
         "definition": {"delivery-limit": 20},
     }
-    assert put(broker, "lagged", body).is_success
+    assert broker.put_policy("lagged", body).is_success
     created = await wait_for(
         shows(broker, "vibey.q.quorum", "lagged", delivery_limit=20), "a new policy to show"
     )
-    assert put(broker, "lagged", {**body, "definition": {"delivery-limit": 7}}).is_success
+    assert broker.put_policy("lagged", {**body, "definition": {"delivery-limit": 7}}).is_success
     updated = await wait_for(
         shows(broker, "vibey.q.quorum", "lagged", delivery_limit=7), "a changed definition"
     )
@@ -287,7 +279,7 @@ async def test_f_queues_show_a_policy_write_within_the_default_verify_wait(
         "priority": 0,
         "definition": {"max-length": 1000},
     }
-    assert put(broker, "lagged-classic", classic_body).is_success
+    assert broker.put_policy("lagged-classic", classic_body).is_success
     classic = await wait_for(
         shows(broker, "vibey.q.classic", "lagged-classic", max_length=1000), "a classic queue"
     )

@@ -17,6 +17,7 @@ from reaper.config import Settings
 from reaper.edges.report import render_text, to_json
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import run_pass
+from reaper.reap.sources import Sources
 from tests.support.store import Job, fetch_job, insert_jobs, leased
 
 pytestmark = [pytest.mark.postgres]
@@ -60,7 +61,9 @@ async def test_a_write_the_database_refuses_is_not_done_never_done_nor_unreadabl
     store = await PostgresStore.connect(read_only_dsn, pool_size=2)
     try:
         settings = Settings.model_validate({"database": {"dsn": read_only_dsn}})
-        result = await run_pass(settings, store=store, broker=None, broker_error="not asked")
+        result = await run_pass(
+            settings, Sources(store=store, broker=None, broker_error="not asked")
+        )
     finally:
         await store.close()
 

@@ -19,11 +19,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from reaper.config import Settings
-from reaper.edges.gate_board import clear_notes, read_board
-from reaper.edges.gates import answer_gate, short_id
+from reaper.edges.commands import clear_notes, read_board
 from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.serve import serve
 from reaper.edges.status_page import page_target
+from reaper.gates.answering import answer_gate
+from reaper.gates.ids import short_id
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once

@@ -11,7 +11,6 @@ import pytest
 
 from reaper.core.moments import utc
 from reaper.core.records import Gate
-from reaper.desk.postgres import PostgresDesk
 from reaper.errors import GateError, StoreUnavailable
 from reaper.jobqueue.postgres import PostgresStore
 from tests.support.store import NOW, fetch_job, insert_jobs, leased, reap_page
@@ -31,12 +30,12 @@ async def _parked(pg_dsn: str, store: PostgresStore) -> tuple[uuid.UUID, Gate]:
 
 
 async def test_answering_re_readies_the_job_for_exactly_one_more_delivery(
-    pg_dsn: str, store: PostgresStore, desk: PostgresDesk
+    pg_dsn: str, store: PostgresStore
 ) -> None:
     job_id, gate = await _parked(pg_dsn, store)
     assert gate.is_open and gate.answered_by is None
 
-    answered = await desk.answer_gate(gate.id, "retry", LATER, answered_by="operator:ana")
+    answered = await store.answer_gate(gate.id, "retry", LATER, answered_by="operator:ana")
 
     assert (answered.answer, answered.answered_at, answered.answered_by) == (
         "retry",
@@ -52,32 +51,30 @@ async def test_answering_re_readies_the_job_for_exactly_one_more_delivery(
 
 
 async def test_answering_twice_is_refused_with_when_and_what(
-    pg_dsn: str, store: PostgresStore, desk: PostgresDesk
+    pg_dsn: str, store: PostgresStore
 ) -> None:
     _, gate = await _parked(pg_dsn, store)
-    await desk.answer_gate(gate.id, "retry", LATER)
+    await store.answer_gate(gate.id, "retry", LATER)
     with pytest.raises(GateError) as caught:
-        await desk.answer_gate(gate.id, "retry", LATER + timedelta(minutes=1))
+        await store.answer_gate(gate.id, "retry", LATER + timedelta(minutes=1))
     message = str(caught.value)
     assert f"gate {gate.id} was already answered at {utc(LATER)} with 'retry'" == message
 
 
 async def test_unknown_gates_and_invalid_choices_are_refused(
-    pg_dsn: str, store: PostgresStore, desk: PostgresDesk
+    pg_dsn: str, store: PostgresStore
 ) -> None:
     job_id, gate = await _parked(pg_dsn, store)
     missing = uuid.uuid4()
     with pytest.raises(GateError, match=f"gate {missing} does not exist"):
-        await desk.answer_gate(missing, "retry", LATER)
+        await store.answer_gate(missing, "retry", LATER)
     with pytest.raises(GateError, match=r"'replay' is not an answer .* choose 'retry'"):
-        await desk.answer_gate(gate.id, "replay", LATER)
+        await store.answer_gate(gate.id, "replay", LATER)
     assert (await fetch_job(pg_dsn, job_id))["state"] == "awaiting_human"
     assert (await store.list_gates())[0].is_open
 
 
-async def test_the_answer_and_the_move_commit_together(
-    pg_dsn: str, store: PostgresStore, desk: PostgresDesk
-) -> None:
+async def test_the_answer_and_the_move_commit_together(pg_dsn: str, store: PostgresStore) -> None:
     job_id, gate = await _parked(pg_dsn, store)
     conn = await asyncpg.connect(pg_dsn)
     try:
@@ -90,32 +87,28 @@ async def test_the_answer_and_the_move_commit_together(
             """
         )
         with pytest.raises(StoreUnavailable, match="the job table refuses"):
-            await desk.answer_gate(gate.id, "retry", LATER)
+            await store.answer_gate(gate.id, "retry", LATER)
         assert (await store.list_gates())[0].is_open  # the answer rolled back with the move
         await conn.execute("DROP TRIGGER no_ready ON job")
     finally:
         await conn.close()
-    await desk.answer_gate(gate.id, "retry", LATER)
+    await store.answer_gate(gate.id, "retry", LATER)
     assert (await fetch_job(pg_dsn, job_id))["state"] == "ready"
 
 
-async def test_a_job_no_longer_parked_is_left_as_it_is(
-    pg_dsn: str, store: PostgresStore, desk: PostgresDesk
-) -> None:
+async def test_a_job_no_longer_parked_is_left_as_it_is(pg_dsn: str, store: PostgresStore) -> None:
     job_id, gate = await _parked(pg_dsn, store)
     conn = await asyncpg.connect(pg_dsn)
     try:
         await conn.execute("UPDATE job SET state = 'cancelled' WHERE id = $1", job_id)
     finally:
         await conn.close()
-    answered = await desk.answer_gate(gate.id, "retry", LATER)
+    answered = await store.answer_gate(gate.id, "retry", LATER)
     assert answered.answer == "retry"
     assert (await fetch_job(pg_dsn, job_id))["state"] == "cancelled"
 
 
-async def test_a_kind_without_an_answer_here_is_refused(
-    pg_dsn: str, store: PostgresStore, desk: PostgresDesk
-) -> None:
+async def test_a_kind_without_an_answer_here_is_refused(pg_dsn: str, store: PostgresStore) -> None:
     conn = await asyncpg.connect(pg_dsn)
     try:
         gate_id = await conn.fetchval(
@@ -126,4 +119,4 @@ async def test_a_kind_without_an_answer_here_is_refused(
     finally:
         await conn.close()
     with pytest.raises(GateError, match="something_else gate: this store cannot answer it"):
-        await desk.answer_gate(gate_id, "ok", LATER)
+        await store.answer_gate(gate_id, "ok", LATER)

@@ -26,7 +26,6 @@ from reaper.core.domain import (
     Verdict,
 )
 from reaper.core.judge_leases import judge_lease_page
-from reaper.desk.postgres import PostgresDesk
 from reaper.jobqueue.lease_reap import lease_rulings
 from reaper.jobqueue.postgres import PostgresStore
 from tests.support.store import (
@@ -39,6 +38,8 @@ from tests.support.store import (
     leased,
     query,
     reap_page,
+    refuse_updates_of,
+    settling,
 )
 
 pytestmark = pytest.mark.postgres
@@ -90,7 +91,7 @@ async def test_requeue_moves_the_lease_back_to_ready_with_its_event(
 
 
 async def test_poison_is_parked_with_one_gate_per_episode(
-    pg_dsn: str, store: PostgresStore, desk: PostgresDesk
+    pg_dsn: str, store: PostgresStore
 ) -> None:
     project = uuid.uuid4()
     job = leased(project, attempts=7, max_attempts=7, owner="worker-9")
@@ -115,7 +116,7 @@ async def test_poison_is_parked_with_one_gate_per_episode(
 
     # the answer buys exactly one more delivery; when that lease runs out too, it is a new
     # episode and gets a gate of its own
-    answered = await desk.answer_gate(gate.id, "retry", NOW)
+    answered = await store.answer_gate(gate.id, "retry", NOW)
     assert answered.answer == "retry"
     later = NOW + timedelta(hours=1)
     conn = await asyncpg.connect(pg_dsn)
@@ -197,20 +198,8 @@ async def test_a_row_finishing_while_the_reap_runs_is_skipped_not_waited_for(
     project = uuid.uuid4()
     job, other = leased(project), leased(project)
     await insert_jobs(pg_dsn, [job, other])
-    worker = await asyncpg.connect(pg_dsn)
-    try:
-        tx = worker.transaction()
-        await tx.start()
-        await worker.execute(
-            "UPDATE job SET state = 'succeeded', finished_at = $2, lease_owner = NULL,"
-            " lease_expires_at = NULL WHERE id = $1 AND lease_owner = 'worker-1'",
-            job.id,
-            NOW,
-        )
+    async with settling(pg_dsn, job.id, NOW, owner="worker-1"):
         outcome = await reap_page(store)
-        await tx.commit()
-    finally:
-        await worker.close()
     assert outcome == Reaped(requeued=(other.id,))
     row = await fetch_job(pg_dsn, job.id)
     assert (row["state"], row["finished_at"]) == ("succeeded", NOW)
@@ -222,21 +211,7 @@ async def test_one_bad_row_does_not_block_the_others(pg_dsn: str, store: Postgre
     jobs = [leased(project) for _ in range(5)] + [leased(project, attempts=7, max_attempts=7)]
     bad = jobs[2]
     await insert_jobs(pg_dsn, jobs)
-    conn = await asyncpg.connect(pg_dsn)
-    try:
-        await conn.execute(
-            f"""
-            CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                IF NEW.id = '{bad.id}' THEN RAISE EXCEPTION 'row % is cursed', NEW.id; END IF;
-                RETURN NEW;
-            END $$;
-            CREATE TRIGGER refuse_one BEFORE UPDATE ON job
-                FOR EACH ROW EXECUTE FUNCTION refuse_one();
-            """
-        )
-    finally:
-        await conn.close()
+    await refuse_updates_of(pg_dsn, bad.id)
 
     outcome = await reap_page(store)
 

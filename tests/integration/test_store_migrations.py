@@ -13,10 +13,9 @@ import pytest
 
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import FLEET_PROJECT_ID
-from reaper.desk.sql import QUERIES as DESK_QUERIES
 from reaper.errors import StoreUnavailable
 from reaper.jobqueue.postgres import PostgresStore
-from reaper.jobqueue.sql import QUERIES
+from reaper.jobqueue.sql import QUERIES, load_queries
 from reaper.schema.migrations import migrate
 from reaper.schema.sql import migrations
 
@@ -134,8 +133,7 @@ async def test_the_database_refuses_to_change_the_ledger(pg_dsn: str, statement:
 @pytest.mark.parametrize(
     ("package", "files", "queries"),
     [
-        ("reaper.jobqueue.sql", ("queries.sql", "lease_reap.sql"), QUERIES),
-        ("reaper.desk.sql", ("queries.sql",), DESK_QUERIES),
+        ("reaper.jobqueue.sql", ("queries.sql", "lease_reap.sql", "answers.sql"), QUERIES),
     ],
 )
 def test_every_query_is_named_and_described(
@@ -148,8 +146,10 @@ def test_every_query_is_named_and_described(
     assert len(re.findall(r"^-- name: ", text, re.MULTILINE)) == len(queries)
 
 
-def test_the_desk_and_the_job_queue_name_no_query_twice() -> None:
-    assert set(QUERIES) & set(DESK_QUERIES) == set()
+def test_no_query_is_named_in_two_files() -> None:
+    files = ("queries.sql", "lease_reap.sql", "answers.sql")
+    names = [set(load_queries(filename=f)) for f in files]
+    assert sum(len(n) for n in names) == len(set().union(*names)) == len(QUERIES)
 
 
 async def test_an_unreachable_database_is_a_scrubbed_store_unavailable() -> None:

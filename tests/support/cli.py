@@ -64,6 +64,13 @@ def reaper_env(
     }
 
 
+def database_env(dsn: str) -> dict[str, str]:
+    """The ``REAPER_`` environment of a command that needs the database alone: listing, showing
+    and answering a poison gate, reading the ledger. The management URL is one nothing listens
+    on, which proves no broker is asked."""
+    return {"REAPER_DATABASE__DSN": dsn, "REAPER_BUS__MANAGEMENT_URL": "http://127.0.0.1:9"}
+
+
 async def run_cli(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: Mapping[str, str], *argv: str
 ) -> int:
@@ -81,6 +88,48 @@ async def run_cli(
     empty.mkdir(exist_ok=True)
     monkeypatch.chdir(tmp_path)
     return await asyncio.to_thread(main, ["--config-dir", str(empty), *argv])
+
+
+@dataclass(frozen=True)
+class Said:
+    """What one command said: its exit code and what it wrote to stdout and stderr."""
+
+    code: int
+    out: str
+    err: str
+
+
+@dataclass(frozen=True)
+class Cli:
+    """``reaper ARGV`` as ``run_cli`` runs it, with one environment, and what it wrote read
+    back after each command: ``await cli("gates", "list")`` is a ``Said``."""
+
+    monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path
+    capsys: pytest.CaptureFixture[str]
+    env: Mapping[str, str]
+
+    async def __call__(self, *argv: str) -> Said:
+        code = await run_cli(self.monkeypatch, self.tmp_path, self.env, *argv)
+        captured = self.capsys.readouterr()
+        return Said(code, captured.out, captured.err)
+
+    async def out(self, *argv: str, code: int = 0) -> str:
+        """What ``reaper ARGV`` wrote to stdout, once its exit code is asserted to be ``code``."""
+        said = await self(*argv)
+        assert said.code == code, said
+        return said.out
+
+    async def err(self, *argv: str, code: int = 2) -> str:
+        """What ``reaper ARGV`` wrote to stderr, once its exit code is asserted to be ``code``
+        (a usage error unless said)."""
+        said = await self(*argv)
+        assert said.code == code, said
+        return said.err
+
+    def on(self, env: Mapping[str, str]) -> Cli:
+        """The same commands with another environment."""
+        return Cli(self.monkeypatch, self.tmp_path, self.capsys, env)
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,12 @@ class BrokerUnderTest:
             r.raise_for_status()
             assert r.json()["routed"], f"message to {queue} was not routed"
 
+    def put_policy(self, name: str, body: dict[str, Any]) -> httpx.Response:
+        """Put the policy ``name`` on the test's vhost as an administrator: the broker's answer,
+        for the test to judge (``raise_for_status()`` where it must be taken)."""
+        with self.admin() as client:
+            return client.put(f"/api/policies/{self.vhost_path}/{quote(name, safe='')}", json=body)
+
     def queue(self, name: str) -> dict[str, object]:
         with self.admin() as client:
             r = client.get(f"/api/queues/{self.vhost_path}/{quote(name, safe='')}")

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -182,3 +183,48 @@ async def query(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
         return list(await conn.fetch(sql, *args))
     finally:
         await conn.close()
+
+
+async def refuse_updates_of(dsn: str, job_id: uuid.UUID) -> None:
+    """A trigger on ``job`` that refuses any UPDATE of ``job_id``'s row ('row ... is cursed',
+    SQLSTATE P0001) and lets every other row change."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            f"""
+            CREATE FUNCTION refuse_one() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.id = '{job_id}' THEN RAISE EXCEPTION 'row % is cursed', NEW.id; END IF;
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER refuse_one BEFORE UPDATE ON job
+                FOR EACH ROW EXECUTE FUNCTION refuse_one();
+            """
+        )
+    finally:
+        await conn.close()
+
+
+@asynccontextmanager
+async def settling(
+    dsn: str, job_id: uuid.UUID, finished_at: datetime, *, owner: str | None = None
+) -> AsyncIterator[None]:
+    """A worker's settle of ``job_id`` (succeeded at ``finished_at``; only while ``owner``
+    holds its lease, when given) in a transaction left open for the block, so the row stays
+    locked; committed when the block ends."""
+    held_by = "" if owner is None else " AND lease_owner = $3"
+    worker = await asyncpg.connect(dsn)
+    try:
+        tx = worker.transaction()
+        await tx.start()
+        await worker.execute(
+            "UPDATE job SET state = 'succeeded', finished_at = $2, lease_owner = NULL,"
+            " lease_expires_at = NULL WHERE id = $1" + held_by,
+            job_id,
+            finished_at,
+            *(() if owner is None else (owner,)),
+        )
+        yield
+        await tx.commit()
+    finally:
+        await worker.close()

@@ -18,7 +18,7 @@ import pytest
 from reaper.edges import colour, logs
 from reaper.edges.arguments import _subcommands, build_parser
 from reaper.edges.cli import main
-from reaper.reap.ids import gate_kind
+from reaper.gates.ids import gate_kind
 
 
 @pytest.fixture(autouse=True)

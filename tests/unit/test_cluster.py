@@ -38,6 +38,7 @@ from reaper.edges.cli import main
 from reaper.edges.report import render_text, to_json
 from reaper.errors import BrokerUnavailable, ConfigError
 from reaper.reap.run import run_pass
+from reaper.reap.sources import Sources
 from reaper.testing.memory import MemoryJobQueue
 from tests.support.cli import validate_report
 from tests.support.fake_broker import FakeBroker
@@ -322,7 +323,7 @@ async def test_a_pass_concludes_nothing_about_a_queue_whose_node_is_down() -> No
         broker.queues[name] = replace(
             broker.queues[name], state="running", node=node, head_message_timestamp=old
         )
-    first = await run_pass(pass_settings(), store=store, broker=broker, clock=lambda: NOW)
+    first = await run_pass(pass_settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
     assert first.ok, first.problems()
     assert {r.verdict.queue for r in first.verdicts if r.recorded} == {"work.on-qr1", "work.on-qr2"}
 
@@ -337,7 +338,7 @@ async def test_a_pass_concludes_nothing_about_a_queue_whose_node_is_down() -> No
         policy_known=False,
     )
     broker.queues["work.on-qr1"] = replace(broker.queues["work.on-qr1"], messages_ready=0)
-    second = await run_pass(pass_settings(), store=store, broker=broker, clock=lambda: NOW)
+    second = await run_pass(pass_settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
 
     assert not second.ok
     assert [(p.kind, p.subject) for p in second.problems()] == [

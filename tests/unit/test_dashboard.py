@@ -24,12 +24,13 @@ from reaper.core.domain import (
     Unit,
     Verdict,
 )
-from reaper.edges.gate_board import GateBoard
 from reaper.edges.metrics import ReaperMetrics
+from reaper.gates.board import GateBoard
 from reaper.jobqueue.port import GateCount
 from reaper.policies.reconcile import PolicyOutcome
-from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.dead_letters import DeadLetterOutcome, DeadLettersOutcome
 from reaper.reap.lease_log import VerdictLog
+from reaper.reap.policies import PoliciesOutcome
 from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
 
@@ -76,8 +77,10 @@ def every_series_pass() -> PassResult:
                 rv(Action.SURFACE, Condition.STALE_READY),
             )
         ),
-        policies=(PolicyOutcome("vibey-quorum", "updated", False, 2, ("vibey.a",), "drift"),),
-        dead_letters=(DeadLetterOutcome("vibey.work.dlq", 3, 2, 0, 1, None),),
+        policies=PoliciesOutcome(
+            (PolicyOutcome("vibey-quorum", "updated", False, 2, ("vibey.a",), "drift"),)
+        ),
+        dead_letters=DeadLettersOutcome((DeadLetterOutcome("vibey.work.dlq", 3, 2, 0, 1, None),)),
         unreadable=(
             Unreadable("broker", "timed out"),
             Unreadable("broker", "listed 'down' on node qr2@h", "work.on-qr2"),

@@ -23,6 +23,7 @@ from reaper.policies.render import DesiredPolicy, render
 from reaper.policies.report import plan_json, plan_text
 from reaper.policies.verify import PolicyReason, check_queues
 from reaper.reap.run import run_pass
+from reaper.reap.sources import Sources
 from tests.support.brokers import (
     ARGUMENT,
     BROKER_WIDE,
@@ -403,7 +404,7 @@ async def test_the_plan_on_43_says_the_same_in_text_and_json() -> None:
 async def test_a_pass_on_43_reports_the_classic_queue_in_text_and_json() -> None:
     broker = fake_43()
     settings = Settings.model_validate({"queue": {"reap": {"policy_verify_wait_seconds": 0}}})
-    result = await run_pass(settings, store=None, broker=broker, clock=lambda: NOW)
+    result = await run_pass(settings, Sources(store=None, broker=broker), clock=lambda: NOW)
 
     assert not result.ok
     [unbounded] = [r.verdict for r in result.verdicts if r.verdict.queue == "vibey.jobs.c1"]

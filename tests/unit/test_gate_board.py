@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from reaper.core.records import LedgerEvent
 from reaper.edges.events import event_line
-from reaper.edges.gate_board import purge_command, safe_to_clear
+from reaper.gates.board import purge_command, safe_to_clear
 from reaper.reap.dead_letters import DeadLetterOutcome
 
 

@@ -20,6 +20,7 @@ from reaper.core.domain import Condition
 from reaper.edges.hook import TURN, QueueReaper
 from reaper.reap.sources import Sources
 from reaper.testing.memory import JobRow, MemoryJobQueue
+from tests.support.leases import add_expired_leases, lease_row
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -144,16 +145,7 @@ async def test_not_due_does_no_io_at_all() -> None:
 async def test_disabled_leaves_the_lease_reap_running_and_nothing_else() -> None:
     h = Harness(REAPER_QUEUE__REAP__ENABLED="false")
     project = uuid.uuid4()
-    expired = h.store.inner.add_job(
-        JobRow(
-            project_id=project,
-            run_after=NOW - timedelta(hours=1),
-            state="leased",
-            attempts=1,
-            lease_owner="gone",
-            lease_expires_at=NOW - timedelta(minutes=5),
-        )
-    )
+    expired = h.store.inner.add_job(lease_row(project, "gone", NOW - timedelta(minutes=5), now=NOW))
     stale = h.store.inner.add_job(JobRow(project_id=project, run_after=NOW - timedelta(days=1)))
     run = await h.reaper().run_if_due()
     assert run.due and run.ran and run.ok, run
@@ -178,13 +170,7 @@ async def test_the_pass_covers_every_project_whoever_calls() -> None:
     h = Harness()
     mine, orphan = uuid.uuid4(), uuid.uuid4()  # orphan: a project no worker serves
     job = h.store.inner.add_job(
-        JobRow(
-            project_id=orphan,
-            run_after=NOW - timedelta(hours=1),
-            state="leased",
-            lease_owner="gone",
-            lease_expires_at=NOW - timedelta(minutes=5),
-        )
+        lease_row(orphan, "gone", NOW - timedelta(minutes=5), now=NOW, attempts=0)
     )
     run = await h.reaper().run_if_due(mine)
     assert run.ran and run.result is not None and not run.result.unreadable, run
@@ -327,18 +313,13 @@ async def test_an_unreadable_broker_is_reported_not_raised() -> None:
 
 
 def expired_leases(store: MemoryJobQueue, count: int) -> None:
-    project = uuid.uuid4()
-    for n in range(count):
-        store.add_job(
-            JobRow(
-                project_id=project,
-                run_after=NOW - timedelta(hours=1),
-                state="leased",
-                attempts=1,
-                lease_owner=f"worker-{n % 7}",
-                lease_expires_at=NOW - timedelta(seconds=n % 600 + 1),
-            )
-        )
+    add_expired_leases(
+        store,
+        count,
+        now=NOW,
+        owner=lambda n: f"worker-{n % 7}",
+        expired_ago=lambda n: timedelta(seconds=n % 600 + 1),
+    )
 
 
 async def test_a_pass_that_spent_its_lease_budget_hands_the_next_turn_over_at_once() -> None:
@@ -359,14 +340,14 @@ async def test_a_pass_that_spent_its_lease_budget_hands_the_next_turn_over_at_on
     first = await reaper.run_if_due()
     assert first.ran and first.result is not None
     # a full page in 1 s: the budget of 0.5 s is spent, the page's leases moved, 1000 left
-    assert first.result.leases_remaining == 1000
+    assert first.result.leases.remaining == 1000
     assert sum(1 for j in shared.jobs.values() if j.state == "leased") == 1000
     assert any("1000 more expired lease(s) left" in n for n in first.result.notes)
     assert any("the next turn comes at once" in n for n in first.result.notes)
     # due again at once, without waiting out the interval, and the turn is free for it
     assert reaper.is_due() and reaper.seconds_until_due() == 0
     second = await reaper.run_if_due()
-    assert second.ran and second.result is not None and second.result.leases_remaining == 0
+    assert second.ran and second.result is not None and second.result.leases.remaining == 0
     assert not [j for j in shared.jobs.values() if j.state == "leased"]
     # done: the turn is held for the interval again, by this worker, and the peer waits
     assert not reaper.is_due()
@@ -380,5 +361,5 @@ async def test_a_pass_that_moved_every_lease_keeps_the_interval() -> None:
     h = Harness(shared=shared, REAPER_QUEUE__REAP__LEASE_REAP_BUDGET_SECONDS="1.5")
     reaper = h.reaper()
     ran = await reaper.run_if_due()
-    assert ran.ran and ran.result is not None and ran.result.leases_remaining == 0
+    assert ran.ran and ran.result is not None and ran.result.leases.remaining == 0
     assert not reaper.is_due() and reaper.seconds_until_due() == 60

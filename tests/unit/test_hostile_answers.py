@@ -29,6 +29,7 @@ from reaper.core.dead_letters.decode import CUT_PREFIX as CORE_CUT_PREFIX
 from reaper.edges.report import render_text
 from reaper.edges.report_json import to_json
 from reaper.reap.run import run_pass
+from reaper.reap.sources import Sources
 from reaper.testing.memory import MemoryJobQueue
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -219,20 +220,20 @@ async def a_pass(answers: dict[tuple[str, str], Any], bodies: dict[str, bytes]) 
     store = MemoryJobQueue(clock=lambda: NOW)
     with router(answers, bodies):
         async with ManagementClient(URL, "guest", "guest") as broker:
-            result = await run_pass(config, store=store, broker=broker, clock=lambda: NOW)
+            result = await run_pass(config, Sources(store=store, broker=broker), clock=lambda: NOW)
     return result, store
 
 
 async def test_the_baseline_parks_both_letters() -> None:
     result, _ = await a_pass(baseline(), {})
-    assert [d.parked_new for d in result.dead_letters] == [2], result.problems()
+    assert [d.parked_new for d in result.dead_letters.queues] == [2], result.problems()
 
 
 async def test_a_thousand_deep_header_is_cut_and_every_letter_parked() -> None:
     answers = baseline()
     answers[("POST", f"/api/queues/%2F/{DLQ}/get")] = [letter("m-1", deep(DEEP)), letter("m-2")]
     result, _ = await a_pass(answers, {})
-    assert [d.parked_new for d in result.dead_letters] == [2], result.problems()
+    assert [d.parked_new for d in result.dead_letters.queues] == [2], result.problems()
     details = [r.verdict.detail for r in result.verdicts if r.verdict.action.value == "park"]
     assert any("cut on reading (a value nested past 32 levels)" in d for d in details), details
 
@@ -241,7 +242,7 @@ async def test_an_item_that_is_not_a_message_is_parked_opaque() -> None:
     answers = baseline()
     answers[("POST", f"/api/queues/%2F/{DLQ}/get")] = [letter("m-1"), ["not", "a", "message"]]
     result, _ = await a_pass(answers, {})
-    assert [d.parked_new for d in result.dead_letters] == [2], result.problems()
+    assert [d.parked_new for d in result.dead_letters.queues] == [2], result.problems()
 
 
 async def test_a_name_too_long_to_send_back_fails_that_request_not_the_pass() -> None:

@@ -37,6 +37,7 @@ from reaper.core.domain import (
 from reaper.core.judge import judge
 from reaper.core.judge_leases import judge_lease_page
 from tests.support.brokers import LAVINMQ, RABBITMQ_40, RABBITMQ_310
+from tests.support.queues import queue_stats
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
 NOW_S = int(NOW.timestamp())
@@ -89,16 +90,17 @@ def queue(
     policy: Any = None,
     arguments: Any = None,
 ) -> QueueStats:
-    return QueueStats(
-        vhost="/",
-        name=name,
-        type=type,
-        messages_ready=ready,
-        messages_unacknowledged=unacked,
+    """A classic queue with one consumer unless told otherwise (``queue_stats``' defaults are
+    a quiet quorum queue)."""
+    return queue_stats(
+        name,
+        type,
+        ready=ready,
+        unacked=unacked,
         consumers=consumers,
+        effective_policy=policy,
+        arguments=arguments,
         head_message_timestamp=head_ts,
-        effective_policy=policy if policy is not None else {},
-        arguments=arguments if arguments is not None else {},
     )
 
 

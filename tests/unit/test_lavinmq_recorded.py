@@ -43,6 +43,7 @@ from reaper.policies.verify import PolicyReason
 from reaper.reap.dead_letters import DeadLetterOutcome, _remainder
 from reaper.reap.lease_log import VerdictLog
 from reaper.reap.pass_config import PassConfig
+from reaper.reap.policies import PoliciesOutcome
 from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
 from tests.support.lavinmq_recorded import VHOST, RecordedLavinMQ, load, project
@@ -51,6 +52,17 @@ ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 12, 1, 20, 33, tzinfo=UTC)
 THRESHOLDS = Thresholds()
 FACTS = capabilities_for("LavinMQ", "2.9.1")
+#: The recorded queues no consumer timeout bounds: every owned work queue but the one declared
+#: with x-consumer-timeout; not the dead-letter queue, not the foreign celery queue.
+UNBOUNDED = {
+    "vibey.jobs.old",
+    "vibey.jobs.nots",
+    "vibey.jobs.held",
+    "vibey.jobs.got",
+    "vibey.jobs.busy",
+    "vibey.jobs.retry",
+    "vibey.lim",
+}
 
 
 async def _client(transport: RecordedLavinMQ) -> ManagementClient:
@@ -264,17 +276,7 @@ async def test_owned_queues_without_the_argument_are_unbounded_with_the_fix(
         Measurements(queues=tuple(queues.values()), broker=FACTS), THRESHOLDS, T0
     ).verdicts
     unbounded = _by_queue(verdicts, Condition.UNBOUNDED)
-    # every owned work queue but the one declared with x-consumer-timeout; not the
-    # dead-letter queue, not the foreign celery queue
-    assert set(unbounded) == {
-        "vibey.jobs.old",
-        "vibey.jobs.nots",
-        "vibey.jobs.held",
-        "vibey.jobs.got",
-        "vibey.jobs.busy",
-        "vibey.jobs.retry",
-        "vibey.lim",
-    }
+    assert set(unbounded) == UNBOUNDED
     fix = "fix: declare the queue with the argument x-consumer-timeout: 21600000"
     assert all(fix in v.detail for v in unbounded.values())
     # the next step is that fix, never a broker-wide setting LavinMQ does not enforce
@@ -447,15 +449,7 @@ async def test_the_whole_vhosts_policy_failures_are_only_what_lavinmq_cannot_enf
     result = await plan(client, desired, vhost=VHOST)
     failing = [c for c in result.queues if not c.ok]
     assert {c.reason for c in failing} == {PolicyReason.NOT_ENFORCED}
-    assert {c.queue for c in failing} == {
-        "vibey.jobs.old",
-        "vibey.jobs.nots",
-        "vibey.jobs.held",
-        "vibey.jobs.got",
-        "vibey.jobs.busy",
-        "vibey.jobs.retry",
-        "vibey.lim",
-    }
+    assert {c.queue for c in failing} == UNBOUNDED
     assert all(
         "fix: declare the queue with the argument x-consumer-timeout" in (c.problem or "")
         for c in failing
@@ -568,7 +562,7 @@ async def test_the_report_says_how_many_queues_the_policy_bounds_and_groups_one_
         finished_at=T0,
         broker=FACTS,
         verdicts=VerdictLog(others=tuple(RecordedVerdict(v, True) for v in verdicts)),
-        policies=tuple(planned.outcomes),
+        policies=PoliciesOutcome(tuple(planned.outcomes)),
     )
     lines = render_text(result).splitlines()
     assert (

@@ -6,7 +6,7 @@ import http.server
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,8 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from reaper.core.domain import Action, ClaimableHead, Condition, QueueStats, Source, Unit, Verdict
 from reaper.edges.metrics import MetricsExportError, ReaperMetrics
 from reaper.policies.reconcile import PolicyOutcome
-from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.dead_letters import DeadLetterOutcome, DeadLettersOutcome
 from reaper.reap.lease_log import VerdictLog
+from reaper.reap.policies import PoliciesOutcome
 from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
 from reaper.version import __version__
@@ -102,14 +103,20 @@ def a_pass(**changes: object) -> PassResult:
                 verdict(br, Condition.DEAD_LETTER, Action.CLEARED, queue="vibey.old.dlq"),
             )
         ),
-        policies=(
-            PolicyOutcome("vibey-quorum", "unchanged", True, 3, (), "in force"),
-            PolicyOutcome("vibey-classic", "updated", False, 2, ("vibey.a", "vibey.b"), "drift"),
-            PolicyOutcome("vibey-dlq", "refused", None, 0, (), "401"),
+        policies=PoliciesOutcome(
+            (
+                PolicyOutcome("vibey-quorum", "unchanged", True, 3, (), "in force"),
+                PolicyOutcome(
+                    "vibey-classic", "updated", False, 2, ("vibey.a", "vibey.b"), "drift"
+                ),
+                PolicyOutcome("vibey-dlq", "refused", None, 0, (), "401"),
+            )
         ),
-        dead_letters=(
-            DeadLetterOutcome("vibey.work.dlq", 130, 100, 5, 25, None),
-            DeadLetterOutcome("vibey.q.dlq", 7, 0, 0, 7, "delivery limit would drop"),
+        dead_letters=DeadLettersOutcome(
+            (
+                DeadLetterOutcome("vibey.work.dlq", 130, 100, 5, 25, None),
+                DeadLetterOutcome("vibey.q.dlq", 7, 0, 0, 7, "delivery limit would drop"),
+            )
         ),
         queues=(QueueStats("/", "vibey.work", "quorum", 0, 3, 0),),
         claimable=(
@@ -160,14 +167,23 @@ def test_build_info_names_the_version(registry: CollectorRegistry, metrics: Reap
 # --------------------------------------------------------------------------- counters
 
 
+def by_verdict(
+    registry: CollectorRegistry, metric: str, **labels: str
+) -> Callable[[str, str, str], float | None]:
+    """``metric``'s sample for one source, condition and action (with ``labels`` besides)."""
+
+    def read(source: str, condition: str, action: str) -> float | None:
+        verdict = {"source": source, "condition": condition, "action": action}
+        return registry.get_sample_value(metric, {**verdict, **labels})
+
+    return read
+
+
 def test_verdicts_total_counts_every_verdict_by_source_condition_action(
     metrics: ReaperMetrics, registry: CollectorRegistry
 ) -> None:
     metrics.observe(a_pass())
-
-    def verdicts(source: str, condition: str, action: str, dry_run: str = "false") -> float | None:
-        labels = {"source": source, "condition": condition, "action": action, "dry_run": dry_run}
-        return registry.get_sample_value("reaper_verdicts_total", labels)
+    verdicts = by_verdict(registry, "reaper_verdicts_total", dry_run="false")
 
     assert verdicts("job_queue", "lease_expired", "requeue") == 2
     assert verdicts("job_queue", "poison", "park") == 1
@@ -183,10 +199,7 @@ def test_verdicts_recorded_counts_only_what_the_ledger_got(
     metrics: ReaperMetrics, registry: CollectorRegistry
 ) -> None:
     metrics.observe(a_pass())
-
-    def recorded(source: str, condition: str, action: str) -> float | None:
-        labels = {"source": source, "condition": condition, "action": action}
-        return registry.get_sample_value("reaper_verdicts_recorded_total", labels)
+    recorded = by_verdict(registry, "reaper_verdicts_recorded_total")
 
     assert recorded("job_queue", "lease_expired", "requeue") == 1
     assert recorded("job_queue", "stale_ready", "surface") == 1  # the other was already open
@@ -197,10 +210,7 @@ def test_verdicts_applied_counts_only_writes_that_committed(
     metrics: ReaperMetrics, registry: CollectorRegistry
 ) -> None:
     metrics.observe(a_pass())
-
-    def applied(source: str, condition: str, action: str) -> float | None:
-        labels = {"source": source, "condition": condition, "action": action}
-        return registry.get_sample_value("reaper_verdicts_applied_total", labels)
+    applied = by_verdict(registry, "reaper_verdicts_applied_total")
 
     assert applied("job_queue", "lease_expired", "requeue") == 1  # the other was not moved
     assert applied("broker", "dead_letter", "cleared") == 1
@@ -240,7 +250,13 @@ def test_a_dry_run_counts_its_verdicts_apart_and_moves_nothing(
 
 def test_passes_and_duration(metrics: ReaperMetrics, registry: CollectorRegistry) -> None:
     metrics.observe(a_pass())  # not ok: a policy refused, a dead-letter queue blocked
-    metrics.observe(a_pass(policies=(), dead_letters=(), finished_at=NOW + timedelta(seconds=4)))
+    metrics.observe(
+        a_pass(
+            policies=PoliciesOutcome(),
+            dead_letters=DeadLettersOutcome(),
+            finished_at=NOW + timedelta(seconds=4),
+        )
+    )
     assert registry.get_sample_value("reaper_passes_total", {"result": "not_ok"}) == 1
     assert registry.get_sample_value("reaper_passes_total", {"result": "ok"}) == 1
     assert registry.get_sample_value("reaper_pass_duration_seconds_count") == 2
@@ -333,7 +349,7 @@ def test_a_planned_policy_is_not_reported_verified_or_unverified(
     metrics: ReaperMetrics, registry: CollectorRegistry
 ) -> None:
     planned = PolicyOutcome("vibey-quorum", "planned", None, 0, (), "would create")
-    metrics.observe(a_pass(dry_run=True, policies=(planned,)))
+    metrics.observe(a_pass(dry_run=True, policies=PoliciesOutcome((planned,))))
     assert registry.get_sample_value("reaper_policy_verified", {"policy": "vibey-quorum"}) is None
     labels = {"policy": "vibey-quorum", "action": "planned"}
     assert registry.get_sample_value("reaper_policy_outcome", labels) == 1
@@ -348,7 +364,7 @@ def test_last_pass_gauges(metrics: ReaperMetrics, registry: CollectorRegistry) -
     labels = {"product": "RabbitMQ", "version": "4.0.5"}
     assert registry.get_sample_value("reaper_broker_info", labels) == 1
 
-    metrics.observe(a_pass(policies=(), dead_letters=()))
+    metrics.observe(a_pass(policies=PoliciesOutcome(), dead_letters=DeadLettersOutcome()))
     assert registry.get_sample_value("reaper_last_pass_ok") == 1
 
 
@@ -359,7 +375,7 @@ def test_a_pass_that_raised_is_not_ok_and_keeps_the_last_completed_time(
     assert registry.get_sample_value("reaper_last_pass_ok") == 0
     assert registry.get_sample_value("reaper_last_pass_timestamp_seconds") is None
 
-    metrics.observe(a_pass(policies=(), dead_letters=()))
+    metrics.observe(a_pass(policies=PoliciesOutcome(), dead_letters=DeadLettersOutcome()))
     metrics.observe_failure()
     assert registry.get_sample_value("reaper_last_pass_ok") == 0
     finished = (NOW + timedelta(seconds=1.5)).timestamp()
@@ -373,9 +389,13 @@ def test_series_of_vanished_queues_projects_and_policies_drop(
     metrics.observe(a_pass())
     metrics.observe(
         a_pass(
-            dead_letters=(DeadLetterOutcome("vibey.work.dlq", 0, 0, 130, 0, None),),
+            dead_letters=DeadLettersOutcome(
+                (DeadLetterOutcome("vibey.work.dlq", 0, 0, 130, 0, None),)
+            ),
             claimable=(ClaimableHead(PROJECT_B, uuid4(), "test", NOW - timedelta(seconds=5)),),
-            policies=(PolicyOutcome("vibey-quorum", "unchanged", True, 3, (), "in force"),),
+            policies=PoliciesOutcome(
+                (PolicyOutcome("vibey-quorum", "unchanged", True, 3, (), "in force"),)
+            ),
         )
     )
     for name in (
@@ -526,7 +546,24 @@ def test_what_the_broker_cannot_enforce_is_not_an_unverified_policy_and_a_plan_i
         "vibey-classic", "unchanged", False, 1, ("vibey.c",), "...", "NotEnforced", True
     )
     planned = PolicyOutcome("vibey-quorum", "planned", False, 3, (), "...", "WouldUpdate")
-    metrics.observe(replace(a_pass(), policies=(unenforceable,)))
+    metrics.observe(replace(a_pass(), policies=PoliciesOutcome((unenforceable,))))
     assert registry.get_sample_value("reaper_policy_verified", {"policy": "vibey-classic"}) == 1
-    metrics.observe(replace(a_pass(dry_run=True), policies=(planned,)))
+    metrics.observe(replace(a_pass(dry_run=True), policies=PoliciesOutcome((planned,))))
     assert registry.get_sample_value("reaper_policy_verified", {"policy": "vibey-quorum"}) is None
+
+
+def test_lease_moves_are_counted_as_the_pass_counted_them(
+    metrics: ReaperMetrics, registry: CollectorRegistry
+) -> None:
+    from tests.unit.test_report import _lease_result
+
+    metrics.observe(_lease_result(expired=4, poison=2))  # the moves spooled, as a pass keeps them
+    assert registry.get_sample_value("reaper_leases_requeued_total") == 4
+    assert registry.get_sample_value("reaper_jobs_parked_total") == 2
+    requeued = {"source": "job_queue", "condition": "lease_expired", "action": "requeue"}
+    parked = {"source": "job_queue", "condition": "poison", "action": "park"}
+    for labels, n in ((requeued, 4), (parked, 2)):
+        assert registry.get_sample_value("reaper_verdicts_applied_total", labels) == n
+        assert registry.get_sample_value("reaper_verdicts_recorded_total", labels) == n
+        judged = labels | {"dry_run": "false"}
+        assert registry.get_sample_value("reaper_verdicts_total", judged) == n

@@ -13,7 +13,7 @@ from uuid import UUID
 from reaper.core.domain import HeldLease
 from reaper.core.moments import utc
 from reaper.core.records import Gate
-from reaper.edges.gate_views import render_show, view_of
+from reaper.gates.views import render_show, view_of
 from reaper.jobqueue.rules import park_prompt
 
 PACKAGE = Path(__file__).resolve().parents[2] / "reaper"

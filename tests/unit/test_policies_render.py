@@ -76,19 +76,15 @@ def test_the_shipped_declarations_are_one_per_policy(declarations: list[Declarat
 
 
 def test_a_declaration_with_an_unknown_placeholder_or_field_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "bad.json").write_text(
-        json.dumps(
-            {
-                "name": "{prefix}-x",
-                "queue_type": "quorum",
-                "pattern": "^{owned_pattern}",
-                "apply-to": "quorum_queues",
-                "priority": "{policy_priority}",
-                "definition": {"delivery-limit": "{delivery_limt}"},
-                "colour": "blue",
-            }
-        )
-    )
+    bad = {
+        "name": "{prefix}-x",
+        "queue_type": "quorum",
+        "pattern": "^{owned_pattern}",
+        "apply-to": "quorum_queues",
+        "priority": "{policy_priority}",
+        "definition": {"delivery-limit": "{delivery_limt}"},
+    }
+    (tmp_path / "bad.json").write_text(json.dumps({**bad, "colour": "blue"}))
     (tmp_path / "worse.json").write_text(
         json.dumps(
             {
@@ -108,18 +104,7 @@ def test_a_declaration_with_an_unknown_placeholder_or_field_is_refused(tmp_path:
     assert "worse.json: queue_type must be one of" in problems
     assert "'definition' must be a non-empty object" in problems
 
-    (tmp_path / "bad.json").write_text(
-        json.dumps(
-            {
-                "name": "{prefix}-x",
-                "queue_type": "quorum",
-                "pattern": "^{owned_pattern}",
-                "apply-to": "quorum_queues",
-                "priority": "{policy_priority}",
-                "definition": {"delivery-limit": "{delivery_limt}"},
-            }
-        )
-    )
+    (tmp_path / "bad.json").write_text(json.dumps(bad))  # the unknown field gone
     (tmp_path / "worse.json").unlink()
     with pytest.raises(ConfigError) as caught:
         load_declarations(tmp_path)

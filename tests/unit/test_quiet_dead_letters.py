@@ -33,6 +33,7 @@ from reaper.core.domain import (
 )
 from reaper.core.sightings import records_to_write, ref_of, verdict_from_record
 from reaper.reap.run import run_pass
+from reaper.reap.sources import Sources
 from reaper.testing.memory import MemoryJobQueue
 from tests.support.fake_broker import FakeBroker
 from tests.support.verdicts import broker_finding
@@ -274,23 +275,23 @@ async def test_a_quiet_pass_reads_no_body_and_a_new_letter_is_found() -> None:
     letters = [twin, twin, message(message_id="m-1"), message('{"job": 333}')]
     broker.put_letters(DLQ, letters)
 
-    first = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW)
-    assert [(d.parked_new, d.bodies_read) for d in first.dead_letters] == [(4, 4)]
+    first = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
+    assert [(d.parked_new, d.bodies_read) for d in first.dead_letters.queues] == [(4, 4)]
     read = broker.bodies_read
 
-    second = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW)
-    assert [(d.parked_new, d.already_parked, d.bodies_read) for d in second.dead_letters] == [
-        (0, 4, 0)
-    ]
+    second = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
+    assert [
+        (d.parked_new, d.already_parked, d.bodies_read) for d in second.dead_letters.queues
+    ] == [(0, 4, 0)]
     assert broker.bodies_read == read
 
     broker.put_letters(DLQ, [*letters, twin])  # a third twin arrives
-    third = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW)
-    assert [(d.parked_new, d.already_parked, d.bodies_read) for d in third.dead_letters] == [
+    third = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
+    assert [(d.parked_new, d.already_parked, d.bodies_read) for d in third.dead_letters.queues] == [
         (1, 4, 5)
     ]
-    fourth = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW)
-    assert [(d.parked_new, d.bodies_read) for d in fourth.dead_letters] == [(0, 0)]
+    fourth = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
+    assert [(d.parked_new, d.bodies_read) for d in fourth.dead_letters.queues] == [(0, 0)]
     assert len(await store.list_gates()) == 5
 
 
@@ -299,13 +300,13 @@ async def test_letters_parked_without_an_envelope_get_one_on_their_next_whole_re
     broker = FakeBroker()
     broker.declare(DLQ, "classic")
     broker.put_letters(DLQ, [message()])
-    await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW)
+    await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
     # as a row parked before envelopes were kept
     await store.keep_envelopes([(i, "env-sha256:old") for i in store.letters])
-    again = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW)
-    assert [(d.parked_new, d.bodies_read) for d in again.dead_letters] == [(0, 1)]
-    quiet = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW)
-    assert [(d.parked_new, d.bodies_read) for d in quiet.dead_letters] == [(0, 0)]
+    again = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
+    assert [(d.parked_new, d.bodies_read) for d in again.dead_letters.queues] == [(0, 1)]
+    quiet = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
+    assert [(d.parked_new, d.bodies_read) for d in quiet.dead_letters.queues] == [(0, 0)]
 
 
 class EmptiedBroker(FakeBroker):
@@ -320,9 +321,11 @@ async def test_no_get_is_sent_for_a_queue_found_empty() -> None:
     broker = EmptiedBroker()
     broker.declare(DLQ, "classic")
     broker.put_letters(DLQ, [message()])
-    result = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW)
+    result = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
     assert broker.reads == []
-    assert [(d.depth, d.bodies_read, d.read_blocked) for d in result.dead_letters] == [(0, 0, None)]
+    assert [(d.depth, d.bodies_read, d.read_blocked) for d in result.dead_letters.queues] == [
+        (0, 0, None)
+    ]
 
 
 async def test_the_remainder_sighting_is_recorded_by_bucket_across_passes() -> None:
@@ -336,7 +339,9 @@ async def test_the_remainder_sighting_is_recorded_by_bucket_across_passes() -> N
     recorded: list[tuple[str, object]] = []
     for total in (3, 5, 9, 12, 14, 30):  # peek 1: one parked per pass, the rest unread
         broker.put_letters(DLQ, letters(total))
-        result = await run_pass(settings(peek=1), store=store, broker=broker, clock=lambda: NOW)
+        result = await run_pass(
+            settings(peek=1), Sources(store=store, broker=broker), clock=lambda: NOW
+        )
         recorded += [
             (r.verdict.action.value, r.verdict.bucket)
             for r in result.verdicts

@@ -22,8 +22,10 @@ from reaper.core.dead_letters import (
     quiet_mark,
 )
 from reaper.core.domain import QueueCounters, QueueStats
+from reaper.reap.context import Mode
 from reaper.reap.result import PassResult
 from reaper.reap.run import run_pass
+from reaper.reap.sources import Sources
 from reaper.testing.memory import MemoryJobQueue
 from tests.support.fake_broker import FakeBroker
 from tests.support.lavinmq_recorded import load, project
@@ -318,7 +320,12 @@ async def passes(
     store: MemoryJobQueue, broker: FakeBroker, n: int, *, dry_run: bool = False
 ) -> list[PassResult]:
     return [
-        await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW, dry_run=dry_run)
+        await run_pass(
+            settings(),
+            Sources(store=store, broker=broker),
+            mode=Mode.AUDIT if dry_run else Mode.FULL,
+            clock=lambda: NOW,
+        )
         for _ in range(n)
     ]
 
@@ -335,7 +342,7 @@ async def test_quiet_passes_fetch_nothing_and_a_new_letter_is_read() -> None:
 
     # parks with bodies in one read, which proves every letter parked from the start
     (first,) = await passes(store, broker, 1)
-    assert [(d.parked_new, d.bodies_read, d.not_fetched) for d in first.dead_letters] == [
+    assert [(d.parked_new, d.bodies_read, d.not_fetched) for d in first.dead_letters.queues] == [
         (5, 5, None)
     ]
     gets = len(broker.reads)
@@ -345,13 +352,13 @@ async def test_quiet_passes_fetch_nothing_and_a_new_letter_is_read() -> None:
     assert [
         (d.already_parked, d.unread, d.not_fetched is not None)
         for r in quiet
-        for d in r.dead_letters
+        for d in r.dead_letters.queues
     ] == [(5, 0, True)] * 5
     assert any("not read: nothing arrived" in n for n in quiet[0].notes)
 
     broker.put_letters(DLQ, [*letters, message('{"plain": 333}')])
     (found,) = await passes(store, broker, 1)
-    assert [(d.parked_new, d.already_parked, d.not_fetched) for d in found.dead_letters] == [
+    assert [(d.parked_new, d.already_parked, d.not_fetched) for d in found.dead_letters.queues] == [
         (1, 5, None)
     ]
     assert len(await store.list_gates()) == 6
@@ -367,9 +374,9 @@ async def test_a_counter_reset_is_read() -> None:
     broker.fetched.clear()  # the broker restarted: its counters began again
     (reset,) = await passes(store, broker, 1)
     assert len(broker.reads) == gets + 1  # read without bodies: every letter parked already
-    assert [(d.already_parked, d.bodies_read, d.not_fetched) for d in reset.dead_letters] == [
-        (3, 0, None)
-    ]
+    assert [
+        (d.already_parked, d.bodies_read, d.not_fetched) for d in reset.dead_letters.queues
+    ] == [(3, 0, None)]
 
 
 async def test_without_counters_every_pass_reads_as_before() -> None:

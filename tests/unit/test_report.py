@@ -18,10 +18,12 @@ from reaper.edges.report import render_text, to_json
 from reaper.policies.declarations import PolicyParameters, load_declarations
 from reaper.policies.reconcile import PolicyOutcome, reconcile
 from reaper.policies.render import render
-from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.dead_letters import DeadLetterOutcome, DeadLettersOutcome
 from reaper.reap.lease_log import VerdictLog
+from reaper.reap.policies import PoliciesOutcome
 from reaper.reap.progress import RecordedVerdict, RowNotMoved, Unreadable
 from reaper.reap.result import PassResult
+from reaper.reap.sightings import GatesOutcome
 from tests.support.cli import validate_report
 from tests.support.fake_broker import FakeBroker
 
@@ -69,8 +71,10 @@ def test_every_report_validates_against_the_schema(
         dry_run=dry_run,
         broker=FACTS if broker_known else None,
         verdicts=VerdictLog(others=tuple(RecordedVerdict(v, rec) for v, rec in items)),
-        policies=(PolicyOutcome("vibey-reap-quorum", "updated", True, 3, (), "restored"),),
-        dead_letters=(DeadLetterOutcome("vibey.jobs.dead", 5, 2, 3, 0, None),),
+        policies=PoliciesOutcome(
+            (PolicyOutcome("vibey-reap-quorum", "updated", True, 3, (), "restored"),)
+        ),
+        dead_letters=DeadLettersOutcome((DeadLetterOutcome("vibey.jobs.dead", 5, 2, 3, 0, None),)),
         unreadable=() if broker_known else (Unreadable("broker", "connection refused"),),
         notes=("a note",),
     )
@@ -159,14 +163,14 @@ async def test_a_policy_write_is_listed_whole_under_would_do_and_under_done() ->
         return list(itertools.takewhile(lambda line: line.startswith("  "), lines[at + 1 :]))
 
     planned = quorum(await reconcile(broker, desired, dry_run=True))
-    [would] = under(result(dry_run=True, policies=planned), "Would do (1):")
+    [would] = under(result(dry_run=True, policies=PoliciesOutcome(planned)), "Would do (1):")
     assert would.startswith("  update   policy        vibey-reap-quorum: ")
     assert "delivery-limit 100 → 20" in would and "consumer-timeout 1 → 21600000" in would
 
     written = quorum(await reconcile(broker, desired, verify_wait_seconds=0))
-    [done] = under(result(policies=written), "Done (1):")
+    [done] = under(result(policies=PoliciesOutcome(written)), "Done (1):")
     assert done == would
-    [shown] = to_json(result(policies=written))["policies"]
+    [shown] = to_json(result(policies=PoliciesOutcome(written)))["policies"]
     assert (shown["write"], shown["change"]) == ("update", done.split(": ", 1)[1])
     assert "would" not in shown["detail"]
 
@@ -243,7 +247,7 @@ def test_many_lease_moves_are_summarised_and_the_summary_says_what_it_left_out()
 def test_a_pass_that_parks_more_than_it_lists_names_the_command_that_lists_every_gate() -> None:
     r = _lease_result(expired=0, poison=20)
     gates = {str(UUID(int=1000 + n)): UUID(int=(0xABC0 + n) << 96) for n in range(20)}
-    r = replace(r, gates=gates)
+    r = replace(r, gates=GatesOutcome(gates))
     lines = render_text(r).splitlines()
     summary = next(i for i, line in enumerate(lines) if "poison        20 job(s)" in line)
     # each job the summary lists names its gate

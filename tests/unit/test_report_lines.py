@@ -9,10 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 from reaper.core.domain import Action, BrokerFacts, Condition, Source, Unit, Verdict
 from reaper.edges.report import render_text, to_json
-from reaper.reap.dead_letters import DeadLetterOutcome
+from reaper.reap.dead_letters import DeadLetterOutcome, DeadLettersOutcome
 from reaper.reap.lease_log import VerdictLog
+from reaper.reap.leases import LeaseReapOutcome
 from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
+from reaper.reap.sightings import SightingsOutcome
 
 T0 = datetime(2026, 12, 1, 22, 0, tzinfo=UTC)
 FACTS = BrokerFacts("LavinMQ", "2.9.1", False, True, False, None)
@@ -87,12 +89,19 @@ def test_a_dry_runs_dead_letter_line_says_nothing_was_read() -> None:
     outcome = DeadLetterOutcome("vibey.jobs.dead", 4, 0, 0, 4, None)
     # the short form lists no dead-letter queue in a dry run (its note says what a pass would
     # read); the long form does, and must not claim a read
-    assert "vibey.jobs.dead" not in render_text(_result(dry_run=True, dead_letters=(outcome,)))
-    text = render_text(_result(dry_run=True, dead_letters=(outcome,)), wide=True)
+    assert "vibey.jobs.dead" not in render_text(
+        _result(dry_run=True, dead_letters=DeadLettersOutcome((outcome,)))
+    )
+    text = render_text(
+        _result(dry_run=True, dead_letters=DeadLettersOutcome((outcome,))), wide=True
+    )
     line = _line(text, "vibey.jobs.dead: depth 4")
     assert "read safely" not in line
     assert "not read (a dry run reads nothing)" in line
-    real = _line(render_text(_result(dead_letters=(outcome,))), "vibey.jobs.dead: depth 4")
+    real = _line(
+        render_text(_result(dead_letters=DeadLettersOutcome((outcome,)))),
+        "vibey.jobs.dead: depth 4",
+    )
     assert real.endswith("read safely")
 
 
@@ -125,8 +134,8 @@ def test_a_finding_already_on_record_says_since_when_in_text_and_json() -> None:
                 RecordedVerdict(fresh, True),
             )
         ),
-        expired_leases=0,  # the ledger was read
-        since=since,
+        leases=LeaseReapOutcome(expired=0),  # the ledger was read
+        sightings=SightingsOutcome(since=since),
     )
     text = render_text(result)
     assert _line(text, "vibey.webhooks").endswith("[seen since 20:00Z]")

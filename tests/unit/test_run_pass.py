@@ -14,10 +14,13 @@ from reaper.config import Settings
 from reaper.core.domain import FLEET_PROJECT_ID, Action, Condition, Source
 from reaper.edges.report import render_text, to_json
 from reaper.errors import BrokerUnavailable
+from reaper.reap.context import Mode
 from reaper.reap.run import run_pass
+from reaper.reap.sources import Sources
 from reaper.reap.stopping import StopRequest
 from reaper.testing.memory import JobRow, MemoryJobQueue
 from tests.support.fake_broker import FakeBroker
+from tests.support.leases import add_expired_leases, lease_row
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -32,30 +35,9 @@ def world() -> tuple[MemoryJobQueue, dict[str, uuid.UUID], uuid.UUID]:
     store = MemoryJobQueue(clock=lambda: NOW)
     project = uuid.uuid4()
     jobs = {
-        "expired": JobRow(
-            project_id=project,
-            run_after=NOW - timedelta(hours=1),
-            state="leased",
-            attempts=1,
-            lease_owner="worker-1",
-            lease_expires_at=NOW - timedelta(minutes=5),
-        ),
-        "poison": JobRow(
-            project_id=project,
-            run_after=NOW - timedelta(hours=1),
-            state="leased",
-            attempts=7,
-            lease_owner="worker-2",
-            lease_expires_at=NOW - timedelta(minutes=5),
-        ),
-        "live": JobRow(
-            project_id=project,
-            run_after=NOW - timedelta(hours=1),
-            state="leased",
-            attempts=1,
-            lease_owner="worker-3",
-            lease_expires_at=NOW + timedelta(minutes=5),
-        ),
+        "expired": lease_row(project, "worker-1", NOW - timedelta(minutes=5), now=NOW),
+        "poison": lease_row(project, "worker-2", NOW - timedelta(minutes=5), now=NOW, attempts=7),
+        "live": lease_row(project, "worker-3", NOW + timedelta(minutes=5), now=NOW),
         "stale": JobRow(project_id=project, run_after=NOW - timedelta(hours=2)),
     }
     return store, {name: store.add_job(row) for name, row in jobs.items()}, project
@@ -74,7 +56,7 @@ def letter(message_id: str) -> dict[str, object]:
 async def test_a_pass_requeues_parks_and_surfaces_each_once_with_its_event() -> None:
     store, ids, project = world()
 
-    result = await run_pass(settings(), store=store, broker=None, clock=lambda: NOW)
+    result = await run_pass(settings(), Sources(store=store, broker=None), clock=lambda: NOW)
 
     by_action = {(r.verdict.condition, r.verdict.action): r for r in result.verdicts}
     assert by_action[(Condition.LEASE_EXPIRED, Action.REQUEUE)].recorded
@@ -93,7 +75,7 @@ async def test_a_pass_requeues_parks_and_surfaces_each_once_with_its_event() -> 
         {"kind": "unreadable", "subject": "broker", "detail": "not connected", "fix": ""}
     ]
 
-    again = await run_pass(settings(), store=store, broker=None, clock=lambda: NOW)
+    again = await run_pass(settings(), Sources(store=store, broker=None), clock=lambda: NOW)
     assert [r.recorded for r in again.verdicts] == [False]  # the stale sighting, still open
     assert len(await store.events(project)) == 3
 
@@ -104,7 +86,9 @@ async def test_a_dry_run_judges_everything_and_writes_nothing() -> None:
     broker.declare("vibey.jobs.dead", "quorum")
     broker.put_letters("vibey.jobs.dead", [letter("m-1")])
 
-    result = await run_pass(settings(), store=store, broker=broker, dry_run=True, clock=lambda: NOW)
+    result = await run_pass(
+        settings(), Sources(store=store, broker=broker), mode=Mode.AUDIT, clock=lambda: NOW
+    )
 
     assert {r.verdict.condition for r in result.verdicts} >= {
         Condition.LEASE_EXPIRED,
@@ -114,16 +98,20 @@ async def test_a_dry_run_judges_everything_and_writes_nothing() -> None:
     assert not any(r.recorded for r in result.verdicts)
     assert store.jobs[ids["expired"]].state == "leased" and store.gates == {}
     assert store.ledger == {} and broker.policies == {} and broker.reads == []
-    assert {p.action for p in result.policies} == {"planned"}
+    assert {p.action for p in result.policies.outcomes} == {"planned"}
 
 
 async def test_a_dry_run_says_which_findings_are_on_record_and_since_when() -> None:
     store, _, project = world()
-    await run_pass(settings(), store=store, broker=None, clock=lambda: NOW)  # opens the sighting
+    await run_pass(
+        settings(), Sources(store=store, broker=None), clock=lambda: NOW
+    )  # opens the sighting
     store.add_job(JobRow(project_id=uuid.uuid4(), run_after=NOW - timedelta(hours=3)))
     events = {stream: list(e) for stream, e in store.ledger.items()}
 
-    dry = await run_pass(settings(), store=store, broker=None, dry_run=True, clock=lambda: NOW)
+    dry = await run_pass(
+        settings(), Sources(store=store, broker=None), mode=Mode.AUDIT, clock=lambda: NOW
+    )
 
     stale = [r for r in dry.verdicts if r.verdict.condition is Condition.STALE_READY]
     on_record = next(r for r in stale if r.verdict.project_id == project)
@@ -145,12 +133,16 @@ async def test_a_pass_parks_each_owned_dead_letter_once_and_never_reads_a_foreig
     broker.declare("celery.dead")
     broker.put_letters("celery.dead", [letter("theirs")])
 
-    first = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW)
-    second = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW)
+    first = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
+    second = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
 
     assert first.ok, [p.line() for p in first.problems()]
-    assert [(d.parked_new, d.already_parked, d.unread) for d in first.dead_letters] == [(2, 0, 0)]
-    assert [(d.parked_new, d.already_parked, d.unread) for d in second.dead_letters] == [(0, 2, 0)]
+    assert [(d.parked_new, d.already_parked, d.unread) for d in first.dead_letters.queues] == [
+        (2, 0, 0)
+    ]
+    assert [(d.parked_new, d.already_parked, d.unread) for d in second.dead_letters.queues] == [
+        (0, 2, 0)
+    ]
     assert set(broker.reads) == {"vibey.jobs.dead"}
     foreign = [r for r in first.verdicts if r.verdict.queue == "celery.dead"]
     assert [(r.verdict.action, r.recorded) for r in foreign] == [(Action.SURFACE, True)]
@@ -164,12 +156,12 @@ async def test_the_ledger_unread_means_nothing_is_written_and_nothing_is_cleared
     broker.put_letters("vibey.jobs.dead", [letter("m-1")])
 
     result = await run_pass(
-        settings(), store=None, broker=broker, store_error="refused", clock=lambda: NOW
+        settings(), Sources(store=None, broker=broker, store_error="refused"), clock=lambda: NOW
     )
 
     assert [u.source for u in result.unreadable] == [Source.JOB_QUEUE.value]
     assert "the ledger (PostgreSQL) could not be read: nothing was written" in result.notes
-    [outcome] = result.dead_letters
+    [outcome] = result.dead_letters.queues
     assert outcome.read_blocked is not None and broker.reads == []
 
 
@@ -186,18 +178,9 @@ async def test_moves_cut_short_are_reported_as_far_as_they_are_known() -> None:
     store = Interrupted()
     _, _, project = world()
     for n in range(3):
-        store.add_job(
-            JobRow(
-                project_id=project,
-                run_after=NOW - timedelta(hours=1),
-                state="leased",
-                attempts=1,
-                lease_owner=f"w-{n}",
-                lease_expires_at=NOW - timedelta(minutes=n + 1),
-            )
-        )
+        store.add_job(lease_row(project, f"w-{n}", NOW - timedelta(minutes=n + 1), now=NOW))
 
-    result = await run_pass(settings(), store=store, broker=None, clock=lambda: NOW)
+    result = await run_pass(settings(), Sources(store=store, broker=None), clock=lambda: NOW)
 
     moves = [r for r in result.verdicts if r.verdict.action is Action.REQUEUE]
     assert [r.recorded for r in moves].count(True) == 1
@@ -208,19 +191,10 @@ async def test_moves_cut_short_are_reported_as_far_as_they_are_known() -> None:
 
 async def test_a_failed_row_is_named_in_the_json_report_as_in_the_human_one() -> None:
     store = MemoryJobQueue(clock=lambda: NOW)
-    job = store.add_job(
-        JobRow(
-            project_id=uuid.uuid4(),
-            run_after=NOW - timedelta(hours=1),
-            state="leased",
-            attempts=1,
-            lease_owner="w",
-            lease_expires_at=NOW - timedelta(minutes=1),
-        )
-    )
+    job = store.add_job(lease_row(uuid.uuid4(), "w", NOW - timedelta(minutes=1), now=NOW))
     store.refused_moves[job] = "a trigger said no (SQLSTATE P0001)"
 
-    result = await run_pass(settings(), store=store, broker=None, clock=lambda: NOW)
+    result = await run_pass(settings(), Sources(store=store, broker=None), clock=lambda: NOW)
 
     problem = next(p for p in to_json(result)["problems"] if p["kind"] == "row_not_moved")
     assert problem == {
@@ -241,9 +215,14 @@ async def test_a_failed_row_is_named_in_the_json_report_as_in_the_human_one() ->
 async def test_a_pass_over_nothing_is_quiet(dry_run: bool) -> None:
     store, broker = MemoryJobQueue(clock=lambda: NOW), FakeBroker()
     result = await run_pass(
-        settings(), store=store, broker=broker, dry_run=dry_run, clock=lambda: NOW
+        settings(),
+        Sources(store=store, broker=broker),
+        mode=Mode.AUDIT if dry_run else Mode.FULL,
+        clock=lambda: NOW,
     )
-    assert list(result.verdicts) == [] and result.dead_letters == () and result.unreadable == ()
+    assert (
+        list(result.verdicts) == [] and result.dead_letters.queues == () and result.unreadable == ()
+    )
     assert store.ledger == {}
 
 
@@ -258,25 +237,16 @@ class ConnectionLost(MemoryJobQueue):
 
 
 def expired_leases(store: MemoryJobQueue, n: int) -> None:
-    project = uuid.uuid4()
-    for k in range(n):
-        store.add_job(
-            JobRow(
-                project_id=project,
-                run_after=NOW - timedelta(hours=1),
-                state="leased",
-                attempts=1,
-                lease_owner=f"w-{k}",
-                lease_expires_at=NOW - timedelta(minutes=k + 1),
-            )
-        )
+    add_expired_leases(
+        store, n, now=NOW, owner=lambda k: f"w-{k}", expired_ago=lambda k: timedelta(minutes=k + 1)
+    )
 
 
 async def test_moves_a_lost_connection_left_undone_are_not_moved_never_changed() -> None:
     store = ConnectionLost()
     expired_leases(store, 4)
 
-    result = await run_pass(settings(), store=store, broker=None, clock=lambda: NOW)
+    result = await run_pass(settings(), Sources(store=store, broker=None), clock=lambda: NOW)
 
     text = render_text(result, wide=True)
     assert "changed after it was read" not in text
@@ -286,8 +256,8 @@ async def test_moves_a_lost_connection_left_undone_are_not_moved_never_changed()
         "3 expired lease(s) not moved after the connection to PostgreSQL was lost" in note
         for note in result.notes
     ), result.notes
-    assert result.leases_remaining == 3
-    assert not result.ok and result.expired_leases == 4
+    assert result.leases.remaining == 3
+    assert not result.ok and result.leases.expired == 4
 
 
 async def test_a_pass_asked_to_stop_ends_its_moves_in_flight_and_runs_no_later_step(
@@ -302,12 +272,16 @@ async def test_a_pass_asked_to_stop_ends_its_moves_in_flight_and_runs_no_later_s
     stop = StopRequest()
     stop.request("SIGTERM")
 
-    result = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW, stop=stop)
+    result = await run_pass(
+        settings(), Sources(store=store, broker=broker), clock=lambda: NOW, stop=stop
+    )
 
     moved = [r for r in result.verdicts if r.verdict.action is Action.REQUEUE and r.recorded]
     assert len(moved) == 2  # the batch in flight, and no more
-    assert result.leases_remaining == 3 and result.expired_leases == 5
-    assert broker.reads == [] and result.policies == () and result.dead_letters == ()
+    assert result.leases.remaining == 3 and result.leases.expired == 5
+    assert (
+        broker.reads == [] and result.policies.outcomes == () and result.dead_letters.queues == ()
+    )
     [stopped] = [p for p in result.problems() if p.kind == "stopped"]
     assert stopped.detail.startswith("stopped by SIGTERM before its end")
     assert not result.ok and result.status() == "NOT OK: 1 stopped early"
@@ -331,7 +305,7 @@ async def test_a_dead_letter_read_that_times_out_is_that_queues_problem_with_its
     broker.declare("vibey.jobs.dead", "quorum")
     broker.put_letters("vibey.jobs.dead", [letter("m-1"), letter("m-2")])
 
-    result = await run_pass(settings(), store=store, broker=broker, clock=lambda: NOW)
+    result = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
 
     assert result.unreadable == ()  # the rest of the broker was read and judged
     [problem] = result.problems()
@@ -339,5 +313,5 @@ async def test_a_dead_letter_read_that_times_out_is_that_queues_problem_with_its
     assert (
         "timed out after 10 s" in problem.detail and "raise bus.timeout_seconds" in problem.detail
     )
-    [outcome] = result.dead_letters
+    [outcome] = result.dead_letters.queues
     assert (outcome.parked_new, outcome.unread) == (0, 2)

@@ -22,12 +22,13 @@ from prometheus_client import CollectorRegistry
 
 from reaper.core.domain import Action, Condition, Source, Unit, Verdict
 from reaper.core.records import Gate
-from reaper.edges.gate_board import GateBoard
 from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.serve import ListenError, parse_listen, serve
 from reaper.edges.status_page import PageTarget
+from reaper.gates.board import GateBoard
 from reaper.jobqueue.port import GateCount
 from reaper.reap.lease_log import VerdictLog
+from reaper.reap.leases import LeaseReapOutcome
 from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
 
@@ -392,7 +393,7 @@ async def test_a_pass_that_left_expired_leases_is_followed_by_the_next_at_once(
         async def __call__(self) -> PassResult:
             result = await super().__call__()
             remaining = left.pop(0) if left else 0
-            return replace(result, leases_remaining=remaining)
+            return replace(result, leases=LeaseReapOutcome(remaining=remaining))
 
     passes = Leftover()
     await start(passes, interval=3600.0)

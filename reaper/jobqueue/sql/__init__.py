@@ -1,10 +1,10 @@
 """The job queue's SQL: one file of named queries, and the loader of named-query files.
 
 ``queries.sql`` holds every query a pass (and the gate and ledger commands' reads) runs (the
-lease reap's batches are in ``lease_reap.sql``), each
+lease reap's batches are in ``lease_reap.sql``, what only a person's answer to a gate or a
+person's read runs in ``answers.sql``), each
 under a ``-- name: NAME --`` header followed by a one-line description; :data:`QUERIES` maps each
-name to its text. Reading the SQL means opening one file. What only a gate's answer runs is the
-desk's (:mod:`reaper.desk.sql`); the schema's migrations and the migrator's own queries are in
+name to its text. The schema's migrations and the migrator's own queries are in
 :mod:`reaper.schema.sql`, in the same form.
 """
 
@@ -30,17 +30,17 @@ def parse_queries(text: str) -> dict[str, str]:
 
 def load_queries(package: str = __name__, filename: str = "queries.sql") -> dict[str, str]:
     """The named queries of one file of a package (the demo keeps its seeding queries in
-    ``reaper/demo/scenario.sql``, the schema its own in ``reaper/schema/sql/``, the desk its
-    own in ``reaper/desk/sql/``)."""
+    ``reaper/demo/scenario.sql``, the schema its own in ``reaper/schema/sql/``)."""
     return parse_queries(resources.files(package).joinpath(filename).read_text("utf-8"))
 
 
 def _all_queries() -> dict[str, str]:
     queries = load_queries()
-    for name, text in load_queries(filename="lease_reap.sql").items():
-        if name in queries:
-            raise ValueError(f"query {name!r} is defined twice")
-        queries[name] = text
+    for filename in ("lease_reap.sql", "answers.sql"):
+        for name, text in load_queries(filename=filename).items():
+            if name in queries:
+                raise ValueError(f"query {name!r} is defined twice")
+            queries[name] = text
     return queries
 
 

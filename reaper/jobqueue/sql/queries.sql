@@ -1,6 +1,6 @@
 -- Every query a pass (and the gate and ledger commands' reads) runs, each under a
 -- `-- name: NAME --` header and a one-line description. Loaded by reaper/jobqueue/sql/__init__.py;
--- what only a gate's answer runs is in reaper/desk/sql/queries.sql. Only database_now and
+-- what only a gate's answer runs is in answers.sql beside it. Only database_now and
 -- take_turn read the database's clock: a pass reads it once, and every query that depends on
 -- time takes that `now` as a parameter, so tests pin it (now() appears otherwise only as a
 -- column default).

@@ -1,6 +1,6 @@
-"""The short ids the outputs print, read back: a project, or a job as an event's object, named
-by its whole id, any unique prefix of it (the 8 hex characters a report shows) or, for the
-fleet's own stream, ``fleet``; a prefix several share is refused naming them, as a gate's is.
+"""The short ids the outputs print, read back: a gate, a project, or a job as an event's object,
+named by its whole id, any unique prefix of it (the 8 hex characters a report shows) or, for
+the fleet's own stream, ``fleet``; a prefix several share is refused, naming them.
 The words each listing filters on (condition, action, source, gate kind) are checked against
 the vocabulary here too, so a misspelt one is refused with the nearest name, never "0 found"."""
 
@@ -21,23 +21,32 @@ from reaper.core.domain import (
     Condition,
     Source,
 )
-from reaper.desk.port import GateDesk
+from reaper.core.moments import utc
+from reaper.core.records import Gate
 from reaper.errors import GateError
+from reaper.jobqueue.port import JobQueue
 
 __all__ = [
     "FLEET",
     "GATE_KINDS",
+    "SHORT_ID_DIGITS",
     "argument",
     "choose",
+    "find_gate",
+    "gate_id_range",
     "gate_kind",
     "project_name",
     "project_text",
     "resolve_object",
     "resolve_project",
+    "short_id",
 ]
 
 #: How the fleet's own stream (project 00000000-...) is shown and typed.
 FLEET: Final = "fleet"
+
+#: How many hex digits of a gate's id a person is shown (and may type).
+SHORT_ID_DIGITS: Final = 8
 
 #: How many candidates an ambiguous prefix names.
 _CANDIDATES: Final = 10
@@ -101,7 +110,7 @@ def project_text(text: str) -> str:
     return text
 
 
-async def resolve_project(store: GateDesk, text: str) -> UUID:
+async def resolve_project(store: JobQueue, text: str) -> UUID:
     """The project ``text`` names: ``fleet``, a whole id, or a unique prefix of a stream's id
     in the ledger."""
     if text.strip().lower() == FLEET:
@@ -115,7 +124,7 @@ async def resolve_project(store: GateDesk, text: str) -> UUID:
     return _one("project", text, found)
 
 
-async def resolve_object(store: GateDesk, text: str) -> str:
+async def resolve_object(store: JobQueue, text: str) -> str:
     """The event object ``text`` names: a job by its whole id or a unique prefix of it, else
     ``text`` itself (a queue's name)."""
     low_high = _id_range(text)
@@ -145,3 +154,40 @@ def _id_range(text: str) -> tuple[UUID, UUID] | None:
     if _HEX.fullmatch(digits) is None:
         return None
     return UUID(digits.ljust(32, "0")), UUID(digits.ljust(32, "f"))
+
+
+def short_id(gate_id: UUID) -> str:
+    """The first hex digits of a gate's id: what ``gates list`` shows and a person types."""
+    return gate_id.hex[:SHORT_ID_DIGITS]
+
+
+def gate_id_range(prefix: str) -> tuple[UUID, UUID]:
+    """The ids a gate id or prefix of one (hex, dashes anywhere) stands for, lowest and
+    highest, so a prefix is looked up on the primary key; ``GateError`` for what is not one."""
+    found = _id_range(prefix)
+    if found is None:
+        raise GateError(
+            f"not a gate id or a prefix of one (hex digits, e.g. the 8 `gates list` shows): "
+            f"{prefix!r}"
+        )
+    return found
+
+
+async def find_gate(store: JobQueue, named: UUID | str) -> Gate:
+    """The gate ``named`` (its id, or any unique prefix of it), or a :class:`GateError`: no
+    such gate, or a prefix several gates share (naming them)."""
+    if isinstance(named, UUID):
+        low = high = named
+    else:
+        low, high = gate_id_range(named)
+    found = await store.gates_between(low, high, _CANDIDATES + 1)
+    if not found:
+        what = low if low == high else f"with an id starting {str(named).strip()!r}"
+        raise GateError(f"gate {what} does not exist")
+    if len(found) > 1:
+        shown = ", ".join(f"{g.id} ({g.kind}, raised {utc(g.created_at)})" for g in found)
+        more = " and more" if len(found) > _CANDIDATES else ""
+        raise GateError(
+            f"{str(named).strip()!r} names more than one gate: {shown}{more}; type more of the id"
+        )
+    return found[0]

@@ -1,6 +1,6 @@
 """Answering a gate (SPEC §1): find it by its id or a unique prefix, check the answer, take it
-at the desk (:mod:`reaper.desk`, ``Sources.desk``), and return what was done as a value
-(:mod:`reaper.edges.gates` says it in words).
+on the store (:meth:`~reaper.jobqueue.port.JobQueue.answer_gate`), and return what was done as
+a value (:mod:`reaper.gates.wording` says it in words).
 
 Every answer commits with its ``GateAnswered`` event and the job's move in one transaction. A
 ``replay`` publishes the kept body to its origin queue first, only where
@@ -16,38 +16,49 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 from uuid import UUID
 
+from reaper.broker.port import Broker
 from reaper.config import Settings
 from reaper.core.dead_letters import decoded_body, quote_untrusted, replay_decision
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Dispatch
-from reaper.core.moments import utc
 from reaper.core.records import Gate
-from reaper.desk.port import GateDesk
-from reaper.desk.rules import DEAD_LETTER_REPLAY, check_answerable, gate_id_range, not_the_latest
 from reaper.errors import BrokerUnavailable, GateError, StoreUnavailable
+from reaper.gates.ids import find_gate
+from reaper.jobqueue.dispatch import dispatch_in_force
 from reaper.jobqueue.port import JobQueue, ParkedDeadLetter
-from reaper.reap.dispatch import dispatch_in_force
-from reaper.reap.sources import Sources
+from reaper.jobqueue.rules import DEAD_LETTER_REPLAY, check_answerable, not_the_latest
 
 __all__ = [
     "REPLAY_CONTENT_TYPE",
     "AnswerPreview",
     "GateAnswer",
+    "Sources",
     "answer_gate",
-    "find_gate",
     "preview_answer",
     "replay_message_id",
 ]
-
-#: How many candidates an ambiguous prefix names.
-_CANDIDATES = 10
 
 #: The content type a replayed body is published with: replay only sends whole JSON objects.
 REPLAY_CONTENT_TYPE = "application/json"
 
 #: AMQP's ``message_id`` is a shortstr: at most 255 bytes.
 _SHORTSTR_BYTES = 255
+
+
+class Sources(Protocol):
+    """What an answer reads and writes through: the store (None: ``store_error`` says why) and,
+    for a replay, the broker (the pass's own sources are such)."""
+
+    @property
+    def store(self) -> JobQueue | None: ...
+
+    @property
+    def store_error(self) -> str | None: ...
+
+    @property
+    def broker(self) -> Broker | None: ...
 
 
 @dataclass(frozen=True)
@@ -85,26 +96,6 @@ def replay_message_id(identity: str, gate_id: UUID) -> str:
     return f"replay:sha256:{digest}:{gate_id}"
 
 
-async def find_gate(store: JobQueue, named: UUID | str) -> Gate:
-    """The gate ``named`` (its id, or any unique prefix of it), or a :class:`GateError`: no
-    such gate, or a prefix several gates share (naming them)."""
-    if isinstance(named, UUID):
-        low = high = named
-    else:
-        low, high = gate_id_range(named)
-    found = await store.gates_between(low, high, _CANDIDATES + 1)
-    if not found:
-        what = low if low == high else f"with an id starting {str(named).strip()!r}"
-        raise GateError(f"gate {what} does not exist")
-    if len(found) > 1:
-        shown = ", ".join(f"{g.id} ({g.kind}, raised {utc(g.created_at)})" for g in found)
-        more = " and more" if len(found) > _CANDIDATES else ""
-        raise GateError(
-            f"{str(named).strip()!r} names more than one gate: {shown}{more}; type more of the id"
-        )
-    return found[0]
-
-
 async def _open(
     sources: Sources,
     settings: Settings,
@@ -125,13 +116,6 @@ async def _open(
     return store, gate, now, dispatch.mode
 
 
-def _desk(sources: Sources, gate: Gate) -> GateDesk:
-    """Where the answer is taken: the desk opened over the store's database."""
-    if sources.desk is None:
-        raise GateError(f"cannot answer gate {gate.id}: no desk is open over the store")
-    return sources.desk
-
-
 async def answer_gate(
     sources: Sources,
     settings: Settings,
@@ -149,10 +133,9 @@ async def answer_gate(
     refused or not routed) and :class:`BrokerUnavailable` / :class:`StoreUnavailable` when a
     source fails; in every such case nothing was recorded, unless the message says the body
     was published."""
-    _, gate, now, dispatch = await _open(sources, settings, gate_id, clock)
-    desk = _desk(sources, gate)
+    store, gate, now, dispatch = await _open(sources, settings, gate_id, clock)
     if gate.kind != GATE_BUS_DEAD_LETTERED:
-        answered = await desk.answer_gate(
+        answered = await store.answer_gate(
             gate.id, choice, now, answered_by=answered_by, dispatch=dispatch, reason=reason
         )
         return GateAnswer(answered, dispatch=dispatch)
@@ -164,7 +147,7 @@ async def answer_gate(
         return message_id
 
     try:
-        answered, parked = await desk.answer_dead_letter_gate(
+        answered, parked = await store.answer_dead_letter_gate(
             gate.id, choice, now, replay=replay, answered_by=answered_by, reason=reason
         )
     except StoreUnavailable as exc:

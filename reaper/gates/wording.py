@@ -1,67 +1,14 @@
-"""A gate answered, as a person sees it: ``reaper gates answer`` calls
-:mod:`reaper.reap.gates` and says here what the answer did, or would do (``--dry-run``), in
-one line; who answers by default, and the short id a person types."""
+"""A gate's answer in words, for a person: what it did (:class:`GateAnswer`), or would do
+(:class:`AnswerPreview`, ``--dry-run``), in one line each."""
 
 from __future__ import annotations
 
-import getpass
-import socket
-from collections.abc import Callable
-from datetime import datetime
-from uuid import UUID
-
-from reaper.config import Settings
 from reaper.core.dead_letters import quote_untrusted
 from reaper.core.domain import GATE_DELIVERY_EXHAUSTED, Dispatch
-from reaper.desk.rules import DEAD_LETTER_REPLAY
-from reaper.jobqueue.rules import DEAD_LETTER_KEY_PREFIX, DELIVERY_CANCEL
-from reaper.reap import gates
-from reaper.reap.gates import AnswerPreview, GateAnswer
-from reaper.reap.sources import Sources
+from reaper.gates.answering import AnswerPreview, GateAnswer
+from reaper.jobqueue.rules import DEAD_LETTER_KEY_PREFIX, DEAD_LETTER_REPLAY, DELIVERY_CANCEL
 
-__all__ = ["answer_gate", "answered_line", "default_answerer", "short_id", "would_line"]
-
-#: How many hex digits of a gate's id a person is shown (and may type).
-SHORT_ID_DIGITS = 8
-
-
-def short_id(gate_id: UUID) -> str:
-    """The first hex digits of a gate's id: what ``gates list`` shows and a person types."""
-    return gate_id.hex[:SHORT_ID_DIGITS]
-
-
-def default_answerer() -> str:
-    """Who answers when ``--by`` is not given: the OS user and host, ``user@host``."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
-
-
-async def answer_gate(
-    sources: Sources,
-    settings: Settings,
-    gate_id: UUID | str,
-    choice: str,
-    *,
-    clock: Callable[[], datetime] | None = None,
-    answered_by: str | None = None,
-    reason: str | None = None,
-    dry_run: bool = False,
-) -> str:
-    """Answer gate ``gate_id`` (:func:`reaper.reap.gates.answer_gate`, which says what it
-    raises) and return a one-line outcome for a person; with ``dry_run``, what the answer
-    would do (:func:`reaper.reap.gates.preview_answer`), nothing written or sent."""
-    if dry_run:
-        preview = await gates.preview_answer(
-            sources, settings, gate_id, choice, answered_by=answered_by
-        )
-        return would_line(preview)
-    answer = await gates.answer_gate(
-        sources, settings, gate_id, choice, clock=clock, answered_by=answered_by, reason=reason
-    )
-    return answered_line(answer)
+__all__ = ["answered_line", "would_line"]
 
 
 def would_line(preview: AnswerPreview) -> str:

@@ -14,28 +14,21 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final
+from typing import Final, Protocol
 from uuid import UUID
 
-from reaper.config import Settings
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED
 from reaper.core.records import Gate
-from reaper.core.terminal import one_line
-from reaper.errors import ReaperError, StoreUnavailable
 from reaper.jobqueue.port import GateCount, JobQueue, ParkedDeadLetter
-from reaper.reap.dead_letters import DeadLetterOutcome
-from reaper.reap.result import PassResult
-from reaper.reap.sources import open_sources
 
 __all__ = [
     "GATE_KINDS",
     "GateBoard",
+    "ReadQueue",
     "SafeToClear",
     "board_of",
-    "clear_notes",
     "kinds_in",
     "purge_command",
-    "read_board",
     "safe_to_clear",
 ]
 
@@ -67,6 +60,28 @@ class GateBoard:
         return sum(c.open for c in self.counts)
 
 
+class ReadQueue(Protocol):
+    """What a pass found of one owned dead-letter queue, as far as clearing it goes (the
+    pass's ``DeadLetterOutcome``)."""
+
+    @property
+    def queue(self) -> str: ...
+    @property
+    def depth(self) -> int: ...
+    @property
+    def parked_new(self) -> int: ...
+    @property
+    def already_parked(self) -> int: ...
+    @property
+    def unread(self) -> int: ...
+    @property
+    def read_blocked(self) -> str | None: ...
+    @property
+    def stale_pointers(self) -> int: ...
+    @property
+    def parked_here(self) -> int | None: ...
+
+
 @dataclass(frozen=True)
 class SafeToClear:
     """A dead-letter queue every letter of which is parked and answered."""
@@ -82,7 +97,7 @@ def purge_command(queue: str, vhost: str) -> str:
 
 
 def safe_to_clear(
-    outcomes: Iterable[DeadLetterOutcome], waiting: Mapping[str, int], vhost: str
+    outcomes: Iterable[ReadQueue], waiting: Mapping[str, int], vhost: str
 ) -> list[SafeToClear]:
     """The dead-letter queues a person may clear now (see the module docstring)."""
     found = []
@@ -108,36 +123,6 @@ async def board_of(store: JobQueue) -> GateBoard:
     return GateBoard(facts.now, tuple(counts), tuple(oldest), dict(parked), dict(waiting))
 
 
-async def read_board(settings: Settings) -> GateBoard:
-    """Open the store, read the board, close it. Raises what the store raises."""
-    sources = await open_sources(settings, broker=False)
-    try:
-        if sources.store is None:
-            raise StoreUnavailable(sources.store_error or "the store is not connected")
-        return await board_of(sources.store)
-    finally:
-        await sources.close()
-
-
 def kinds_in(counts: Sequence[GateCount]) -> list[str]:
     """Every kind to export: the reaper's own, and any other a host raised."""
     return sorted({*GATE_KINDS, *(c.kind for c in counts)})
-
-
-async def clear_notes(settings: Settings, result: PassResult) -> list[str]:
-    """The report's lines for the dead-letter queues a person may clear now. The gates are
-    read only when a queue of the pass could be one (every letter on it already parked)."""
-    could = [d for d in result.dead_letters if d.depth > 0 and d.parked_new == 0 and d.unread == 0]
-    if not could or result.dry_run:
-        return []
-    try:
-        board = await read_board(settings)
-    except ReaperError as exc:
-        return [f"Whether a dead-letter queue may be cleared is not known: {exc}"]
-    return [
-        one_line(
-            f"Safe to clear: {s.queue} ({s.letters} letter(s), every one parked and answered): "
-            f"`{s.command}` (an act left to you: the reaper never clears a queue)"
-        )
-        for s in safe_to_clear(could, board.waiting, settings.bus.vhost)
-    ]

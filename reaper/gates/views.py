@@ -11,22 +11,22 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Final
 from uuid import UUID
 
+from reaper.config import Settings
 from reaper.core.dead_letters import decoded_body, quote_untrusted, replay_decision
 from reaper.core.domain import EVENT_KIND, GATE_BUS_DEAD_LETTERED
+from reaper.core.moments import utc
 from reaper.core.records import Gate, LedgerEvent
-from reaper.core.terminal import for_terminal, one_line
-from reaper.desk.rules import DEAD_LETTER_REPLAY, offered_choices
-from reaper.edges.gates import short_id
-from reaper.edges.wording import table, utc
+from reaper.core.terminal import for_terminal, one_line, table
 from reaper.errors import GateError
-from reaper.jobqueue.port import ParkedDeadLetter
-from reaper.reap.ids import project_name
+from reaper.gates.ids import project_name, short_id
+from reaper.jobqueue.port import EventFilter, JobQueue, ParkedDeadLetter
+from reaper.jobqueue.rules import DEAD_LETTER_REPLAY, offered_choices
 
 __all__ = [
     "GateView",
@@ -38,6 +38,8 @@ __all__ = [
     "render_list",
     "render_show",
     "view_of",
+    "views_of",
+    "with_history",
 ]
 
 #: How much of a dead letter's body ``gates show`` prints.
@@ -317,6 +319,35 @@ def _text(value: UUID | None) -> str | None:
     return None if value is None else str(value)
 
 
-def by_job(parked: Mapping[UUID, ParkedDeadLetter], gate: Gate) -> ParkedDeadLetter | None:
-    """The dead letter ``gate``'s job keeps, if any."""
-    return None if gate.job_id is None else parked.get(gate.job_id)
+async def views_of(
+    store: JobQueue, settings: Settings, gates: Sequence[Gate], now: datetime | None = None
+) -> list[GateView]:
+    """``gates`` as a person sees them at ``now`` (the database's clock when None), each with
+    the dead letter its job keeps, read from ``store``."""
+    jobs = [g.job_id for g in gates if g.kind == GATE_BUS_DEAD_LETTERED and g.job_id]
+    parked = await store.parked_dead_letters(jobs) if jobs else {}
+    now = now if now is not None else (await store.database_facts()).now
+    reap = settings.queue.reap
+    return [
+        view_of(
+            g,
+            None if g.job_id is None else parked.get(g.job_id),
+            now,
+            owned_queue_pattern=reap.owned_queue_pattern,
+            dead_letter_queue_pattern=reap.dead_letter_queue_pattern,
+        )
+        for g in gates
+    ]
+
+
+async def with_history(store: JobQueue, view: GateView) -> GateView:
+    """``view`` with the ledger's newest events of its job, and how many there are in all."""
+    job = view.gate.job_id
+    if job is None:
+        return view
+    chosen = EventFilter(object=str(job), limit=HISTORY_EVENTS)
+    found = await store.read_events(chosen)
+    total = len(found)
+    if total == chosen.limit:
+        total = await store.count_events(chosen)
+    return replace(view, history=tuple(found), history_total=total)

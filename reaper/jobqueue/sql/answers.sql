@@ -1,5 +1,5 @@
 -- What only a person's answer to a gate runs (SPEC §1), each under a `-- name: NAME --` header
--- and a one-line description. Loaded by reaper/desk/sql/__init__.py. Each runs inside the
+-- and a one-line description. Loaded with queries.sql by reaper/jobqueue/sql/__init__.py. Each runs inside the
 -- answer's transaction, the gate row locked by gate_for_answer; `now` is the caller's.
 
 -- ------------------------------------------------------------------------------ gates --
