@@ -206,7 +206,7 @@ async def main() -> int:
         started = time.perf_counter()
         names = [f"vibey.bench.q{n:05d}" for n in range(args.queues)]
         create_vhost(admin, vhost, args.user, names)
-        wait_for_statistics(admin, vhost, args.queues)
+        wait_for_statistics(admin, vhost, names)
         print(f"{args.queues:,} queues declared in {time.perf_counter() - started:.1f}s")
         async with scratch_database("qr_bench_memory") as template:
             started = time.perf_counter()

@@ -109,7 +109,7 @@ async def append(
 
 
 class Ledger:
-    """The ledger's events, read."""
+    """The ledger's events read, counted, and its streams found by a prefix of their id."""
 
     database: Database
 

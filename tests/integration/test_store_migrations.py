@@ -133,7 +133,7 @@ async def test_the_database_refuses_to_change_the_ledger(pg_dsn: str, statement:
 @pytest.mark.parametrize(
     ("package", "files", "queries"),
     [
-        ("reaper.jobqueue.sql", ("queries.sql", "lease_reap.sql", "answers.sql"), QUERIES),
+        ("reaper.jobqueue.sql", ("queries.sql", "lease_reap.sql"), QUERIES),
     ],
 )
 def test_every_query_is_named_and_described(
@@ -147,7 +147,7 @@ def test_every_query_is_named_and_described(
 
 
 def test_no_query_is_named_in_two_files() -> None:
-    files = ("queries.sql", "lease_reap.sql", "answers.sql")
+    files = ("queries.sql", "lease_reap.sql")
     names = [set(load_queries(filename=f)) for f in files]
     assert sum(len(n) for n in names) == len(set().union(*names)) == len(QUERIES)
 

@@ -1,8 +1,8 @@
 """The job queue's SQL: one file of named queries, and the loader of named-query files.
 
 ``queries.sql`` holds every query a pass (and the gate and ledger commands' reads) runs (the
-lease reap's batches are in ``lease_reap.sql``, what only a person's answer to a gate or a
-person's read runs in ``answers.sql``), each
+lease reap's batches are in ``lease_reap.sql``; what only a person's answer to a gate or a
+person's read runs is at its end), each
 under a ``-- name: NAME --`` header followed by a one-line description; :data:`QUERIES` maps each
 name to its text. The schema's migrations and the migrator's own queries are in
 :mod:`reaper.schema.sql`, in the same form.
@@ -36,11 +36,10 @@ def load_queries(package: str = __name__, filename: str = "queries.sql") -> dict
 
 def _all_queries() -> dict[str, str]:
     queries = load_queries()
-    for filename in ("lease_reap.sql", "answers.sql"):
-        for name, text in load_queries(filename=filename).items():
-            if name in queries:
-                raise ValueError(f"query {name!r} is defined twice")
-            queries[name] = text
+    for name, text in load_queries(filename="lease_reap.sql").items():
+        if name in queries:
+            raise ValueError(f"query {name!r} is defined twice")
+        queries[name] = text
     return queries
 
 
