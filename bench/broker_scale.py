@@ -8,7 +8,10 @@ For each size a vhost of this run's own is filled by ``POST /api/definitions`` i
 5,000 queues each: a tenth quorum queues owned by the reaper (``vibey.jobs.*``, a dead-letter
 exchange each), one in fifty of them owned dead-letter queues (``*.dlq``), 20 owned classic
 queues, and the rest classic queues of another tenant. A first pass writes the declared
-policies; once every queue lists its statistics and policy, the listing
+policies, asked again while it could not read the broker (a page that outlasted
+``--timeout-seconds``, the reaper's ``bus.timeout_seconds``: such a pass writes no policy, and
+the timed pass would then write them itself); once every queue lists its statistics and
+policy, the listing
 (``ManagementClient.queue_pages``: the reaper's columns, 500 a page, the next pages in flight)
 and the pass (``run_pass`` over sources opened as ``reaper reap`` opens them, in a child
 process that reports its own peak RSS) alternate ``--repeat`` times; the best of each is

@@ -8,11 +8,10 @@ round times three things back to back:
 
 - **the pass**: the lease reap of one ``reaper reap`` pass (``reap_seeded`` of
   bench/lease_reap.py), with the CPU it cost PostgreSQL and this process;
-- **the floor**: the same statements with no Python between them: each lane's transactions
-  run as the pass runs them (``BEGIN``, ``pick_lease_batch``, ``reap_lease_batch``,
-  ``COMMIT``), the lanes at once, every batch of
-  :data:`~reaper.jobqueue.lease_reap.BATCH_MAX`, nothing sized by its time, nothing kept for
-  the report: what the moves cost were the pass's own Python free;
+- **the floor**: the same statement with no Python between batches: each lane's transactions
+  run as the pass runs them (``BEGIN``, ``reap_lease_batch``, ``COMMIT``), the lanes at once,
+  every batch of :data:`~reaper.jobqueue.lease_reap.BATCH_MAX`, nothing sized by its time,
+  nothing kept for the report: what the moves cost were the pass's own Python free;
 - **the floor without the event's indexes** (``--bare-ledger``): the floor again on a copy whose
   ``event`` table keeps only its primary key, to show what the ledger's indexes cost the moves.
 
@@ -90,14 +89,10 @@ async def the_floor(dsn: str) -> dict[str, float]:
         while True:
             async with c.transaction():
                 await c.execute(QUERIES["walk_leased_expiry_index"])
-                picked = await c.fetchrow(
-                    statement("pick_lease_batch"), now, 0, *after, None, lane, LANES, BATCH_MAX
-                )
-                if not picked["picked"]:
+                row = await c.fetchrow(reap, now, 0, *after, None, lane, LANES, BATCH_MAX, choices)
+                if not row["picked"]:
                     return
-                key = (picked["last_expiry"], picked["last_id"])
-                await c.fetchrow(reap, now, 0, *after, picked["projects"], *key, choices)
-            after = key
+            after = (row["last_expiry"], row["last_id"])
 
     try:
         before, python = postgres_cpu(), time.process_time()

@@ -32,7 +32,6 @@ from tests.support.cluster import (
 from tests.support.dead_letters import settings_for
 from tests.support.schedule import long_first
 from tests.support.services import (
-    BROKER_USER,
     BROKERS,
     PG_ADMIN_DSN,
     BrokerUnderTest,
@@ -40,6 +39,7 @@ from tests.support.services import (
     broker_version,
     cloned_database,
     dsn_for,
+    open_vhost,
 )
 
 # --------------------------------------------------------------------------- PostgreSQL
@@ -136,11 +136,7 @@ def broker(broker_server: tuple[str, str]) -> Iterator[BrokerUnderTest]:
     vhost = f"qr-test-{uuid.uuid4().hex[:10]}"
     under_test = BrokerUnderTest(version=version, management_url=url, vhost=vhost)
     with under_test.admin() as client:
-        client.put(f"/api/vhosts/{quote(vhost, safe='')}").raise_for_status()
-        client.put(
-            f"/api/permissions/{quote(vhost, safe='')}/{BROKER_USER}",
-            json={"configure": ".*", "write": ".*", "read": ".*"},
-        ).raise_for_status()
+        open_vhost(client, under_test.vhost_path)
     try:
         yield under_test
     finally:
@@ -192,11 +188,7 @@ def cluster() -> Iterator[ClusterUnderTest]:
         with under_test.admin() as client:
             version = client.get("/api/overview").json()["rabbitmq_version"]
             assert at_least(version, (4, 3)), f"the cluster runs RabbitMQ {version}, not 4.3+"
-            client.put(f"/api/vhosts/{under_test.vhost_path}").raise_for_status()
-            client.put(
-                f"/api/permissions/{under_test.vhost_path}/{BROKER_USER}",
-                json={"configure": ".*", "write": ".*", "read": ".*"},
-            ).raise_for_status()
+            open_vhost(client, under_test.vhost_path)
         try:
             yield under_test
         finally:

@@ -110,8 +110,8 @@ class ManagementApi:
 
     ``requests_made`` counts every HTTP request sent; ``writes_made`` those with a writing
     method (PUT/POST/DELETE), which includes a requeueing ``get``: it is a POST, and on a
-    quorum queue it changes the queue (it counts as a delivery); ``writes_resent`` the PUTs
-    among them sent a second time (:meth:`_send`).
+    quorum queue it changes the queue (it counts as a delivery); ``resent`` the method of each
+    request sent a second time (:meth:`_send`), counted in both as well.
     """
 
     def __init__(
@@ -144,7 +144,7 @@ class ManagementApi:
         self.timeout_seconds = timeout_seconds
         self.requests_made = 0
         self.writes_made = 0
-        self.writes_resent = 0
+        self.resent: list[str] = []
         #: This pass's nodes that did not answer (URL: why), and those that did.
         self.skipped: dict[str, str] = {}
         self.answered: set[str] = set()
@@ -288,8 +288,7 @@ class ManagementApi:
             if method not in _RESENDABLE_METHODS:
                 raise
             self._count(write)
-            if write:
-                self.writes_resent += 1
+            self.resent.append(method)
             answer = await self._read(method, url + path, params=params, json=json)
         answer.log(f"{method} {scrub(url)}{path}", 1e3 * (time.monotonic() - started))
         return answer

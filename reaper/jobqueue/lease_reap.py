@@ -1,8 +1,8 @@
 """The lease reap done by PostgreSQL, a batch at a time (SPEC §1 (a), (c), (d); §3; §8).
 
-A batch is one transaction of two statements (``sql/lease_reap.sql``): one locks a lane's next
-expired leases by the leased-expiry index's key (``SKIP LOCKED``) and their streams; the other
-rules on each as it stands under the lock, exactly as
+A batch is one transaction of one statement (``sql/lease_reap.sql``): it locks a lane's next
+expired leases by the leased-expiry index's key (``SKIP LOCKED``) and their streams, rules on
+each as it stands under the lock, exactly as
 :func:`~reaper.core.judge_leases.judge_lease_page` does, moves it, raises a park's gate, writes
 a requeue's outbox row, and appends its event with the canonical payload and digest built by
 PostgreSQL. Python sends bounds and thresholds, never a lease, and keeps counts. Lanes (projects
@@ -87,6 +87,9 @@ class _Lane:
 
     def pick_args(self, after: tuple[datetime, UUID], size: int) -> list[object]:
         return [self.now, self.grace, *after, self.project_id, self.lane, self.lanes, size]
+
+    def batch_args(self, after: tuple[datetime, UUID], size: int) -> list[object]:
+        return [*self.pick_args(after, size), _CHOICES]
 
 
 class _CommitUnknown(Exception):
@@ -218,15 +221,13 @@ async def _reap_lane(
 
 
 async def _prepare(conn: Connection, lane: _Lane) -> None:
-    """Parse a batch's statements before any batch takes a row lock (on a fresh connection
-    that costs as much as a batch): each run once over nothing, writing nothing. A refusal is
-    the batches' to name."""
+    """Parse a batch's statement before any batch takes a row lock (on a fresh connection
+    that costs as much as a batch): run once over nothing, writing nothing. A refusal is the
+    batches' to name."""
     try:
-        await conn.fetchrow(statement("pick_lease_batch"), *lane.pick_args(FIRST_KEY, 0))
         await conn.fetchrow(
-            statement("reap_lease_batch", lane.dispatch),
-            lane.now, lane.grace, *FIRST_KEY, [], *FIRST_KEY, _CHOICES,
-        )  # fmt: skip
+            statement("reap_lease_batch", lane.dispatch), *lane.batch_args(FIRST_KEY, 0)
+        )
     except PostgresError as exc:
         if not is_row_failure(exc):
             raise
@@ -266,17 +267,15 @@ async def _transaction(
     await transaction.start()
     try:
         await conn.execute(QUERIES["walk_leased_expiry_index"])  # this transaction only
-        picked = await conn.fetchrow(statement("pick_lease_batch"), *lane.pick_args(after, size))
-        if not picked["picked"]:
+        row = await conn.fetchrow(
+            statement("reap_lease_batch", lane.dispatch), *lane.batch_args(after, size)
+        )
+        if not row["picked"]:
             await transaction.rollback()
             return None
-        key = (picked["last_expiry"], picked["last_id"])
-        row = await conn.fetchrow(
-            statement("reap_lease_batch", lane.dispatch),
-            lane.now, lane.grace, *after, picked["projects"], *key, _CHOICES,
-        )  # fmt: skip
+        key = (row["last_expiry"], row["last_id"])
         if row["payloads"]:
-            # a host writer took those events' numbers first: they go after its events
+            # another writer took those events' numbers first: they go after its events
             events = [
                 ledger.Event(stream, payload, digest, True)
                 for stream, payload, digest in zip(
@@ -294,7 +293,7 @@ async def _transaction(
     except PostgresError:
         raise  # the server answered: the transaction did not commit
     except Exception as exc:
-        raise _CommitUnknown(picked["picked"], exc) from exc
+        raise _CommitUnknown(row["picked"], exc) from exc
     _tally(reap, row)
     if row["recorded"]:
         lane.keep(row["recorded"], True)

@@ -19,7 +19,7 @@ from reaper.broker.port import BrokerPolicy
 from reaper.core.bounds import consumer_timeout_bound, delivery_limit_bound
 from reaper.core.domain import QueueStats
 from reaper.core.enforcement import TimeoutSetting
-from reaper.core.values import is_unlimited, normalized
+from reaper.core.values import is_unlimited, mapping, normalized
 from reaper.policies.render import DesiredPolicy
 
 __all__ = ["PolicyReason", "QueueCheck", "check_queues", "differences"]
@@ -125,7 +125,9 @@ def check_queues(
     for q in sorted(queues, key=lambda q: q.name):
         for d in desired:
             if d.selects(q):
-                checks.append(_check(d, q, ours, coming=d.name in coming))
+                checks.append(
+                    _check(d, q, ours, coming=d.name in coming, written=d.name in just_written)
+                )
             elif q.policy == d.name:
                 checks.append(
                     QueueCheck(
@@ -149,9 +151,10 @@ def check_queues(
 
 
 def _check(
-    d: DesiredPolicy, q: QueueStats, ours: Mapping[str, bool], *, coming: bool
+    d: DesiredPolicy, q: QueueStats, ours: Mapping[str, bool], *, coming: bool, written: bool
 ) -> QueueCheck:
-    """``ours``: each of our policy names, and whether this broker can hold it."""
+    """``ours``: each of our policy names, and whether this broker can hold it; ``written``:
+    whether this pass just wrote ``d``."""
     declared, in_force, sources, unenforced = _bounds(d, q)
     base = QueueCheck(
         queue=q.name,
@@ -171,8 +174,9 @@ def _check(
         have = in_force.get(key)
         if have != want:
             return _bound_problem(
-                base, d, q, key, have, want, sources.get(key), unenforced.get(key), coming=coming
-            )
+                base, d, q, key, have, want, sources.get(key), unenforced.get(key),
+                coming=coming, written=written,
+            )  # fmt: skip
     return base
 
 
@@ -232,6 +236,7 @@ def _bound_problem(
     unenforced: str | None,
     *,
     coming: bool,
+    written: bool,
 ) -> QueueCheck:
     """A declared bound ``key`` that is not the one in force on ``q``: why."""
     shown = "none" if have is None else have
@@ -264,11 +269,14 @@ def _bound_problem(
             ),
         )
     # the policy holds, but a queue argument (or an operator policy) overrides it; or the
-    # key cannot be a policy key here and the fallback is not what was declared
+    # key cannot be a policy key here and the fallback is not what was declared. Just written
+    # and no argument of the queue's own in the way, it is the queue that has not applied it
+    # yet: a 4.0 quorum queue lists the new policy before the limit it resolves from it.
     return replace(
         base,
         reason=PolicyReason.NOT_IN_FORCE if carried else PolicyReason.FALLBACK_UNPROVEN,
         problem=f"{q.name} has {key} {shown} in force{where}, declared {wanted}",
+        pending=carried and written and f"x-{key}" not in mapping(q.arguments),
     )
 
 

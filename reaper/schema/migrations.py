@@ -255,12 +255,19 @@ class _Migrator:
 
     async def _build(self, migration: str, build: IndexBuild) -> None:
         """One concurrent index build: an invalid index of that name (the plan's, or one an
-        earlier attempt left) is dropped first."""
+        earlier attempt left) is dropped first. Or one concurrent drop of a retired index."""
         running: list[PlannedStatement] = []
 
         async def attempt() -> None:
             running.clear()
             valid = await self.conn.fetchval(MIGRATE["index_validity"], build.index)
+            if build.retire:
+                if valid is None:
+                    return  # dropped meanwhile, by someone else
+                running.append(build.create)  # a drop cut short is done again next run
+                await self.conn.execute(build.create.sql)
+                self.ran.append(build.create)
+                return
             if valid is True:
                 return  # built meanwhile, by someone else
             if valid is False:
@@ -280,6 +287,12 @@ class _Migrator:
             return running[-1] if running else None
 
         async def cleaned_up() -> str:
+            if build.retire:
+                return (
+                    f"Index {build.index} may be left invalid (PostgreSQL does not use it for "
+                    f"queries): the next `reaper db migrate` drops it. {migration} is not "
+                    "recorded."
+                )
             return await self._drop_leftover(migration, build.index)
 
         await self._locked("", migration, attempt, statement, cleaned_up)

@@ -6,8 +6,9 @@ Each step names one statement of its migration's file (``sql/migrations/NNNN_*.s
 whose check finds its work already done is skipped, so a database whose schema is in place is
 migrated without a lock on any table of the host's. A column is added only to a table that
 exists (a table created by this run has it already). An index is built ``CONCURRENTLY``,
-outside a transaction, and one left invalid by an interrupted build is dropped and built again.
-A migration is recorded once every step of it is in place.
+outside a transaction, and one left invalid by an interrupted build is dropped and built again;
+an index a later migration drops (another serves its reads as well) is dropped ``CONCURRENTLY``
+too, and never built first. A migration is recorded once every step of it is in place.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from reaper.schema.steps import (
     FleetRow,
     FunctionInPlace,
     InCatalog,
+    IndexDropped,
     IndexValid,
     Migration,
     Part,
     Step,
     TriggerInPlace,
+    retired_indexes,
 )
 
 __all__ = [
@@ -65,11 +68,13 @@ class PlannedStatement:
 
 @dataclass(frozen=True)
 class IndexBuild:
-    """A concurrent build of one index, preceded by the drop of an invalid one of that name."""
+    """A concurrent build of one index, preceded by the drop of an invalid one of that name;
+    or, where ``retire``, ``create`` is the concurrent drop of an index no longer needed."""
 
     index: str
     create: PlannedStatement
     drop: PlannedStatement | None = None
+    retire: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,9 +138,19 @@ def plan_migration(migration: Migration, catalog: Catalog) -> MigrationPlan:
     builds: list[IndexBuild] = []
     for step in migration.steps:
         if isinstance(step.check, IndexValid):
+            if step.check.name in retired_indexes():
+                continue  # a later migration drops it: never built
             build = _index_build(migration.name, step, step.check, catalog)
             if build is not None:
                 builds.append(build)
+        elif isinstance(step.check, IndexDropped):
+            if catalog.index(step.check.table, step.check.name) is not None:
+                reason = (
+                    f"index {step.check.name} on {step.check.table} exists and another "
+                    "serves its reads as well"
+                )
+                drop = PlannedStatement(migration.name, step.statement, step.sql, reason, True)
+                builds.append(IndexBuild(step.check.name, drop, retire=True))
         else:
             transactional.extend(
                 PlannedStatement(migration.name, step.statement, sql, reason)

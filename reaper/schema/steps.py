@@ -20,6 +20,7 @@ __all__ = [
     "FleetRow",
     "FunctionInPlace",
     "InCatalog",
+    "IndexDropped",
     "IndexValid",
     "Migration",
     "Part",
@@ -27,6 +28,7 @@ __all__ = [
     "TriggerInPlace",
     "declared_functions",
     "declared_tables",
+    "retired_indexes",
     "shipped_migrations",
 ]
 
@@ -82,6 +84,16 @@ class IndexValid:
 
 
 @dataclass(frozen=True)
+class IndexDropped:
+    """The index ``name`` on ``table``, built by an earlier migration, is not there: another
+    serves its reads as well. Dropped ``CONCURRENTLY``, outside a transaction; the earlier
+    migration's build of it is no longer needed."""
+
+    name: str
+    table: str
+
+
+@dataclass(frozen=True)
 class FunctionInPlace:
     """The function exists with the body this version ships."""
 
@@ -106,7 +118,7 @@ class FleetRow:
     stream: bool
 
 
-Check = InCatalog | IndexValid | FunctionInPlace | TriggerInPlace | FleetRow
+Check = InCatalog | IndexValid | IndexDropped | FunctionInPlace | TriggerInPlace | FleetRow
 
 
 @dataclass(frozen=True)
@@ -119,8 +131,8 @@ class Step:
 
     @property
     def concurrent(self) -> bool:
-        """Run outside a transaction (``CREATE INDEX CONCURRENTLY``)."""
-        return isinstance(self.check, IndexValid)
+        """Run outside a transaction (``CREATE``/``DROP INDEX CONCURRENTLY``)."""
+        return isinstance(self.check, IndexValid | IndexDropped)
 
 
 @dataclass(frozen=True)
@@ -236,6 +248,9 @@ _DECLARED: Final[dict[str, tuple[tuple[str, Check], ...]]] = {
         ("index_event_condition", IndexValid("event_condition_idx", "event")),
         ("index_event_answers", IndexValid("event_not_verdict_idx", "event")),
     ),
+    "0013_retire_sighting_index": (
+        ("drop_event_sighting_latest", IndexDropped("event_sighting_latest_idx", "event")),
+    ),
 }
 
 #: The optional outbox dispatch schema (``reaper db migrate --outbox``), by migration name.
@@ -280,7 +295,12 @@ def declared_tables() -> tuple[str, ...]:
     for migration in (*MIGRATIONS, *OUTBOX_MIGRATIONS):
         for step in migration.steps:
             match step.check:
-                case InCatalog(table) | IndexValid(table=table) | TriggerInPlace(table):
+                case (
+                    InCatalog(table)
+                    | IndexValid(table=table)
+                    | IndexDropped(table=table)
+                    | TriggerInPlace(table)
+                ):
                     found[table] = None
     return tuple(found)
 
@@ -292,6 +312,16 @@ def declared_functions() -> tuple[str, ...]:
         for m in (*MIGRATIONS, *OUTBOX_MIGRATIONS)
         for s in m.steps
         if isinstance(s.check, FunctionInPlace)
+    )
+
+
+def retired_indexes() -> frozenset[str]:
+    """The indexes a later migration drops: an earlier one's build of them is not needed."""
+    return frozenset(
+        s.check.name
+        for m in (*MIGRATIONS, *OUTBOX_MIGRATIONS)
+        for s in m.steps
+        if isinstance(s.check, IndexDropped)
     )
 
 

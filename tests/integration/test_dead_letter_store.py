@@ -108,6 +108,13 @@ async def gate_of(store: PostgresStore, identity: str) -> Gate:
     return gate
 
 
+async def parked_gate(store: PostgresStore, message_id: str) -> tuple[DeadLetter, Gate]:
+    """A letter with ``message_id`` parked alone: the letter and its gate."""
+    one = letter(message_id=message_id)
+    await park(store, [one])
+    return one, await gate_of(store, one.identity)
+
+
 # --------------------------------------------------------------------------- parking
 
 
@@ -432,9 +439,7 @@ async def test_the_store_alone_dismisses_and_refuses_replay(
 
 
 async def test_answering_twice_is_refused(store: PostgresStore, settings: Settings) -> None:
-    one = letter(message_id="twice")
-    await park(store, [one])
-    gate = await gate_of(store, one.identity)
+    one, gate = await parked_gate(store, "twice")
     await answer_gate(sources(store), settings, gate.id, "dismiss", clock=lambda: LATER)
     for choice in ("dismiss", "replay"):
         with pytest.raises(GateError, match=f"gate {gate.id} was already answered at"):
@@ -445,9 +450,7 @@ async def test_answering_twice_is_refused(store: PostgresStore, settings: Settin
 async def test_unknown_gates_and_choices_are_refused(
     store: PostgresStore, settings: Settings
 ) -> None:
-    one = letter(message_id="choices")
-    await park(store, [one])
-    gate = await gate_of(store, one.identity)
+    one, gate = await parked_gate(store, "choices")
     missing = uuid.uuid4()
     with pytest.raises(GateError, match=f"gate {missing} does not exist"):
         await answer_gate(sources(store), settings, missing, "dismiss")
@@ -516,9 +519,7 @@ async def test_replay_is_refused_unless_allowed_and_nothing_is_recorded(
 async def test_an_allowed_replay_without_a_broker_records_nothing(
     store: PostgresStore, settings: Settings
 ) -> None:
-    one = letter(message_id="no-broker")
-    await park(store, [one])
-    gate = await gate_of(store, one.identity)
+    one, gate = await parked_gate(store, "no-broker")
     with pytest.raises(GateError, match="replay needs the broker"):
         await answer_gate(sources(store, None), settings, gate.id, "replay")
     assert (await gate_of(store, one.identity)).is_open

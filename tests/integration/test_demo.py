@@ -79,7 +79,7 @@ async def test_the_demo_runs_both_passes_and_the_second_records_nothing_new(cli:
         ), outbox
         assert "reaper gates list" in out and "--metrics-textfile" in out and "reaper events" in out
         assert "DROP DATABASE" in out
-        assert elapsed < 60, f"the demo took {elapsed:.1f} s"
+        print(f"\nthe demo took {elapsed:.1f} s")  # shown, never judged: no test asserts a time
     finally:
         await _remove(names)
 

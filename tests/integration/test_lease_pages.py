@@ -144,15 +144,15 @@ async def test_a_page_read_walks_the_index_to_the_pages_end_not_through_every_le
             "ORDER BY lease_expires_at, id OFFSET 999 LIMIT 1"
         )
         after = (key["lease_expires_at"], key["id"])
-        args = (now, 0, *after, None, 0, 1, 100)
+        args = (now, 0, *after, None, 0, 1, 100, json.dumps(["retry", "cancel"]))
         plans = {}
         for walk in (False, True):
-            tx = conn.transaction()  # the batch's first statement locks what it picks
+            tx = conn.transaction()  # the batch moves what it picks: rolled back
             await tx.start()
             if walk:
                 await conn.execute(QUERIES["walk_leased_expiry_index"])
             text = await conn.fetchval(
-                "EXPLAIN (ANALYZE, FORMAT JSON) " + statement("pick_lease_batch"), *args
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + statement("reap_lease_batch"), *args
             )
             await tx.rollback()
             plans[walk] = _scans(json.loads(text)[0]["Plan"])

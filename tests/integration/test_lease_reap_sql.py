@@ -139,17 +139,14 @@ async def _dry_run_agrees(
 async def _moves_agree(
     conn: asyncpg.Connection, grace: int, verdicts: dict, leases: list[HeldLease], outbox: bool
 ) -> None:
-    picked = await conn.fetchrow(
-        statement("pick_lease_batch"), NOW, grace, *FIRST_KEY, None, 0, 1, len(leases)
-    )
-    assert picked["picked"] == len(verdicts)
+    choices = json.dumps(["retry", "cancel"])
+    dispatch = Dispatch.OUTBOX if outbox else Dispatch.POLLING
+    row = await conn.fetchrow(
+        statement("reap_lease_batch", dispatch), NOW, grace, *FIRST_KEY,
+        None, 0, 1, len(leases), choices,
+    )  # fmt: skip
+    assert row["picked"] == len(verdicts)
     if verdicts:
-        choices = json.dumps(["retry", "cancel"])
-        dispatch = Dispatch.OUTBOX if outbox else Dispatch.POLLING
-        row = await conn.fetchrow(
-            statement("reap_lease_batch", dispatch), NOW, grace, *FIRST_KEY,
-            picked["projects"], picked["last_expiry"], picked["last_id"], choices,
-        )  # fmt: skip
         assert row["payloads"] is None  # no host writer here: every event written
         assert sum(row["moves"]) == len(verdicts)
     events = await conn.fetch("SELECT project_id, seq, payload, digest FROM event ORDER BY 1, 2")

@@ -16,7 +16,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.support.cli import reaper_env, run_cli, validate_report
-from tests.support.services import BROKER_USER, BrokerUnderTest
+from tests.support.services import BrokerUnderTest, open_vhost
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
 
@@ -27,11 +27,7 @@ def elsewhere(broker: BrokerUnderTest) -> Iterator[tuple[BrokerUnderTest, str]]:
     the test's own vhost holds a foreign queue only."""
     other = replace(broker, vhost=f"{broker.vhost}-other")
     with broker.admin() as admin:
-        admin.put(f"/api/vhosts/{other.vhost_path}").raise_for_status()
-        admin.put(
-            f"/api/permissions/{other.vhost_path}/{BROKER_USER}",
-            json={"configure": ".*", "write": ".*", "read": ".*"},
-        ).raise_for_status()
+        open_vhost(admin, other.vhost_path)
     prefix = f"qrtarget{uuid.uuid4().hex[:8]}"
     try:
         other.declare_queue(f"{prefix}.jobs.a")

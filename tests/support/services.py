@@ -107,6 +107,16 @@ async def cloned_database(template: str) -> AsyncIterator[str]:
         await admin.close()
 
 
+def open_vhost(admin: httpx.Client, vhost_path: str) -> None:
+    """Create the vhost at ``vhost_path`` (quoted) and give the tests' broker user every
+    permission on it."""
+    admin.put(f"/api/vhosts/{vhost_path}").raise_for_status()
+    admin.put(
+        f"/api/permissions/{vhost_path}/{BROKER_USER}",
+        json={"configure": ".*", "write": ".*", "read": ".*"},
+    ).raise_for_status()
+
+
 @dataclass(frozen=True)
 class BrokerUnderTest:
     """One real broker, with a vhost of this test's own."""

@@ -556,3 +556,31 @@ def test_the_default_declarations_are_the_top_level_policies_directory() -> None
     assert top_level.resolve() == DEFAULT_POLICY_DIR
     assert [d.name for d in load_declarations()] == [d.name for d in load_declarations(top_level)]
     assert len(load_declarations()) == len(list(top_level.glob("*.json"))) == 3
+
+
+def test_a_limit_the_queue_has_not_applied_yet_is_pending_only_just_after_the_write(
+    declarations: list[Declaration],
+) -> None:
+    """4.0 under load: the quorum queue lists the policy just written, its definition's limit
+    20, and still reports the limit it resolved before (100). Just written, that is the queue
+    catching up: pending. On a pass that wrote nothing, or with the queue's own argument in
+    the way, it is what is in force: not pending."""
+    desired = render(declarations, PARAMS, RABBIT_40)
+    lagging = q(
+        "vibey.jobs.alpha",
+        policy="vibey-reap-quorum",
+        effective={"consumer-timeout": 21_600_000, "delivery-limit": 20},
+        reported_delivery_limit=100,
+    )
+    written = frozenset({"vibey-reap-quorum"})
+    [check] = check_queues(desired, [lagging], just_written=written)
+    assert (check.reason, check.pending) == (PolicyReason.NOT_IN_FORCE, True)
+    assert check.problem == (
+        "vibey.jobs.alpha has delivery-limit 100 in force (as the broker reports it on the "
+        "queue), declared 20"
+    )
+    [settled] = check_queues(desired, [lagging])
+    assert (settled.reason, settled.pending) == (PolicyReason.NOT_IN_FORCE, False)
+    argued = replace(lagging, arguments={"x-delivery-limit": 100})
+    [overridden] = check_queues(desired, [argued], just_written=written)
+    assert (overridden.reason, overridden.pending) == (PolicyReason.NOT_IN_FORCE, False)

@@ -18,9 +18,11 @@ from reaper.schema.steps import (
     OUTBOX_MIGRATIONS,
     FunctionInPlace,
     InCatalog,
+    IndexDropped,
     IndexValid,
     Part,
     TriggerInPlace,
+    retired_indexes,
 )
 
 FLEET = f"'{FLEET_PROJECT_ID}'"
@@ -37,7 +39,7 @@ def complete_catalog() -> Catalog:
         indexes=tuple(
             IndexEntry(s.check.table, s.check.name, True, s.check.unique, s.check.columns)
             for s in steps
-            if isinstance(s.check, IndexValid)
+            if isinstance(s.check, IndexValid) and s.check.name not in retired_indexes()
         ),
         functions={
             s.check.signature: function_body(s.sql)
@@ -77,9 +79,26 @@ def test_indexes_and_only_indexes_are_built_concurrently_outside_a_transaction()
     for migration in MIGRATIONS:
         for step in migration.steps:
             builds_index = re.match(r"CREATE (UNIQUE )?INDEX", step.sql) is not None
-            assert step.concurrent == builds_index, step.statement
-            assert ("CONCURRENTLY" in step.sql) == builds_index, step.statement
+            drops_index = re.match(r"DROP INDEX", step.sql) is not None
+            assert step.concurrent == (builds_index or drops_index), step.statement
+            assert ("CONCURRENTLY" in step.sql) == (builds_index or drops_index), step.statement
+            assert drops_index == isinstance(step.check, IndexDropped), step.statement
             assert not step.sql.endswith(";"), step.statement
+
+
+def test_an_index_a_later_migration_drops_is_never_built_and_is_dropped_where_it_stands() -> None:
+    """event_sighting_latest_idx (0003) is served as well by its v2 (0008): 0013 drops it."""
+    assert retired_indexes() == {"event_sighting_latest_idx"}
+    empty = Catalog(tables=frozenset(), columns=frozenset(), indexes=())
+    built = [b.index for m in plan(empty).migrations for b in m.builds if not b.retire]
+    assert "event_sighting_latest_idx" not in built
+    assert not [b for m in plan(empty).migrations for b in m.builds if b.retire]
+    full = complete_catalog()
+    old = IndexEntry("event", "event_sighting_latest_idx", True, False, None)
+    planned = plan(replace(full, indexes=(*full.indexes, old)))
+    assert [m.name for m in planned.migrations] == ["0013_retire_sighting_index"]
+    (drop,) = planned.statements
+    assert drop.concurrent and drop.sql.startswith("DROP INDEX CONCURRENTLY IF EXISTS")
 
 
 def test_an_empty_database_needs_everything_but_the_columns_its_tables_are_created_with() -> None:

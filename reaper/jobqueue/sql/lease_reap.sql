@@ -1,10 +1,10 @@
 -- The lease reap, done by PostgreSQL a batch at a time (SPEC §1 (a), (c), (d); §3; §8). Loaded
--- with queries.sql. A batch is one transaction: pick_lease_batch locks the lane's next expired
--- leases by the leased-expiry index's key and takes their streams' locks; reap_lease_batch then
--- rules on each of them as it stands under the lock, moves it, raises a park's gate, writes a
--- requeue's outbox row (outbox dispatch only) and appends each move's QueueReaped event. Python
--- sends bounds and thresholds, never a lease. Common parameters: $1 now, $2 grace seconds, and
--- the key the batch starts after ($3 expiry, $4 job id).
+-- with queries.sql. A batch is one transaction of one statement, reap_lease_batch: it locks the
+-- lane's next expired leases by the leased-expiry index's key and their streams, rules on each
+-- of them as it stands under the lock, moves it, raises a park's gate, writes a requeue's outbox
+-- row (outbox dispatch only) and appends each move's QueueReaped event. Python sends bounds and
+-- thresholds, never a lease. Common parameters: $1 now, $2 grace seconds, and the key the batch
+-- starts after ($3 expiry, $4 job id).
 --
 -- lease_ruling and the lease_outbox_ parts are not queries but pieces spliced into the
 -- statements (reaper/jobqueue/lease_reap.py). lease_ruling is the ruling every statement here
@@ -63,9 +63,9 @@ WHERE c.past_ms > $2::int * 1000
 
 -- name: lease_lane --
 -- Not a query: the lane's next expired leases after the key, oldest first ($1 now, $2 grace,
--- $3 and $4 the key, $5 a project or NULL, $6 the lane of $7, $8 how many), spliced into
--- pick_lease_batch (which locks them) and lease_rulings (which only reads them), so that the dry
--- run asks exactly what the reap takes.
+-- $3 and $4 the key, $5 a project or NULL, $6 the lane of $7 (projects split by a hash of their
+-- id), $8 how many), spliced into reap_lease_batch (which locks them) and lease_rulings (which
+-- only reads them), so that the dry run asks exactly what the reap takes.
 FROM job AS j
 WHERE j.state = 'leased'
   AND j.lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
@@ -75,56 +75,33 @@ WHERE j.state = 'leased'
 ORDER BY j.lease_expires_at, j.id
 LIMIT $8::int;
 
--- name: pick_lease_batch --
--- The first step of a batch: lock the lane's next expired leases ($5 one project or NULL; $6
--- the lane of $7, projects split by a hash of their id; at most $8), oldest first
--- after the key, skipping rows another transaction holds, then take their streams' locks in
--- stream order (lock_streams' lock), so that reap_lease_batch, a statement later, numbers
--- their events after every other reaper's. Returns how many were locked, the key of the last
--- (where the batch ends and the next starts) and their projects.
-WITH picked AS (
-    SELECT j.id, j.project_id, j.lease_expires_at
-    {lease_lane}
-    FOR NO KEY UPDATE OF j SKIP LOCKED
-),
-projects AS (
-    SELECT DISTINCT project_id FROM picked ORDER BY project_id
-),
-streams AS (
-    SELECT count(pg_advisory_xact_lock(1818584167, hashtext(project_id::text))) AS locked
-    FROM projects
-)
-SELECT (SELECT count(*) FROM picked) AS picked,
-       (SELECT max(lease_expires_at) FROM picked) AS last_expiry,
-       (SELECT id FROM picked ORDER BY lease_expires_at DESC, id DESC LIMIT 1) AS last_id,
-       (SELECT array_agg(project_id) FROM projects) AS projects,
-       (SELECT locked FROM streams) AS streams;
-
 -- name: reap_lease_batch --
--- The batch's work, a statement after pick_lease_batch in its transaction: every expired lease
--- of the batch's projects ($5) between the key it started after ($3, $4) and its last ($6, $7),
--- as it stands under the lock (a row another transaction holds is skipped), ruled by
--- lease_ruling and moved. Requeue: ready, lease cleared, run_after = now. Park: awaiting_human,
--- lease cleared, one attempt refunded, and one delivery_exhausted gate per episode (by its
--- identity; $8 its choices). Each move's event goes on its project's stream after the last
--- there, whoever wrote it; an event whose number a host writer took first is returned (its
--- stream, payload and digest, NULL when none: the usual case) for the caller to append in the
--- same transaction. The outbox variant (see lease_reap.py) also starts each requeue's dispatch
--- episode. Returns the moves per project and condition, the oldest and newest expiry, and
--- `recorded`: each move's stream (36 characters) and payload, between U+001E separators (canonical
--- JSON escapes it, so never holds it raw), for the pass's report.
+-- A batch, one statement: the lane's next expired leases after the key ($5 to $8 as
+-- lease_lane's), locked (a row another transaction holds is skipped), then their streams'
+-- locks (lock_streams' lock, taken in stream order); each lease ruled by lease_ruling as it
+-- stands under its lock and moved. Requeue: ready, lease cleared, run_after = now. Park:
+-- awaiting_human, lease cleared, one attempt refunded, and one delivery_exhausted gate per
+-- episode (by its identity; $9 its choices). Each move's event goes on its project's stream
+-- after the last there as the statement began; an event whose number another writer took first
+-- (a host writer, or a reaper that held the stream's lock when this statement began) is
+-- returned (its stream, payload and digest, NULL when none: the usual case) for the caller to
+-- append in the same transaction, under the stream's lock, after every other writer's. The
+-- outbox variant (see lease_reap.py) also starts each requeue's dispatch episode. Returns how
+-- many leases were locked and the key of the last (where the next batch starts), the moves per
+-- project and condition, the oldest and newest expiry, and `recorded`: each move's stream (36
+-- characters) and payload, between U+001E separators (canonical JSON escapes it, so never holds
+-- it raw), for the pass's report.
 WITH candidates AS (
     SELECT j.ctid AS row_ctid, j.id, j.project_id, j.kind, j.lease_owner, j.lease_expires_at,
            j.attempts, j.max_attempts,
            ceil((extract(epoch FROM $1::timestamptz) - extract(epoch FROM j.lease_expires_at))
                 * 1000) AS past_ms
-    FROM job AS j
-    WHERE j.state = 'leased'
-      AND j.lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
-      AND (j.lease_expires_at, j.id) > ($3::timestamptz, $4::uuid)
-      AND (j.lease_expires_at, j.id) <= ($6::timestamptz, $7::uuid)
-      AND j.project_id = ANY ($5::uuid[])
+    {lease_lane}
     FOR NO KEY UPDATE OF j SKIP LOCKED
+),
+streams AS (  -- in stream order, as every writer that takes them does
+    SELECT s.project_id, pg_advisory_xact_lock(1818584167, hashtext(s.project_id::text))
+    FROM (SELECT DISTINCT project_id FROM candidates ORDER BY project_id) AS s
 ),
 ruled AS ({lease_ruling}),
 requeued AS (
@@ -147,7 +124,7 @@ parked AS (
 ),
 gates AS (
     INSERT INTO human_gate (project_id, job_id, kind, prompt, choices, identity, created_at)
-    SELECT m.project_id, m.id, 'delivery_exhausted', m.prompt, $8::jsonb, m.identity,
+    SELECT m.project_id, m.id, 'delivery_exhausted', m.prompt, $9::jsonb, m.identity,
            $1::timestamptz
     FROM parked AS m
     ON CONFLICT (identity) WHERE identity IS NOT NULL DO NOTHING
@@ -163,7 +140,8 @@ last_seqs AS (
     SELECT s.project_id,
            coalesce((SELECT max(e.seq) FROM event AS e WHERE e.project_id = s.project_id), 0)
                AS last_seq
-    FROM (SELECT DISTINCT project_id FROM moved) AS s
+    FROM streams AS s
+    WHERE s.project_id IN (SELECT project_id FROM moved)
 ),
 events AS (
     INSERT INTO event (project_id, seq, kind, payload, digest, trusted, created_at)
@@ -171,6 +149,7 @@ events AS (
            $1::timestamptz
     FROM moved AS m
     JOIN last_seqs AS ls USING (project_id)
+    WHERE (SELECT count(*) FROM streams) > 0  -- every stream locked before the first event
     ON CONFLICT DO NOTHING
     RETURNING project_id, seq
 ),
@@ -188,7 +167,9 @@ unwritten AS (
       AND NOT EXISTS (SELECT 1 FROM events AS e
                       WHERE e.project_id = m.project_id AND e.seq = ls.last_seq + m.n)
 )
-SELECT (SELECT array_agg(project_id ORDER BY project_id, poison) FROM tally) AS projects,
+SELECT (SELECT count(*) FROM candidates) AS picked,
+       last.lease_expires_at AS last_expiry, last.id AS last_id,
+       (SELECT array_agg(project_id ORDER BY project_id, poison) FROM tally) AS projects,
        (SELECT array_agg(poison ORDER BY project_id, poison) FROM tally) AS parks,
        (SELECT array_agg(n ORDER BY project_id, poison) FROM tally) AS moves,
        (SELECT min(oldest) FROM tally) AS oldest,
@@ -197,11 +178,14 @@ SELECT (SELECT array_agg(project_id ORDER BY project_id, poison) FROM tally) AS 
        (SELECT array_agg(payload ORDER BY lease_expires_at, id) FROM unwritten) AS payloads,
        (SELECT array_agg(digest ORDER BY lease_expires_at, id) FROM unwritten) AS digests,
        (SELECT string_agg(project_id::text || payload, E'\x1e' ORDER BY lease_expires_at, id)
-        FROM moved) AS recorded;
+        FROM moved) AS recorded
+FROM (SELECT 1) AS one
+LEFT JOIN (SELECT lease_expires_at, id FROM candidates ORDER BY lease_expires_at DESC, id DESC
+           LIMIT 1) AS last ON true;
 
 -- name: lease_rulings --
 -- The dry run's question, read-only: the rulings reap_lease_batch would give the expired leases
--- after the key ($5 to $8 as pick_lease_batch's), one row each, none of them locked or moved.
+-- after the key ($5 to $8 as lease_lane's), one row each, none of them locked or moved.
 WITH candidates AS (
     SELECT j.id, j.project_id, j.kind, j.lease_owner, j.lease_expires_at, j.attempts,
            j.max_attempts,
