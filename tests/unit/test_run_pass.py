@@ -315,3 +315,29 @@ async def test_a_dead_letter_read_that_times_out_is_that_queues_problem_with_its
     )
     [outcome] = result.dead_letters.queues
     assert (outcome.parked_new, outcome.unread) == (0, 2)
+
+
+class SlowToList(FakeBroker):
+    """A broker whose listing outlasts the client's timeout (a vhost of many queues on a
+    loaded node: one page of 25,000 queues took up to 9.7 s)."""
+
+    async def queue_pages(self, vhost=None):  # type: ignore[no-untyped-def]
+        raise BrokerUnavailable(
+            "RabbitMQ management API at http://broker timed out after 10 s on GET "
+            "/api/queues/v (ReadTimeout)"
+        )
+        yield []  # pragma: no cover - an async generator that fails on its first page
+
+
+async def test_a_listing_that_times_out_says_to_raise_the_timeout() -> None:
+    store = MemoryJobQueue(clock=lambda: NOW)
+
+    result = await run_pass(
+        settings(), Sources(store=store, broker=SlowToList()), clock=lambda: NOW
+    )
+
+    [problem] = [p for p in result.problems() if p.kind == "unreadable"]
+    assert problem.subject == "broker" and "timed out after 10 s" in problem.detail
+    assert "raise it (REAPER_BUS__TIMEOUT_SECONDS)" in problem.fix
+    assert "raise it (REAPER_BUS__TIMEOUT_SECONDS)" in render_text(result)
+    assert not result.ok
