@@ -81,7 +81,7 @@ async def reap(
         for line in decisions(result):
             log.debug("decided: %s", line)
     if metrics_textfile or pushgateway:  # before the report: a failed export is in its header
-        failed = await _export(loaded, result, metrics_textfile, pushgateway)
+        failed = _export(result, metrics_textfile, pushgateway)
         result = dataclasses.replace(result, not_exported=failed)
     if output == "json":
         write_json(result, sys.stdout)  # every verdict, streamed from the pass's log
@@ -89,7 +89,7 @@ async def reap(
         print(colour.report(render_text(result).splitlines()[0], sys.stdout))
     else:
         print(colour.report(render_text(result, wide=output == "wide"), sys.stdout))
-        for line in await clear_notes(loaded.settings, result):  # what waits for a person
+        for line in clear_notes(loaded.settings, result):  # what waits for a person
             print(line)
     return EXIT_OK if result.ok else EXIT_NOT_OK
 
@@ -145,16 +145,17 @@ def decisions(result: PassResult) -> list[str]:
     return lines
 
 
-async def _export(
-    loaded: LoadedConfig, result: PassResult, textfile: Path | None, pushgateway: str | None
+def _export(
+    result: PassResult, textfile: Path | None, pushgateway: str | None
 ) -> tuple[tuple[str, str, str], ...]:
     """Export the pass's metrics where asked; each export that failed: where, why, fix."""
     metrics = ReaperMetrics()
     metrics.observe(result)
-    try:  # what waits for a person, as `reaper serve` exports it after each pass
-        metrics.observe_gates(await read_board(loaded.settings))
-    except ReaperError as exc:
-        print(f"reaper: the open gates were not read for the metrics: {exc}", file=sys.stderr)
+    board, why = result.gates.board, result.gates.board_error
+    if board is not None:  # what waits for a person, as `reaper serve` exports it
+        metrics.observe_gates(board)
+    elif why is not None:
+        print(f"reaper: the open gates were not read for the metrics: {why}", file=sys.stderr)
     failed: list[tuple[str, str, str]] = []
     if textfile:
         try:
@@ -314,18 +315,18 @@ async def read_board(settings: Settings) -> GateBoard:
         await sources.close()
 
 
-async def clear_notes(settings: Settings, result: PassResult) -> list[str]:
-    """The report's lines for the dead-letter queues a person may clear now. The gates are
-    read only when a queue of the pass could be one (every letter on it already parked)."""
+def clear_notes(settings: Settings, result: PassResult) -> list[str]:
+    """The report's lines for the dead-letter queues a person may clear now, by the board the
+    pass read as it ended (when a queue of the pass could be one: every letter on it parked)."""
     could = [
         d for d in result.dead_letters.queues if d.depth > 0 and d.parked_new == 0 and d.unread == 0
     ]
     if not could or result.dry_run:
         return []
-    try:
-        board = await read_board(settings)
-    except ReaperError as exc:
-        return [f"Whether a dead-letter queue may be cleared is not known: {exc}"]
+    board = result.gates.board
+    if board is None:
+        why = result.gates.board_error or "the open gates were not read"
+        return [f"Whether a dead-letter queue may be cleared is not known: {why}"]
     return [
         terminal_line(
             f"Safe to clear: {s.queue} ({s.letters} letter(s), every one parked and answered): "

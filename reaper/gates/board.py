@@ -1,6 +1,7 @@
-"""What waits for a person, read once after a pass for the metrics and the status page: the
-open gates by kind (count, oldest), the oldest open gates themselves, and how many open gates
-wait on each dead-letter queue. Read from the open-gate index, so its cost is what is open.
+"""What waits for a person, read as a pass ends (for its notes and metrics) and by the status
+page: the open gates by kind (count, oldest), the oldest open gates themselves, and how many
+open gates wait on each dead-letter queue. Read from the open-gate index, so its cost is what
+is open.
 
 A dead-letter queue is **safe to clear** when the last pass read it safely and every letter on
 it is parked from it (none new, none unread, none parked from another queue), and no open

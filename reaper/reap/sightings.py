@@ -1,6 +1,7 @@
 """The pass's recording step (SPEC §1 "Sightings"): the surfaced verdicts go to the ledger's
 sightings, recorded when first seen and cleared once gone, fleet-wide; and the open gates of
-the jobs this pass parked are looked up for the report."""
+the jobs this pass parked are looked up for the report, and the board of open gates is read
+as the pass ends, for the report's notes and the metrics."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from uuid import UUID
 from reaper.core.domain import Action, Condition, Judgement, SightingKey, Source, Verdict
 from reaper.core.sightings import SightingsPass
 from reaper.errors import SourceUnreadable
+from reaper.gates.board import GateBoard, board_of
 from reaper.jobqueue.port import GateFilter, JobQueue
 from reaper.reap.context import Pass
 from reaper.reap.dead_letters import DeadLettersOutcome
@@ -40,6 +42,10 @@ class GatesOutcome:
     #: The open gate of each job this pass parked (by job id), for the answer command.
     by_job: Mapping[str, UUID] = field(default_factory=dict)
     found: Found = field(default_factory=Found)
+    #: What waits for a person as the pass ended, read over the pass's own connection (None:
+    #: not read; ``board_error`` says why when it was tried).
+    board: GateBoard | None = None
+    board_error: str | None = None
 
 
 async def record(
@@ -135,14 +141,29 @@ async def gates_of_parks(
 ) -> GatesOutcome:
     """The gates this pass's parks raised (at the pass's instant), by job, when it parked one:
     the report names the gate each park waits behind, and the command that answers it. The
-    older open gates are not read: there may be thousands."""
+    older open gates are not listed (there may be thousands): the board counts them."""
     parked = any(r.applied and r.verdict.action is Action.PARK for r in verdicts)
     parked = parked or any(a is Action.PARK and rec for (_, a, _, rec) in leases.tally)
+    board, why = await _board(p)
     if p.ledger is None or not parked:
-        return GatesOutcome()
+        return GatesOutcome(board=board, board_error=why)
     try:
         gates = await p.ledger.list_gates(GateFilter(open_only=True, raised_since=p.now))
     except SourceUnreadable as exc:
         said = f"the gates of this pass's parks could not be listed: {exc.reason}"
-        return GatesOutcome(found=Found.noted(said))
-    return GatesOutcome({str(g.job_id): g.id for g in gates if g.job_id is not None})
+        return GatesOutcome(found=Found.noted(said), board=board, board_error=why)
+    by_job = {str(g.job_id): g.id for g in gates if g.job_id is not None}
+    return GatesOutcome(by_job, board=board, board_error=why)
+
+
+async def _board(p: Pass) -> tuple[GateBoard | None, str | None]:
+    """The board (what waits for a person), read while the pass's store is open, so that
+    nothing opens it again to print or export it; not in a lease-only pass."""
+    if p.leases_only:
+        return None, None
+    if p.store is None:
+        return None, "the job queue could not be read"
+    try:
+        return await board_of(p.store), None
+    except SourceUnreadable as exc:
+        return None, str(exc)

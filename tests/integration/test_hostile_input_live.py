@@ -152,7 +152,7 @@ async def test_a_letter_fanned_into_two_queues_makes_neither_safe_to_clear_while
     assert gate.is_open
     for _ in range(3):  # the passes after: neither queue is said safe to clear
         result = await reap_once(settings)
-        assert await clear_notes(settings, result) == []
+        assert clear_notes(settings, result) == []
         board = await read_board(settings)
         page = render_page(result, board, page_target(settings))
         assert "Safe to clear" not in page, page

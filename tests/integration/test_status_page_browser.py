@@ -130,7 +130,7 @@ async def test_the_status_page_shows_what_waits_in_a_real_browser(
     short = short_id(poison_gate.id)
     purge = f"rabbitmqctl purge_queue {DLQ} -p {broker.vhost}"
     # the text report says the same as the page
-    notes = await clear_notes(settings, await reap_once(settings))
+    notes = clear_notes(settings, await reap_once(settings))
     assert notes == [
         f"Safe to clear: {DLQ} (2 letter(s), every one parked and answered): `{purge}` (an act "
         "left to you: the reaper never clears a queue)"

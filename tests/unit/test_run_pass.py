@@ -12,8 +12,10 @@ import pytest
 
 from reaper.config import Settings
 from reaper.core.domain import FLEET_PROJECT_ID, Action, Condition, Source
+from reaper.edges.commands import clear_notes
 from reaper.edges.report import render_text, to_json
 from reaper.errors import BrokerUnavailable
+from reaper.jobqueue.port import GateChoice
 from reaper.reap.context import Mode
 from reaper.reap.run import run_pass
 from reaper.reap.sources import Sources
@@ -150,6 +152,25 @@ async def test_a_pass_parks_each_owned_dead_letter_once_and_never_reads_a_foreig
     assert len(parks) == 2 and len(await store.list_gates()) == 2
 
 
+async def test_the_pass_returns_the_board_it_read_and_the_notes_come_from_it() -> None:
+    store = MemoryJobQueue(clock=lambda: NOW)
+    broker = FakeBroker()
+    broker.declare("vibey.jobs.dead", "quorum")
+    broker.put_letters("vibey.jobs.dead", [letter("m-1"), letter("m-2")])
+    parking = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
+    board = parking.gates.board
+    assert board is not None and board.total_open == 2 and board.waiting == {"vibey.jobs.dead": 2}
+    for gate in await store.list_gates():
+        await store.answer_dead_letter_gate(GateChoice(gate.id, "dismiss", NOW))
+
+    answered = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
+
+    board = answered.gates.board
+    assert board is not None and board.total_open == 0 and board.waiting == {}
+    [note] = clear_notes(settings(), answered)  # no source opened: the pass's board
+    assert note.startswith("Safe to clear: vibey.jobs.dead (2 letter(s), every one parked")
+
+
 async def test_the_ledger_unread_means_nothing_is_written_and_nothing_is_cleared() -> None:
     broker = FakeBroker()
     broker.declare("vibey.jobs.dead", "quorum")
@@ -163,6 +184,8 @@ async def test_the_ledger_unread_means_nothing_is_written_and_nothing_is_cleared
     assert "the ledger (PostgreSQL) could not be read: nothing was written" in result.notes
     [outcome] = result.dead_letters.queues
     assert outcome.read_blocked is not None and broker.reads == []
+    assert result.gates.board is None
+    assert result.gates.board_error == "the job queue could not be read"
 
 
 class Interrupted(MemoryJobQueue):
