@@ -99,14 +99,16 @@ def _verdicts_by_queue(result: PassResult) -> dict[str, dict[str, str]]:
 
 
 def _bound(q: QueueStats, broker: BrokerFacts | None) -> str:
-    """The consumer timeout and delivery limit the broker enforces on ``q``, in words."""
-    timeout, limit = consumer_timeout_bound(q, broker), delivery_limit_bound(q, broker)
-    if not timeout.known or not limit.known:
+    """The consumer timeout and delivery limit the broker enforces on ``q``, in words (a
+    delivery limit only on a quorum queue: no other type has one)."""
+    timeout = consumer_timeout_bound(q, broker)
+    limit = delivery_limit_bound(q, broker) if q.kind == "quorum" else None
+    if not timeout.known or (limit is not None and not limit.known):
         return "<span class=muted>not known yet</span>"
     shown = []
     if timeout.enforced and timeout.value:
         shown.append(f"timeout {age(timeout.value / 1000)}")
-    if limit.enforced and limit.value is not None and limit.value >= 0:
+    if limit is not None and limit.enforced and limit.value is not None and limit.value >= 0:
         shown.append(f"delivery limit {limit.value}")
     if not shown:
         return '<span class="tag warn">none enforced</span> <small>(watched by the reaper)</small>'
