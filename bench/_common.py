@@ -4,8 +4,13 @@ the timing helpers. Benchmarks are scripts that print their figures, not tests."
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
@@ -60,3 +65,21 @@ def report_result(benchmark: str, figures: dict[str, object]) -> None:
     import json
 
     print("RESULT " + json.dumps({"benchmark": benchmark, **figures}, sort_keys=True))
+
+
+def one_pass(env: dict[str, str]) -> tuple[float, float, dict[str, object]]:
+    """Run ``reaper reap --json`` in a child; its peak RSS (MB), wall time and report."""
+    with tempfile.TemporaryFile(mode="w+") as out:
+        started = time.perf_counter()
+        child = subprocess.Popen(
+            [sys.executable, "-m", "reaper", "reap", "--json"],
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        elapsed = time.perf_counter() - started
+        out.seek(0)
+        report: dict[str, object] = json.load(out)
+    return usage.ru_maxrss / 1024, elapsed, report  # ru_maxrss is in KiB on Linux

@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -38,7 +36,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import dsn_for, migrated, report_result, scratch_database
+from _common import dsn_for, migrated, one_pass, report_result, scratch_database
 from broker_read import create_vhost
 
 TARGET_MB = 100.0
@@ -95,23 +93,6 @@ def wait_for_depth(admin: httpx.Client, vhost: str, depth: int) -> None:
             return
         time.sleep(1)
     raise SystemExit(f"{DLQ} did not list {depth} messages in 60 s")
-
-
-def one_pass(env: dict[str, str]) -> tuple[float, float, dict[str, object]]:
-    """Run ``reaper reap --json`` in a child; its peak RSS (MB), wall time and report."""
-    with tempfile.TemporaryFile(mode="w+") as out:
-        started = time.perf_counter()
-        child = subprocess.Popen(
-            [sys.executable, "-m", "reaper", "reap", "--json"],
-            stdout=out,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-        _, _, usage = os.wait4(child.pid, 0)
-        elapsed = time.perf_counter() - started
-        out.seek(0)
-        report: dict[str, object] = json.load(out)
-    return usage.ru_maxrss / 1024, elapsed, report  # ru_maxrss is in KiB on Linux
 
 
 async def parked(dsn: str) -> tuple[int, int, int, int]:

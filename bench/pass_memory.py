@@ -25,11 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import tracemalloc
 import uuid
@@ -42,7 +39,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import dsn_for, migrated, report_result, scratch_database
+from _common import dsn_for, migrated, one_pass, report_result, scratch_database
 from broker_read import create_vhost, wait_for_statistics
 
 from reaper.core.canonical import lease_payload
@@ -153,24 +150,6 @@ async def expire(dsn: str, expired: int) -> None:
         await conn.execute("ANALYZE job")
     finally:
         await conn.close()
-
-
-def one_pass(env: dict[str, str]) -> tuple[float, float, dict[str, object]]:
-    """Run ``reaper reap --json`` in a child; its peak RSS (MB), wall time and report."""
-    with tempfile.TemporaryFile(mode="w+") as out:
-        started = time.perf_counter()
-        child = subprocess.Popen(
-            [sys.executable, "-m", "reaper", "reap", "--json"],
-            stdout=out,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        elapsed = time.perf_counter() - started
-        out.seek(0)
-        report: dict[str, object] = json.load(out)
-    return usage.ru_maxrss / 1024, elapsed, report  # ru_maxrss is in KiB on Linux
 
 
 async def main() -> int:
