@@ -166,6 +166,19 @@ def get_holder_unseen(queue: QueueStats, broker: BrokerFacts | None) -> str | No
     return f"{broker.name} does not count a basic.get holder as a consumer on {queue.kind} queues"
 
 
+def delivery_limit_applies(queue: QueueStats, broker: BrokerFacts | None) -> bool:
+    """Whether a delivery limit can bind ``queue`` at all: a quorum queue always; a classic
+    one only on LavinMQ (it lists no queue type), and only where a policy ``delivery-limit``
+    or an ``x-delivery-limit`` argument sets one. RabbitMQ's classic queues have none."""
+    if queue.kind != "classic":
+        return queue.kind == "quorum"
+    lavinmq = queue.type is None or (broker is not None and broker.product.lower() == "lavinmq")
+    limit_set = "delivery-limit" in mapping(queue.effective_policy) or "x-delivery-limit" in (
+        mapping(queue.arguments)
+    )
+    return lavinmq and limit_set
+
+
 def delivery_limit_bound(queue: QueueStats, broker: BrokerFacts | None) -> Bound:
     """The delivery limit in force on a quorum ``queue``; ``value`` None means unlimited.
 

@@ -11,6 +11,7 @@ from typing import Final
 
 from reaper.core.bounds import (
     consumer_timeout_bound,
+    delivery_limit_applies,
     delivery_limit_bound,
     is_dead_letter_queue,
     is_owned_queue,
@@ -100,9 +101,9 @@ def _verdicts_by_queue(result: PassResult) -> dict[str, dict[str, str]]:
 
 def _bound(q: QueueStats, broker: BrokerFacts | None) -> str:
     """The consumer timeout and delivery limit the broker enforces on ``q``, in words (a
-    delivery limit only on a quorum queue: no other type has one)."""
+    delivery limit only where one can bind the queue: not on RabbitMQ's classic queues)."""
     timeout = consumer_timeout_bound(q, broker)
-    limit = delivery_limit_bound(q, broker) if q.kind == "quorum" else None
+    limit = delivery_limit_bound(q, broker) if delivery_limit_applies(q, broker) else None
     if not timeout.known or (limit is not None and not limit.known):
         return "<span class=muted>not known yet</span>"
     shown = []

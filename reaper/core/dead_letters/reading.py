@@ -9,12 +9,15 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from reaper.core.bounds import dead_letter_exchange_in_force, delivery_limit_bound
+from reaper.core.bounds import (
+    dead_letter_exchange_in_force,
+    delivery_limit_applies,
+    delivery_limit_bound,
+)
 from reaper.core.cluster import queue_unavailable
 from reaper.core.dead_letters.decode import envelope, header_identity
 from reaper.core.dead_letters.untrusted import quote_untrusted
 from reaper.core.domain import BrokerFacts, DeadLetter, QueueStats
-from reaper.core.values import mapping
 
 __all__ = [
     "READ_PAST_PARKED_CAP",
@@ -70,11 +73,7 @@ def read_plan(
         return unreadable
     kind = queue.kind
     count = _read_count(queue, peek_limit, already_parked_hint)
-    policy = mapping(queue.effective_policy)
-    arguments = mapping(queue.arguments)
-    limit_set = "delivery-limit" in policy or "x-delivery-limit" in arguments
-    lavinmq = queue.type is None or facts.product.lower() == "lavinmq"
-    if kind == "classic" and not (lavinmq and limit_set):
+    if kind == "classic" and not delivery_limit_applies(queue, facts):
         return ReadPlan(count, None, None, "classic queue: a requeueing read counts no delivery")
 
     bound = delivery_limit_bound(queue, facts)
