@@ -253,7 +253,9 @@ async def serve(
         while not stop.is_set():
             started = loop.time()
             result = await _one_pass(run_once, metrics, health, log)
-            if gates is not None:
+            if result is not None and result.gates.board is not None:
+                _keep_board(result.gates.board, metrics, health)  # the pass read it already
+            elif gates is not None:  # no pass this interval, or it could not read the board
                 await _read_gates(gates, metrics, health, log)
             remaining = (
                 next_in() if next_in is not None else interval_seconds - (loop.time() - started)
@@ -333,5 +335,9 @@ async def _read_gates(
         health.board_error = scrub(str(exc))
         log.warning("open gates not read: %s", health.board_error)
         return
+    _keep_board(board, metrics, health)
+
+
+def _keep_board(board: GateBoard, metrics: ReaperMetrics, health: _Health) -> None:
     metrics.observe_gates(board)
     health.board, health.board_error = board, None

@@ -254,6 +254,37 @@ async def test_the_gate_gauges_and_the_page_follow_the_gates_read_after_each_pas
     assert "<form" not in page.text and "src=" not in page.text
 
 
+class PassesWithBoard(Passes):
+    """Passes that return the board they read, as a real pass does."""
+
+    board: GateBoard | None = None
+
+    async def __call__(self) -> PassResult:
+        result = await super().__call__()
+        return replace(result, gates=replace(result.gates, board=self.board))
+
+
+async def test_the_board_a_pass_read_is_kept_and_never_read_again(
+    start: Callable[..., Awaitable[Running]],
+) -> None:
+    now = GATE.created_at + timedelta(hours=2)
+    reads_after = 0
+
+    async def gates() -> GateBoard:
+        nonlocal reads_after
+        reads_after += 1
+        return GateBoard(now, (), ())
+
+    passes = PassesWithBoard()
+    passes.board = GateBoard(now, (GateCount(GATE.kind, 1, GATE.created_at),), (GATE,))
+    running = await start(passes, gates=gates, target=TARGET)
+    registry = running.metrics.registry
+    await wait_until(lambda: registry.get_sample_value("reaper_gates_open", {"kind": GATE.kind}))
+
+    assert reads_after == 0  # the pass's own board: the database is not opened again
+    assert "<code>3f2a9c1e</code>" in (await running.client.get("/")).text
+
+
 async def test_metrics_shows_the_verdict_metrics_after_the_first_pass(
     start: Callable[..., Awaitable[Running]],
 ) -> None:
