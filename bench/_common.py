@@ -67,19 +67,55 @@ def report_result(benchmark: str, figures: dict[str, object]) -> None:
     print("RESULT " + json.dumps({"benchmark": benchmark, **figures}, sort_keys=True))
 
 
+#: Runs the command in its arguments and prints, on its stderr, the command's peak RSS (KiB)
+#: and exit status. A child's ``ru_maxrss`` starts at the RSS of the process that spawned it
+#: (Linux keeps the high-water mark of the memory a process had before ``execve``, and a child
+#: of fork or vfork had its parent's): spawned from this small interpreter, the command's
+#: figure is its own, not a bench's that holds thousands of queue definitions.
+_MEASURED = (
+    "import os, subprocess, sys\n"
+    "child = subprocess.Popen(sys.argv[1:], stderr=subprocess.DEVNULL)\n"
+    "_, status, usage = os.wait4(child.pid, 0)\n"
+    "print(usage.ru_maxrss, os.waitstatus_to_exitcode(status), file=sys.stderr)\n"
+)
+
+
+def measured(command: list[str]) -> list[str]:
+    """``command`` run through :data:`_MEASURED`: its stderr's last line is the command's own
+    peak RSS (KiB) and exit status (:func:`measured_peak`)."""
+    return [sys.executable, "-I", "-c", _MEASURED, *command]
+
+
+def measured_peak(stderr: str) -> tuple[float, int]:
+    """The peak RSS (MB) and exit status a :func:`measured` command printed last."""
+    peak_kib, status = stderr.strip().splitlines()[-1].split()
+    return int(peak_kib) / 1024, int(status)
+
+
+def own_peak_mb() -> float:
+    """This process's own peak RSS in MB (``VmHWM``: the high-water mark of its memory since
+    it started, unlike ``ru_maxrss``, which a child inherits from its parent)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def one_pass(env: dict[str, str]) -> tuple[float, float, dict[str, object]]:
-    """Run ``reaper reap --json`` in a child; its peak RSS (MB), wall time and report."""
+    """Run ``reaper reap --json`` in a child; its own peak RSS (MB), wall time and report."""
     with tempfile.TemporaryFile(mode="w+") as out:
         started = time.perf_counter()
-        child = subprocess.Popen(
-            [sys.executable, "-m", "reaper", "reap", "--json"],
+        child = subprocess.run(
+            measured([sys.executable, "-m", "reaper", "reap", "--json"]),
             stdout=out,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             env=env,
+            text=True,
+            check=False,
         )
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
         elapsed = time.perf_counter() - started
+        peak, _ = measured_peak(child.stderr)
         out.seek(0)
         report: dict[str, object] = json.load(out)
-    return usage.ru_maxrss / 1024, elapsed, report  # ru_maxrss is in KiB on Linux
+    return peak, elapsed, report

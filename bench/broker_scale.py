@@ -14,7 +14,7 @@ the timed pass would then write them itself); once every queue lists its statist
 policy, the listing
 (``ManagementClient.queue_pages``: the reaper's columns, 500 a page, the next pages in flight)
 and the pass (``run_pass`` over sources opened as ``reaper reap`` opens them, in a child
-process that reports its own peak RSS) alternate ``--repeat`` times; the best of each is
+process that reports its own peak RSS, ``VmHWM``) alternate ``--repeat`` times; the best of each is
 compared. Targets at the largest size: the pass within 1.1x one listing, peak RSS under 100 MB
 and within 10 MB of the smallest size's, and requests that grow with pages.
 
@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -46,7 +45,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import dsn_for, migrated, report_result, scratch_database
+from _common import dsn_for, migrated, own_peak_mb, report_result, scratch_database
 from _own_broker import TREES, own_broker
 from _scratch_vhost import ScratchVhosts, exit_on_signals
 
@@ -233,8 +232,9 @@ async def child() -> None:
                 "unavailable": sum(1 for u in result.unreadable if u.queue is not None),
                 "sources_unreadable": [u.error for u in result.unreadable if u.queue is None],
                 "policy_writes": [p.name for p in result.policies.outcomes if p.write],
-                # ru_maxrss is in KiB on Linux: the peak of this whole process
-                "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                # this process's own (not ru_maxrss: that starts at the bench's own RSS,
+                # which holds the queues' definitions, and grew with them)
+                "peak_mb": own_peak_mb(),
             }
         )
     )

@@ -1,7 +1,8 @@
 """A pass's peak memory whatever the dead letters weigh (SPEC §11): ``--letters`` letters, each
 with a ``--header-mib`` header and a ``--body-mib`` body, on one owned dead-letter queue of a
 real broker, parked by real ``reaper reap --json`` passes, each in a child process whose peak
-RSS is read from the kernel (``os.wait4``: that child's own ``ru_maxrss``).
+RSS is read from the kernel (``os.wait4``: that child's own ``ru_maxrss``, started from a
+small launcher so that it does not inherit the bench's own RSS: ``bench/_common.py``).
 
     python bench/hostile_memory.py [--url http://127.0.0.1:15672 --letters 100
                                     --header-mib 2 --body-mib 5]

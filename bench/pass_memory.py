@@ -1,6 +1,7 @@
 """A pass's peak memory (SPEC §8): one real ``reaper reap --json`` over 1,000,000 jobs and
 10,000 queues, at 1,000 and at 20,000 expired leases, each in a child process whose peak RSS
-is read from the kernel (``os.wait4``: that child's own ``ru_maxrss``).
+is read from the kernel (``os.wait4``: that child's own ``ru_maxrss``, started from a small
+launcher so that it does not inherit the bench's own RSS: ``bench/_common.py``).
 
     python bench/pass_memory.py [--jobs 1000000 --projects 1000 --queues 10000
                                  --expired 1000,20000]
