@@ -19,7 +19,7 @@ from typing import Final
 
 from reaper.broker.capabilities import capabilities_for, product_and_version
 from reaper.broker.evidence import broker_wide_consumer_timeout, live_consumer_timeout, read_nodes
-from reaper.broker.http import BrokerTls, ManagementApi, Transport, segment
+from reaper.broker.http import BrokerTls, ManagementApi, Transport, Turn, segment
 from reaper.broker.port import BrokerPolicy, ManagementEndpoint, QueuesByVhost, RawMessage
 from reaper.broker.records import (
     CHANNEL_COLUMNS,
@@ -55,8 +55,9 @@ __all__ = [
 MAX_PAGE_SIZE: Final = 500
 DEFAULT_PAGE_SIZE: Final = 500
 
-#: Pages after the first are fetched this many at a time: the broker serves each request in
-#: its own process, so concurrent pages overlap their fixed cost.
+#: Pages after the first are requested this many ahead of the one being judged: the broker
+#: serves each request in its own process, so concurrent pages overlap their fixed cost. A
+#: page ahead holds its answer's headers only; its body is read when its turn comes.
 PAGE_CONCURRENCY: Final = 4
 
 #: The only ackmode this client ever sends: the message goes back to the queue. RabbitMQ's
@@ -185,10 +186,11 @@ class ManagementClient:
 
     async def queue_pages(self, vhost: str | None = None) -> AsyncIterator[list[QueueStats]]:
         """Every queue of the vhost, a page at a time, column-projected: the cost grows with
-        pages (``ceil(n / page_size)`` requests), never with queues, and at most
-        ``PAGE_CONCURRENCY`` pages are held or in flight at once (the next ones are fetched
-        while the caller works on this one). An API that ignores pagination and answers a
-        plain list is one page.
+        pages (``ceil(n / page_size)`` requests), never with queues. ``PAGE_CONCURRENCY`` pages
+        are requested ahead of the one the caller works on, so the broker prepares them
+        meanwhile, but each holds only its answer's headers until its turn: one page is held
+        at a time (beside the one being read), whatever the number of queues. An API that
+        ignores pagination and answers a plain list is one page.
 
         A queue created or deleted while the pages are read can shift the page boundaries by
         a few queues: a queue seen on two neighbouring pages is yielded once, and a queue
@@ -202,27 +204,19 @@ class ManagementClient:
         page_count = whole(self.api.mapping(first, path).get("page_count")) or 1
         page = self._queues(self._page_items(first, path), vhost, path, frozenset())
         del first
-        pending: deque[asyncio.Future[object]] = deque()
+        ahead = _PagesAhead(self, path, page_count)
         try:
-            for number in range(2, page_count + 1):
-                pending.append(asyncio.ensure_future(self._page(path, number)))
-                if len(pending) >= PAGE_CONCURRENCY:
-                    break
-            following = len(pending) + 2
+            ahead.fill()
             yield page
-            while pending:
-                answer = await pending.popleft()
-                if following <= page_count:
-                    pending.append(asyncio.ensure_future(self._page(path, following)))
-                    following += 1
+            while ahead.pending:
                 before = frozenset(q.name for q in page)
+                del page  # the caller is done with it: not held while the next one is read
+                answer = await ahead.next()
                 page = self._queues(self._page_items(answer, path), vhost, path, before)
                 del answer
                 yield page
         finally:
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await ahead.cancel()
 
     def _page_params(self, page: int) -> dict[str, str | int]:
         return {
@@ -231,8 +225,8 @@ class ManagementClient:
             "columns": self.dialect.columns(QUEUE_COLUMNS),
         }
 
-    async def _page(self, path: str, number: int) -> object:
-        return await self.api.request("GET", path, params=self._page_params(number))
+    async def _page(self, path: str, number: int, turn: Turn) -> object:
+        return await self.api.request("GET", path, params=self._page_params(number), turn=turn)
 
     def _queues(
         self, items: list[object], vhost: str, path: str, before: frozenset[str]
@@ -398,3 +392,36 @@ class ManagementClient:
         broker can no longer be given safely (a withheld delivery limit)."""
         vhost = self.vhost if vhost is None else vhost
         await self.api.request("DELETE", f"/api/policies/{segment(vhost)}/{segment(name)}")
+
+
+class _PagesAhead:
+    """The pages of one listing requested ahead (:meth:`ManagementClient.queue_pages`): at
+    most ``PAGE_CONCURRENCY``, each waiting with its answer's headers until :meth:`next`
+    gives it its turn to read its body."""
+
+    def __init__(self, client: ManagementClient, path: str, page_count: int) -> None:
+        self.client = client
+        self.path = path
+        self.page_count = page_count
+        self.following = 2
+        self.pending: deque[tuple[asyncio.Event, asyncio.Future[object]]] = deque()
+
+    def fill(self) -> None:
+        while self.following <= self.page_count and len(self.pending) < PAGE_CONCURRENCY:
+            turn = asyncio.Event()
+            number, self.following = self.following, self.following + 1
+            self.pending.append(
+                (turn, asyncio.ensure_future(self.client._page(self.path, number, turn.wait)))
+            )
+
+    async def next(self) -> object:
+        """The next page's answer, read now; the page after the last one ahead is asked."""
+        turn, answer = self.pending.popleft()
+        self.fill()
+        turn.set()
+        return await answer
+
+    async def cancel(self) -> None:
+        for _, answer in self.pending:
+            answer.cancel()
+        await asyncio.gather(*(answer for _, answer in self.pending), return_exceptions=True)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import urlsplit
 
+from reaper.broker.bounded import decoded
 from reaper.core.tls import tls_words
 
 __all__ = ["connect_words", "not_http_words", "reason_words", "tags_fix"]
@@ -77,9 +78,13 @@ def not_http_words(exc: BaseException, url: str) -> str | None:
     return None
 
 
-def reason_words(body: object) -> str:
-    """The broker's own words for an error in its JSON ``body``, on one line, prefixed
-    ``": "`` (or empty)."""
+def reason_words(kept: bytes) -> str:
+    """The broker's own words for an error in an answer's body as kept
+    (:mod:`reaper.broker.bounded`), on one line, prefixed ``": "`` (or empty)."""
+    try:
+        body = decoded(kept)
+    except (ValueError, RecursionError):
+        return ""
     if not isinstance(body, Mapping):
         return ""
     text = body.get("reason") or body.get("error") or ""

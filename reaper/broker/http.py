@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import ssl
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote, unquote, urlsplit
@@ -90,6 +90,9 @@ def _why(exc: BaseException) -> str:
 
 #: What carries the requests: the network, or a test's stand-in (respx, a proxy).
 Transport = httpx.AsyncBaseTransport
+#: Awaited between an answer's headers and its body (:meth:`ManagementApi.request`).
+Turn = Callable[[], Awaitable[object]]
+_Params = Mapping[str, str | int] | None
 
 
 class BrokerRejected(BrokerUnavailable):
@@ -195,10 +198,12 @@ class ManagementApi:
         params: Mapping[str, str | int] | None = None,
         json: object = None,
         missing: str | None = None,
+        turn: Turn | None = None,
     ) -> object:
         """Send one request and return its decoded JSON body (None for an empty body).
         Every failure leaves here as a ``BrokerUnavailable`` (or subclass); ``missing`` names
-        what a 404 means ("queue 'x'")."""
+        what a 404 means ("queue 'x'"). ``turn``, if given, is awaited between the answer's
+        headers and its body: a request sent ahead holds no body until its turn."""
         write = method in _WRITE_METHODS
         what = f"{method} {path if len(path) <= 200 else path[:200] + '…'}"
         response: Answer | None = None
@@ -209,7 +214,7 @@ class ManagementApi:
             raise self.unavailable(f"cannot set up TLS: {self.tls_problem}")
         for url in [u for u in self.management_urls if u not in self.skipped]:
             try:
-                response = await self._send(method, url, path, params=params, json=json)
+                response = await self._send(method, url, path, params=params, json=json, turn=turn)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 # Never sent: another node may take it.
                 self.skipped[url] = f"could not be reached on {what}: {connect_words(exc, url)}"
@@ -270,8 +275,9 @@ class ManagementApi:
         url: str,
         path: str,
         *,
-        params: Mapping[str, str | int] | None,
+        params: _Params,
         json: object,
+        turn: Turn | None,
     ) -> Answer:
         """One request; one whose connection broke before its answer was whole is sent once
         more if that is safe (``_RESENDABLE_METHODS``). A kept-alive connection that the node
@@ -283,18 +289,18 @@ class ManagementApi:
         self._count(write)
         started = time.monotonic()
         try:
-            answer = await self._read(method, url + path, params=params, json=json)
+            answer = await self._read(method, url + path, params=params, json=json, turn=turn)
         except (httpx.RemoteProtocolError, httpx.ReadError):
             if method not in _RESENDABLE_METHODS:
                 raise
             self._count(write)
             self.resent.append(method)
-            answer = await self._read(method, url + path, params=params, json=json)
+            answer = await self._read(method, url + path, params=params, json=json, turn=turn)
         answer.log(f"{method} {scrub(url)}{path}", 1e3 * (time.monotonic() - started))
         return answer
 
     async def _read(
-        self, method: str, url: str, *, params: Mapping[str, str | int] | None, json: object
+        self, method: str, url: str, *, params: _Params, json: object, turn: Turn | None
     ) -> Answer:
         """Send one request; read its answer as sent (still compressed: a test's double has
         it read already), only a bounded copy kept (:func:`bounded.read_answer`)."""
@@ -302,6 +308,8 @@ class ManagementApi:
         response = await self._http.send(request, stream=True)
         read = response.is_stream_consumed
         try:
+            if turn is not None:
+                await turn()
             return await read_answer(
                 response.aiter_bytes() if read else response.aiter_raw(),
                 response.headers,
@@ -370,7 +378,7 @@ class ManagementApi:
         missing: str | None,
         url: str,
     ) -> BrokerUnavailable:
-        said = _broker_reason(response)
+        said = reason_words(response.kept)
         user = f"user {self.username!r}"
         if status in (401, 403) and write:
             return BrokerRefused(
@@ -437,12 +445,3 @@ class ManagementApi:
     def _line(self, problem: str, url: str | None = None) -> str:
         where = url or self._last_url or self.management_url
         return scrub(f"RabbitMQ management API at {where} {problem}", [self._password])
-
-
-def _broker_reason(response: Answer) -> str:
-    """The broker's own words for an error, on one line, prefixed ``": "`` (or empty)."""
-    try:
-        body = decoded(response.kept)
-    except (ValueError, RecursionError):
-        return ""
-    return reason_words(body)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import socket
@@ -14,7 +15,7 @@ import pytest
 import respx
 
 from reaper.broker.capabilities import capabilities_for
-from reaper.broker.client import REQUEUEING_ACKMODE, ManagementClient
+from reaper.broker.client import PAGE_CONCURRENCY, REQUEUEING_ACKMODE, ManagementClient
 from reaper.broker.http import BrokerRejected
 from reaper.broker.records import QUEUE_COLUMNS
 from reaper.core.domain import BrokerFacts
@@ -345,6 +346,46 @@ async def test_an_api_that_ignores_pagination_is_one_request(
     mock.get("/api/queues/%2F").respond(200, json=[queue_item("a"), queue_item("b")])
     assert [q.name for q in await client.list_queues()] == ["a", "b"]
     assert client.requests_made == 1
+
+
+class _PagesRecorded(httpx.AsyncBaseTransport):
+    """Answers ``count`` pages of one queue each, recording which requests were sent and
+    which answers' bodies were read (an answer's headers come first, its body on reading)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.sent: list[int] = []
+        self.read: list[int] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        number = int(request.url.params["page"])
+        self.sent.append(number)
+        body = json.dumps(page([queue_item(f"q{number}")], number, self.count)).encode()
+        return httpx.Response(200, stream=_Body(body, lambda: self.read.append(number)))
+
+
+class _Body(httpx.AsyncByteStream):
+    def __init__(self, body: bytes, on_read: Callable[[], None]) -> None:
+        self.body, self.on_read = body, on_read
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        self.on_read()
+        yield self.body
+
+
+async def test_pages_ahead_are_requested_but_their_bodies_read_only_in_turn() -> None:
+    # The broker prepares the pages ahead while one is judged; no page ahead is held.
+    transport = _PagesRecorded(8)
+    async with ManagementClient(URL, USER, PASSWORD, page_size=1, transport=transport) as client:
+        seen = []
+        async for queues in client.queue_pages():
+            seen += [q.name for q in queues]
+            await asyncio.sleep(0.01)  # the caller judges: the requests ahead go out meanwhile
+            current = len(seen)
+            assert transport.read == list(range(1, current + 1))
+            assert sorted(transport.sent) == list(range(1, min(8, current + PAGE_CONCURRENCY) + 1))
+        assert client.requests_made == 8
+    assert seen == [f"q{n}" for n in range(1, 9)]
 
 
 async def test_a_failing_page_fails_the_listing(mock: respx.MockRouter) -> None:
