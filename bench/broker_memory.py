@@ -15,9 +15,12 @@ keeps only the 20 owned classic queues (they carry a finding) and counts the res
 waits ``--page-delay`` seconds before it is sent, as a busy node takes its time: the pages in
 flight then finish together.
 
-Each size runs one pass (``run_pass``, over sources opened as ``reaper reap`` opens them, on a
-scratch database) in a child whose ``ru_maxrss`` is its peak. Target: the largest size within
-10 MB of the smallest. Only memory is judged: the machine is shared and times are not figures.
+Each size runs ``--repeat`` passes, each ``bench/broker_scale.py``'s (``run_pass`` over sources
+opened as ``reaper reap`` opens them, on a scratch database) in a child that reports its own
+peak RSS (``VmHWM``). Targets: under 100 MB, and the largest size within 10 MB of the smallest,
+each pass keeping only the 20 queues with a finding and writing no policy. Only memory is
+judged: times on a shared machine are not figures. ``--pages-ahead N`` asks the listing for N
+pages ahead instead of the reaper's ``PAGE_CONCURRENCY``.
 """
 
 from __future__ import annotations
@@ -42,16 +45,14 @@ from urllib.parse import parse_qs, unquote, urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import dsn_for, migrated, own_peak_mb, report_result, scratch_database
-from broker_scale import OWNED_CLASSIC, definitions
+from _common import dsn_for, migrated, report_result, scratch_database
+from broker_scale import OWNED_CLASSIC, child, definitions
 
 from reaper.broker import client
 from reaper.broker.capabilities import capabilities_for
 from reaper.config import load_config
 from reaper.policies.render import DesiredPolicy
 from reaper.reap.policies import desired_for
-from reaper.reap.run import run_pass
-from reaper.reap.sources import open_sources
 
 FLAT_MB = 10.0
 TARGET_MB = 100.0
@@ -198,33 +199,6 @@ def replay(env: dict[str, str], queues: int, args: argparse.Namespace) -> Iterat
         process.wait()
 
 
-async def child() -> None:
-    """One pass as ``reaper reap`` runs it, configured from the environment; prints JSON."""
-    settings = load_config().settings
-    if os.environ.get(PAGES_AHEAD):
-        client.PAGE_CONCURRENCY = int(os.environ[PAGES_AHEAD])  # type: ignore[misc]
-    sources = await open_sources(settings)
-    try:
-        result = await run_pass(settings, sources)
-        requests = sources.broker.requests_made if sources.broker else 0
-    finally:
-        await sources.close()
-    inventory = result.inventory()
-    print(
-        json.dumps(
-            {
-                "requests": requests,
-                "status": result.status(),
-                "queues": (inventory.queues_owned or 0) + (inventory.queues_foreign or 0),
-                "kept": len(result.queues),
-                "unreadable": [u.error for u in result.unreadable][:3],
-                "policy_writes": [p.name for p in result.policies.outcomes if p.write],
-                "peak_mb": own_peak_mb(),
-            }
-        )
-    )
-
-
 def one_pass(env: dict[str, str]) -> dict[str, object]:
     out = subprocess.run(
         [sys.executable, __file__, "--child"],
@@ -319,7 +293,9 @@ def main() -> int:
     if args.serve:
         serve(args.serve, int(args.sizes), args.version, args.page_delay)
         return 0
-    if args.child:
+    if args.child:  # broker_scale.py's pass, with the pages ahead asked
+        if os.environ.get(PAGES_AHEAD):
+            client.PAGE_CONCURRENCY = int(os.environ[PAGES_AHEAD])  # type: ignore[misc]
         asyncio.run(child())
         return 0
     return asyncio.run(measure(args))
