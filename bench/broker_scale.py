@@ -158,6 +158,12 @@ def wait_settled(
         except httpx.TimeoutException:
             missing = "the listing did not answer before the deadline"
             break
+        except httpx.TransportError as e:
+            # a busy node closes a kept-alive connection as a request goes out (seen on 4.3
+            # at 50,000 queues): asked again, within the deadline
+            missing = f"the listing broke off ({type(e).__name__}: {e})"
+            time.sleep(2)
+            continue
         if not missing:
             break
         time.sleep(2)
