@@ -93,7 +93,7 @@ async def plan(
     client: Broker, desired: Sequence[DesiredPolicy], *, vhost: str | None = None
 ) -> Plan:
     """Desired against actual, per policy and per queue. Reads only; writes nothing."""
-    return await _run(client, desired, vhost=vhost, dry_run=True)
+    return await reconcile(client, desired, vhost=vhost, dry_run=True)
 
 
 async def reconcile(
@@ -108,8 +108,9 @@ async def reconcile(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     listed: QueuesRead | None = None,
     read_queues: ReadQueues | None = None,
-) -> list[PolicyOutcome]:
-    """Bring every desired policy to the broker and verify it on the queues.
+) -> Plan:
+    """Bring every desired policy to the broker and verify it on the queues; the plan says
+    what was found, per policy and per queue, and its outcomes what became of each policy.
 
     Reads the vhost's policies (one listing); writes only a real (normalized) difference;
     reads the written ones back; then checks the queues (``listed``, the pass's own listing,
@@ -120,34 +121,6 @@ async def reconcile(
     ``dry_run`` writes nothing and says ``planned`` (a declaration this broker cannot hold at
     all says ``unsupported`` either way). A refused write is an outcome (``refused``), never an
     exception; a broker that cannot be read raises ``BrokerUnavailable``."""
-    result = await _run(
-        client,
-        desired,
-        vhost=vhost,
-        dry_run=dry_run,
-        verify_wait_seconds=verify_wait_seconds,
-        poll_interval_seconds=poll_interval_seconds,
-        clock=clock,
-        sleep=sleep,
-        listed=listed,
-        read_queues=read_queues,
-    )
-    return list(result.outcomes)
-
-
-async def _run(
-    client: Broker,
-    desired: Sequence[DesiredPolicy],
-    *,
-    vhost: str | None,
-    dry_run: bool,
-    verify_wait_seconds: float = 0.0,
-    poll_interval_seconds: float = POLL_INTERVAL_SECONDS,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    listed: QueuesRead | None = None,
-    read_queues: ReadQueues | None = None,
-) -> Plan:
     # One listing reads every policy: measured on 3.10, 4.0 and 4.3, a user without the
     # policymaker tag may list a vhost's policies but not GET one by name (401).
     held = _by_name(await client.list_policies(vhost))
