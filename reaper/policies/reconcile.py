@@ -132,15 +132,7 @@ async def reconcile(
 
     written: set[str] = set()
     if not dry_run:
-        for s in states:
-            writing = s.desired.writable and bool(s.diff)
-            if await _write(client, s, vhost) if writing else await _delete_stale(client, s, vhost):
-                written.add(s.desired.name)
-    if written:
-        held = _by_name(await client.list_policies(vhost))
-        for s in states:
-            if s.desired.name in written:
-                _read_back(s, held.get(s.desired.name))
+        written, held = await _write_differences(client, states, held, vhost)
     as_desired = frozenset(d.name for d in desired if not differences(d, held.get(d.name)))
 
     # Policies are cluster-wide: each is verified once, on the queues, whichever node leads
@@ -205,6 +197,24 @@ def _whole_listing(client: Broker, vhost: str | None) -> ReadQueues:
         return QueuesRead(queues, unreadable)
 
     return read
+
+
+async def _write_differences(
+    client: Broker, states: Sequence[PolicyState], held: dict[str, BrokerPolicy], vhost: str | None
+) -> tuple[set[str], dict[str, BrokerPolicy]]:
+    """Write each policy that differs (delete a stale one of ours) and read the written ones
+    back: the names written, and the policies as the broker holds them after."""
+    written: set[str] = set()
+    for s in states:
+        writing = s.desired.writable and bool(s.diff)
+        if await _write(client, s, vhost) if writing else await _delete_stale(client, s, vhost):
+            written.add(s.desired.name)
+    if written:
+        held = _by_name(await client.list_policies(vhost))
+        for s in states:
+            if s.desired.name in written:
+                _read_back(s, held.get(s.desired.name))
+    return written, held
 
 
 def _by_name(policies: Iterable[BrokerPolicy]) -> dict[str, BrokerPolicy]:
