@@ -308,7 +308,7 @@ class QueueReaper:
             "queue reap %s in %.2f s: %d verdict(s)%s%s%s",
             result.status(),
             result.duration_seconds,
-            len(result.verdicts),
+            result.verdict_count,
             f"; {'; '.join(said)}" if said else "",
             f"; and {more} more" if more else "",
             f" (the turn fell to project {project_id}'s worker)" if project_id else "",

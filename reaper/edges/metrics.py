@@ -143,12 +143,14 @@ class ReaperMetrics:
         dry_run = "true" if result.dry_run else "false"
         real = not result.dry_run
         with self._lock:
-            for rv in result.verdicts.others:
+            for rv in result.verdicts:
                 v = rv.verdict
                 self._count(v.source, v.condition, v.action, dry_run, real and rv.recorded)
             # the lease verdicts as counted by the pass, not read back for the counters
-            for (condition, action, _, recorded), n in result.verdicts.leases.tally.items():
-                self._count(Source.JOB_QUEUE, condition, action, dry_run, real and recorded, n)
+            listing = result.leases.listing
+            for (condition, action), n in listing.tally().items():
+                recorded = real and listing.recorded
+                self._count(Source.JOB_QUEUE, condition, action, dry_run, recorded, n)
             if real:
                 self.dead_letters_parked.inc(
                     sum(max(0, d.parked_new) for d in result.dead_letters.queues)

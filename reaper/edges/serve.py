@@ -311,7 +311,7 @@ async def _one_pass(
     health.last_ok = result.ok
     health.completed_at = time.monotonic()
     if result.ok:
-        log.info("pass ok in %.2fs: %d verdict(s)", result.duration_seconds, len(result.verdicts))
+        log.info("pass ok in %.2fs: %d verdict(s)", result.duration_seconds, result.verdict_count)
     else:
         problems = [p.line() for p in result.problems()]
         log.warning(

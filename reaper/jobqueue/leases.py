@@ -25,6 +25,7 @@ class Leases:
     #: The batches PostgreSQL moves (:mod:`reaper.jobqueue.lease_reap`), written there with
     #: the store as its first parameter.
     reap_leases = lease_reap.reap_leases
+    lease_listing = lease_reap.lease_listing
 
     async def count_expired_leases(
         self, now: datetime, grace_seconds: int, project_id: UUID | None = None

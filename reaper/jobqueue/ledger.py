@@ -77,17 +77,18 @@ async def lock_streams(conn: Connection, streams: Sequence[UUID]) -> None:
 
 async def append(
     conn: Connection, events: Sequence[Event], now: datetime, *, locked: bool = False
-) -> None:
+) -> list[tuple[UUID, int]]:
     """Append ``events`` inside the caller's transaction, in order but for
-    those whose numbers a host writer took first, which follow. ``locked``: the caller already
-    holds the streams' locks."""
+    those whose numbers a host writer took first, which follow; the stream and number each
+    took. ``locked``: the caller already holds the streams' locks."""
     if not events:
-        return
+        return []
     if not locked:
         await lock_streams(conn, [e.stream for e in events])
     pending = list(events)
+    written: list[tuple[UUID, int]] = []
     for round_ in range(ROUNDS):
-        unwritten = await conn.fetchval(
+        row = await conn.fetchrow(
             QUERIES["append_events"],
             [e.stream for e in pending],
             [e.canonical for e in pending],
@@ -96,9 +97,10 @@ async def append(
             now,
             [e.kind for e in pending],
         )
-        if not unwritten:
-            return
-        pending = [pending[i - 1] for i in unwritten]
+        written += zip(row["streams"] or (), row["seqs"] or (), strict=True)
+        if not row["unwritten"]:
+            return written
+        pending = [pending[i - 1] for i in row["unwritten"]]
         # the host's writer commits within moments; a short, growing, jittered pause keeps
         # the next round from meeting it in step
         await asyncio.sleep(random.uniform(0, 0.001 * (round_ + 1)))

@@ -19,6 +19,7 @@ from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.context import Mode
 from reaper.reap.run import run_pass
 from reaper.reap.sources import Sources
+from tests.support.lease_moves import every_verdict
 
 pytestmark = [pytest.mark.postgres]
 
@@ -86,7 +87,9 @@ async def test_one_pass_requeues_more_than_the_old_cap_each_with_its_event(
     assert result.ok, result.problems()
     assert result.leases.remaining == 0
     assert not [n for n in result.notes if "expired lease(s) left" in n]
-    assert len(result.verdicts) == leases
+    verdicts = await every_verdict(result)  # the moves read back from the ledger
+    assert len(verdicts) == leases == result.verdict_count
+    assert len({r.verdict.object for r in verdicts if r.recorded}) == leases
     after = await tally(pg_dsn)
     assert (after["leased"], after["events"], after["objects"]) == (0, leases, leases)
     assert after["out_of_place"] == 0
@@ -146,10 +149,12 @@ async def test_two_reapers_paging_at_once_move_each_lease_once(
                 for s in stores
             )
         )
+        read_back = [await every_verdict(result) for result in results]  # each its own moves
     finally:
         for s in stores:
             await s.close()
-    moved = [{r.verdict.object for r in result.verdicts if r.recorded} for result in results]
+    moved = [{r.verdict.object for r in verdicts if r.recorded} for verdicts in read_back]
+    assert [len(m) for m in moved] == [r.leases.listing.reap.moved for r in results]
     assert all(result.ok for result in results), [r.problems() for r in results]
     assert not moved[0] & moved[1], "a lease moved by both reapers"
     assert len(moved[0] | moved[1]) == leases

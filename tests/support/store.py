@@ -5,8 +5,6 @@ Jobs go in with COPY, so seeding thousands of rows costs milliseconds.
 
 from __future__ import annotations
 
-import json
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -17,7 +15,7 @@ from typing import Any
 import asyncpg
 
 from reaper.core.domain import Dispatch, HeldLease
-from reaper.jobqueue.port import JobQueue
+from reaper.jobqueue.port import JobQueue, LeaseReapRun
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
 
@@ -131,8 +129,8 @@ def lease_of(job: Job) -> HeldLease:
 
 @dataclass(frozen=True)
 class Reaped:
-    """What one lease reap moved, by job, each sorted (read off what the store handed its
-    ``keep``), and the rows it named."""
+    """What one lease reap moved, by job, each sorted (read back from the ledger), and the
+    rows it named."""
 
     requeued: tuple[uuid.UUID, ...] = ()
     parked: tuple[uuid.UUID, ...] = ()
@@ -147,22 +145,15 @@ async def reap_page(
     dispatch: Dispatch = Dispatch.POLLING,
     grace: int = 0,
 ) -> Reaped:
-    """The pass's lease reap, whole, no budget: what it moved and what it named."""
-    kept: list[str] = []
-    done = await store.reap_leases(
-        now,
-        grace,
-        project_id=project_id,
-        dispatch=dispatch,
-        write=True,
-        deadline=float("inf"),
-        keep=lambda moves, _recorded: kept.append(moves),
-        monotonic=time.monotonic,
-    )
-    moves = [json.loads(m[36:]) for batch in kept for m in batch.split("\x1e")]
+    """The pass's lease reap, whole, no budget: what it moved (read back from the ledger by
+    the runs of events it appended, as the pass's report reads them) and what it named."""
+    run = LeaseReapRun(now, grace, project_id, dispatch, True)
+    done = await store.reap_leases(run)
+    moves = [v async for v in store.lease_listing(run, done)]
+    assert len(moves) == done.moved, (len(moves), done.moved)  # each move read back once
     return Reaped(  # sorted: lanes end in no set order
-        requeued=tuple(sorted(uuid.UUID(m["object"]) for m in moves if m["action"] == "requeue")),
-        parked=tuple(sorted(uuid.UUID(m["object"]) for m in moves if m["action"] == "park")),
+        requeued=tuple(sorted(uuid.UUID(m.object) for m in moves if m.action == "requeue")),
+        parked=tuple(sorted(uuid.UUID(m.object) for m in moves if m.action == "park")),
         failed=tuple(done.failed),
     )
 

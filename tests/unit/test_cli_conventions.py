@@ -198,7 +198,6 @@ def test_a_worker_logging_at_info_gets_one_reaper_line_per_pass(
 
     from reaper.core.domain import Action, Condition, Source, Unit, Verdict
     from reaper.edges import hook
-    from reaper.reap.lease_log import VerdictLog
     from reaper.reap.progress import RecordedVerdict, Unreadable
     from reaper.reap.result import PassResult
 
@@ -220,7 +219,7 @@ def test_a_worker_logging_at_info_gets_one_reaper_line_per_pass(
         for n in range(5)
     ]
     result = PassResult(
-        False, now, now, None, VerdictLog(others=stuck), unreadable=(Unreadable("broker", "down"),)
+        False, now, now, None, tuple(stuck), unreadable=(Unreadable("broker", "down"),)
     )
     caplog.set_level(logging.INFO)
     hook.QueueReaper._log(result, None)

@@ -41,7 +41,6 @@ from reaper.policies.reconcile import plan
 from reaper.policies.render import render
 from reaper.policies.verify import PolicyReason
 from reaper.reap.dead_letters import DeadLetterOutcome, _remainder
-from reaper.reap.lease_log import VerdictLog
 from reaper.reap.pass_config import PassConfig
 from reaper.reap.policies import PoliciesOutcome
 from reaper.reap.progress import RecordedVerdict
@@ -561,7 +560,7 @@ async def test_the_report_says_how_many_queues_the_policy_bounds_and_groups_one_
         started_at=T0,
         finished_at=T0,
         broker=FACTS,
-        verdicts=VerdictLog(others=tuple(RecordedVerdict(v, True) for v in verdicts)),
+        verdicts=tuple(tuple(RecordedVerdict(v, True) for v in verdicts)),
         policies=PoliciesOutcome(tuple(planned.outcomes)),
     )
     lines = render_text(result).splitlines()

@@ -20,7 +20,6 @@ from reaper.core.domain import Action, ClaimableHead, Condition, QueueStats, Sou
 from reaper.edges.metrics import MetricsExportError, ReaperMetrics
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome, DeadLettersOutcome
-from reaper.reap.lease_log import VerdictLog
 from reaper.reap.policies import PoliciesOutcome
 from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
@@ -69,8 +68,8 @@ def a_pass(**changes: object) -> PassResult:
         started_at=NOW,
         finished_at=NOW + timedelta(seconds=1.5),
         broker=RABBITMQ_40,
-        verdicts=VerdictLog(
-            others=(
+        verdicts=(
+            (
                 verdict(
                     jq,
                     Condition.LEASE_EXPIRED,
@@ -296,7 +295,7 @@ def test_an_unreadable_source_is_down_and_concludes_nothing(
     metrics.observe(
         a_pass(
             unreadable=(Unreadable("broker", "connection refused"),),
-            verdicts=VerdictLog(others=a_pass().verdicts[:5]),
+            verdicts=tuple(a_pass().verdicts[:5]),
             broker=None,
         )
     )

@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 from reaper.core.domain import Action, BrokerFacts, Condition, Source, Unit, Verdict
 from reaper.edges.report import render_text, to_json
 from reaper.reap.dead_letters import DeadLetterOutcome, DeadLettersOutcome
-from reaper.reap.lease_log import VerdictLog
 from reaper.reap.leases import LeaseReapOutcome
 from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
@@ -26,7 +25,7 @@ def _result(*verdicts: Verdict, dry_run: bool = False, **extra: object) -> PassR
         started_at=T0,
         finished_at=T0 + timedelta(seconds=1),
         broker=FACTS,
-        verdicts=VerdictLog(others=[RecordedVerdict(v, True) for v in verdicts]),
+        verdicts=tuple([RecordedVerdict(v, True) for v in verdicts]),
         **extra,  # type: ignore[arg-type]
     )
 
@@ -127,8 +126,8 @@ def test_a_finding_already_on_record_says_since_when_in_text_and_json() -> None:
         started_at=T0,
         finished_at=T0 + timedelta(seconds=1),
         broker=FACTS,
-        verdicts=VerdictLog(
-            others=(
+        verdicts=(
+            (
                 RecordedVerdict(stale, False),
                 RecordedVerdict(older, False),
                 RecordedVerdict(fresh, True),

@@ -22,9 +22,11 @@ from reaper.reap.sources import Sources
 from reaper.reap.stopping import StopRequest
 from reaper.testing.memory import JobRow, MemoryJobQueue
 from tests.support.fake_broker import FakeBroker
+from tests.support.lease_moves import every_verdict
 from tests.support.leases import add_expired_leases, lease_row
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+ISO_NOW = "2026-11-30T12:00:00.000Z"
 
 
 def settings() -> Settings:
@@ -60,7 +62,7 @@ async def test_a_pass_requeues_parks_and_surfaces_each_once_with_its_event() -> 
 
     result = await run_pass(settings(), Sources(store=store, broker=None), clock=lambda: NOW)
 
-    by_action = {(r.verdict.condition, r.verdict.action): r for r in result.verdicts}
+    by_action = {(r.verdict.condition, r.verdict.action): r for r in await every_verdict(result)}
     assert by_action[(Condition.LEASE_EXPIRED, Action.REQUEUE)].recorded
     assert by_action[(Condition.POISON, Action.PARK)].recorded
     assert by_action[(Condition.STALE_READY, Action.SURFACE)].recorded
@@ -78,7 +80,7 @@ async def test_a_pass_requeues_parks_and_surfaces_each_once_with_its_event() -> 
     ]
 
     again = await run_pass(settings(), Sources(store=store, broker=None), clock=lambda: NOW)
-    assert [r.recorded for r in again.verdicts] == [False]  # the stale sighting, still open
+    assert [r.recorded for r in await every_verdict(again)] == [False]  # the stale sighting
     assert len(await store.events(project)) == 3
 
 
@@ -92,12 +94,14 @@ async def test_a_dry_run_judges_everything_and_writes_nothing() -> None:
         settings(), Sources(store=store, broker=broker), mode=Mode.AUDIT, clock=lambda: NOW
     )
 
-    assert {r.verdict.condition for r in result.verdicts} >= {
+    verdicts = await every_verdict(result)
+    assert {r.verdict.condition for r in verdicts} >= {
         Condition.LEASE_EXPIRED,
         Condition.POISON,
         Condition.STALE_READY,
     }
-    assert not any(r.recorded for r in result.verdicts)
+    assert not any(r.recorded for r in verdicts)
+    assert result.leases.listing.changed() is None  # listed as counted
     assert store.jobs[ids["expired"]].state == "leased" and store.gates == {}
     assert store.ledger == {} and broker.policies == {} and broker.reads == []
     assert {p.action for p in result.policies.outcomes} == {"planned"}
@@ -205,11 +209,17 @@ async def test_moves_cut_short_are_reported_as_far_as_they_are_known() -> None:
 
     result = await run_pass(settings(), Sources(store=store, broker=None), clock=lambda: NOW)
 
-    moves = [r for r in result.verdicts if r.verdict.action is Action.REQUEUE]
-    assert [r.recorded for r in moves].count(True) == 1
+    listing = result.leases.listing  # counted as committed; not read back, the store gone
+    assert listing.recorded and listing.reap.moves == {(project, False): 1}
     kinds = [p.kind for p in result.problems()]
     assert kinds == ["unreadable", "unreadable", "outcome_unknown"]
-    assert "2 lease move(s)" in render_text(result)
+    text = render_text(result)
+    assert "2 lease move(s)" in text
+    assert (
+        "1 lease move(s) committed, each with its QueueReaped event; they could not be read back"
+        in text
+    )
+    assert f"reaper events --kind QueueReaped --source job_queue --since {ISO_NOW}" in text
 
 
 async def test_a_failed_row_is_named_in_the_json_report_as_in_the_human_one() -> None:
@@ -299,7 +309,8 @@ async def test_a_pass_asked_to_stop_ends_its_moves_in_flight_and_runs_no_later_s
         settings(), Sources(store=store, broker=broker), clock=lambda: NOW, stop=stop
     )
 
-    moved = [r for r in result.verdicts if r.verdict.action is Action.REQUEUE and r.recorded]
+    verdicts = await every_verdict(result)
+    moved = [r for r in verdicts if r.verdict.action is Action.REQUEUE and r.recorded]
     assert len(moved) == 2  # the batch in flight, and no more
     assert result.leases.remaining == 3 and result.leases.expired == 5
     assert (

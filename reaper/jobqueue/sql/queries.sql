@@ -138,7 +138,7 @@ FROM (SELECT DISTINCT s FROM unnest($1::uuid[]) AS u (s) ORDER BY s) AS sorted;
 -- QueueReaped or GateAnswered), in order, each stream continuing after its last event,
 -- whoever wrote it. The caller holds the streams' locks; an event whose number a host writer
 -- took first is not written: the positions (1-based) of those come back, for the caller to
--- append again.
+-- append again, with the streams and numbers of those written.
 WITH input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bool[], $6::text[]) WITH ORDINALITY
@@ -163,11 +163,14 @@ written AS (
     ON CONFLICT DO NOTHING
     RETURNING project_id, seq
 )
-SELECT array_agg(nb.ord ORDER BY nb.ord) AS unwritten
-FROM numbered AS nb
-JOIN last_seqs AS ls USING (project_id)
-WHERE NOT EXISTS (SELECT 1 FROM written AS w
-                  WHERE w.project_id = nb.project_id AND w.seq = ls.last_seq + nb.n);
+SELECT (SELECT array_agg(nb.ord ORDER BY nb.ord)
+        FROM numbered AS nb
+        JOIN last_seqs AS ls USING (project_id)
+        WHERE NOT EXISTS (SELECT 1 FROM written AS w
+                          WHERE w.project_id = nb.project_id AND w.seq = ls.last_seq + nb.n))
+           AS unwritten,
+       (SELECT array_agg(project_id ORDER BY project_id, seq) FROM written) AS streams,
+       (SELECT array_agg(seq ORDER BY project_id, seq) FROM written) AS seqs;
 
 -- name: lock_sightings --
 -- Take the transaction's advisory locks on sighting keys, in ascending order (no deadlock).
