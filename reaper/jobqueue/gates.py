@@ -49,6 +49,11 @@ from reaper.jobqueue.sql import QUERIES
 
 __all__ = ["Gates"]
 
+#: A new dispatch episode for jobs made ready, its outbox rows spliced in (``dispatch_outbox``).
+_DISPATCH_JOBS: Final = QUERIES["dispatch_jobs"].replace(
+    "{dispatch_outbox}", QUERIES["dispatch_outbox"].rstrip()
+)
+
 #: What answering a gate does beyond recording the answer: runs inside the answer's
 #: transaction, with the gate row locked.
 Answer = Callable[[Connection, Gate, str, datetime, Dispatch], Awaitable[None]]
@@ -183,7 +188,7 @@ async def _answer_delivery(
         return
     readied = await conn.fetchval(QUERIES["ready_parked_job"], now, gate.job_id)
     if readied is not None and dispatch is Dispatch.OUTBOX:
-        await conn.fetch(QUERIES["dispatch_jobs"], now, [readied])
+        await conn.fetch(_DISPATCH_JOBS, now, [readied])
 
 
 async def _settle_dead_letter(

@@ -68,6 +68,9 @@ LISTING_PAGE: Final = 500
 
 _CHOICES: Final = json.dumps(list(DELIVERY_EXHAUSTED_CHOICES))
 
+#: The outbox rows of a dispatch episode, as dispatch_jobs and a batch's requeues write them.
+DISPATCH_OUTBOX: Final = QUERIES["dispatch_outbox"].rstrip()
+
 
 def statement(name: str, dispatch: Dispatch = Dispatch.POLLING) -> str:
     """The text of ``name`` in ``sql/lease_reap.sql``, its ruling spliced in (and, for
@@ -79,7 +82,7 @@ def statement(name: str, dispatch: Dispatch = Dispatch.POLLING) -> str:
     outbox = dispatch is Dispatch.OUTBOX
     for part in ("bump", "returning", "rows"):
         text = text.replace(f"/*outbox:{part}*/", QUERIES[f"lease_outbox_{part}"] if outbox else "")
-    return text
+    return text.replace("{dispatch_outbox}", DISPATCH_OUTBOX)
 
 
 @dataclass(frozen=True)

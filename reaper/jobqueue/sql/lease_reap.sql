@@ -234,17 +234,9 @@ LEFT JOIN (SELECT lease_expires_at, id FROM ruled ORDER BY lease_expires_at DESC
 , j.kind, j.dispatch_seq, j.run_after
 
 -- name: lease_outbox_rows --
--- One outbox row per requeue, as dispatch_jobs writes it (idempotent by its key).
-outbox AS (
-    INSERT INTO job_outbox (key, job_id, project_id, payload, not_before, created_at)
-    SELECT 'dispatch:' || b.id || ':' || b.dispatch_seq, b.id, b.project_id,
-           jsonb_build_object('schema', 'vibey.job.dispatch/1', 'job_id', b.id,
-                              'project_id', b.project_id, 'dispatch_seq', b.dispatch_seq,
-                              'kind', b.kind, 'not_before', b.run_after),
-           b.run_after, $1::timestamptz
-    FROM requeued AS b
-    ON CONFLICT (key) DO NOTHING
-),
+-- One outbox row per requeue, as dispatch_jobs writes it (dispatch_outbox, queries.sql).
+dispatched AS (SELECT id, project_id, kind, dispatch_seq, run_after FROM requeued),
+outbox AS ({dispatch_outbox}),
 
 -- name: reaped_events --
 -- A lease reap's moves read back from the ledger, for the pass's report: the events of the runs

@@ -405,23 +405,28 @@ SELECT EXISTS (SELECT 1 FROM pg_attribute
 
 -- name: dispatch_jobs --
 -- Start a new dispatch episode for jobs just made ready ($2), in the caller's transaction:
--- dispatch_seq + 1 and one outbox row each, carrying the dispatch body (vibey.job.dispatch/1,
--- due at the job's run_after). Idempotent by the row's key. Returns the jobs dispatched.
-WITH bumped AS (
+-- dispatch_seq + 1 and one outbox row each (dispatch_outbox). Returns the jobs dispatched.
+WITH dispatched AS (
     UPDATE job
     SET dispatch_seq = dispatch_seq + 1
     WHERE id = ANY ($2::uuid[])
     RETURNING id, project_id, kind, dispatch_seq, run_after
 )
+{dispatch_outbox}
+RETURNING job_id;
+
+-- name: dispatch_outbox --
+-- Not a query: one outbox row per job of `dispatched` (id, project_id, kind, dispatch_seq,
+-- run_after), carrying the dispatch body (vibey.job.dispatch/1, due at the job's run_after),
+-- idempotent by its key ($1 now); spliced into dispatch_jobs and reap_lease_batch.
 INSERT INTO job_outbox (key, job_id, project_id, payload, not_before, created_at)
 SELECT 'dispatch:' || b.id || ':' || b.dispatch_seq, b.id, b.project_id,
        jsonb_build_object('schema', 'vibey.job.dispatch/1', 'job_id', b.id,
                           'project_id', b.project_id, 'dispatch_seq', b.dispatch_seq,
                           'kind', b.kind, 'not_before', b.run_after),
        b.run_after, $1::timestamptz
-FROM bumped AS b
+FROM dispatched AS b
 ON CONFLICT (key) DO NOTHING
-RETURNING job_id;
 
 -- name: unsent_dispatches --
 -- Per project, the oldest outbox row of a ready job's current episode that was never sent
