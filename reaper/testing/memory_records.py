@@ -13,17 +13,12 @@ from uuid import UUID, uuid4
 
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.dead_letters import DISPATCH_SCHEMA, QuietMark
-from reaper.core.domain import (
-    EVENT_KIND,
-    GATE_BUS_DEAD_LETTERED,
-    GATE_DELIVERY_EXHAUSTED,
-    Dispatch,
-    HeldLease,
-)
+from reaper.core.domain import EVENT_KIND, Dispatch, HeldLease
 from reaper.core.observation import Observation
 from reaper.core.records import Gate, LedgerEvent
 from reaper.core.storable import payload_for_storage
 from reaper.errors import GateError, StoreUnavailable
+from reaper.jobqueue import rules
 from reaper.jobqueue.port import (
     OPEN_GATES,
     EventFilter,
@@ -32,17 +27,6 @@ from reaper.jobqueue.port import (
     GateFilter,
     ParkedDeadLetter,
     ReplaySender,
-)
-from reaper.jobqueue.rules import (
-    DEAD_LETTER_REPLAY,
-    DEAD_LETTER_SETTLED,
-    DELIVERY_CANCEL,
-    GATE_ANSWERED,
-    REPLAY_NEEDS_BROKER,
-    answered_payload,
-    check_answerable,
-    not_the_latest,
-    replay_parts,
 )
 
 __all__ = ["JobRow", "OutboxRow", "Records"]
@@ -213,40 +197,28 @@ class Records:
     async def answer_gate(
         self, answer: GateChoice, *, dispatch: Dispatch = Dispatch.POLLING
     ) -> Gate:
-        choice, now = answer.choice, answer.now
         gate = self._gate_for_answer(answer)
+        state = rules.job_after(gate, answer.choice)
         job = self.jobs.get(gate.job_id) if gate.job_id else None
-        if gate.kind == GATE_DELIVERY_EXHAUSTED:
-            if choice == DELIVERY_CANCEL:
-                self._settle(job, "cancelled", now)
-            elif job is not None and job.state == "awaiting_human":
-                job.state, job.run_after, job.updated_at = "ready", now, now
-                if dispatch is Dispatch.OUTBOX:
-                    self._dispatch(job, now)
-        elif gate.kind == GATE_BUS_DEAD_LETTERED:
-            if choice == DEAD_LETTER_REPLAY:
-                raise GateError(REPLAY_NEEDS_BROKER.format(gate=gate.id))
-            self._settle(job, DEAD_LETTER_SETTLED[choice], now)
-        else:
-            raise GateError(f"gate {gate.id} is a {gate.kind} gate: this store cannot answer it")
+        if state != rules.READY:
+            self._settle(job, state, answer.now)
+        elif job is not None and job.state == "awaiting_human":
+            job.state, job.run_after, job.updated_at = rules.READY, answer.now, answer.now
+            if dispatch is Dispatch.OUTBOX:
+                self._dispatch(job, answer.now)
         return self._answer(gate, answer)
 
     async def answer_dead_letter_gate(
         self, answer: GateChoice, *, replay: ReplaySender | None = None
     ) -> tuple[Gate, ParkedDeadLetter | None]:
-        choice, now = answer.choice, answer.now
         gate = self._gate_for_answer(answer)
-        if gate.kind != GATE_BUS_DEAD_LETTERED:
-            raise GateError(
-                f"gate {gate.id} is a {gate.kind} gate, not a {GATE_BUS_DEAD_LETTERED} gate"
-            )
+        settled = rules.dead_letter_settled(gate, answer.choice)
         job = self.jobs.get(gate.job_id) if gate.job_id else None
         parked = self._parked_of(gate.job_id) if gate.job_id else None
         published = None
-        if choice == DEAD_LETTER_REPLAY:
-            send, letter = replay_parts(gate, replay, parked)
-            published = (letter.letter.origin_queue or "", await send(gate, letter))
-        self._settle(job, DEAD_LETTER_SETTLED[choice], now)
+        if answer.choice == rules.DEAD_LETTER_REPLAY:
+            published = await rules.publish_replay(gate, replay, parked)
+        self._settle(job, settled, answer.now)
         return self._answer(gate, answer, published), parked
 
     def _parked_of(self, job_id: UUID) -> ParkedDeadLetter | None:
@@ -279,21 +251,24 @@ class Records:
         gate = self.gates.get(answer.gate_id)
         if gate is None:
             raise GateError(f"gate {answer.gate_id} does not exist")
-        check_answerable(gate, answer.choice)
+        rules.check_answerable(gate, answer.choice)
         if gate.job_id is not None:
             latest = max((g for g in self.gates.values() if g.job_id == gate.job_id), key=_raised)
             if latest.id != gate.id:
-                raise GateError(not_the_latest(gate, latest.id, latest.kind, latest.created_at))
+                raise GateError(
+                    rules.not_the_latest(gate, latest.id, latest.kind, latest.created_at)
+                )
         return gate
 
     def _answer(
         self, gate: Gate, answer: GateChoice, published: tuple[str, str] | None = None
     ) -> Gate:
-        choice, now, by = answer.choice, answer.now, answer.answered_by
-        answered = replace(gate, answer=choice, answered_at=now, answered_by=by)
+        answered = replace(
+            gate, answer=answer.choice, answered_at=answer.now, answered_by=answer.answered_by
+        )
         self.gates[gate.id] = answered
-        payload = answered_payload(gate, choice, by, answer.reason, published)
-        self._append(gate.project_id, payload, published is None, now, GATE_ANSWERED)
+        payload = rules.answered_payload(gate, answer, published)
+        self._append(gate.project_id, payload, published is None, answer.now, rules.GATE_ANSWERED)
         return self._with_latest(answered)
 
     @staticmethod
