@@ -1,4 +1,4 @@
-"""The management API's answers read with bounds, whatever they hold (SPEC §11). Pure.
+"""The management API's answers read with bounds, purely, whatever they hold (SPEC §11).
 
 An answer is fed in as it arrives (:class:`BoundedAnswer`) and only a bounded copy is kept: a
 string longer than :data:`MAX_TEXT_BYTES` and a value nested deeper than :data:`MAX_DEPTH` are

@@ -1,4 +1,4 @@
-"""The canonical JSON of a ledger event and its digest (SPEC §3). Pure.
+"""The canonical JSON of a ledger event and its digest, computed purely (SPEC §3).
 
 An event's ``digest`` is the sha256 of its payload's canonical JSON: sorted keys, compact
 separators, UTF-8, no NaN. Every writer of the ledger (the PostgreSQL store and the in-memory

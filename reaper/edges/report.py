@@ -1,4 +1,6 @@
-"""The pass's human report: it reads like a good ``kubectl describe``. The status first
+"""The pass's human report, which reads like a good ``kubectl describe``.
+
+The pass's human report: it reads like a good ``kubectl describe``. The status first
 (``OK``, ``OK, N findings`` or ``NOT OK: <why>``), the target and what was read; then what made
 the pass not ok, each with its fix; the findings worst first, one line each, the measurement
 against its threshold once and the next step; what was done; the policies, one line each.

@@ -1,4 +1,6 @@
-"""The pass's report for machines: one JSON object (SPEC §5), every verdict written as it is
+"""The pass's report for machines: one JSON object, written verdict by verdict.
+
+The pass's report for machines: one JSON object (SPEC §5), every verdict written as it is
 read from the pass's verdict log (:func:`write_json`: the same bytes as
 ``json.dumps(to_json(result), indent=2)``, never the whole list in memory)."""
 

@@ -1,4 +1,6 @@
-"""What the fleet keeps from one pass to the next, in the reaper's own tables, so that whichever
+"""What the fleet keeps from one pass to the next, in the reaper's own tables.
+
+What the fleet keeps from one pass to the next, in the reaper's own tables, so that whichever
 reaper of the fleet runs the next pass continues where the last one stopped:
 
 - the fleet's turn (SPEC §10 "A fleet shares one pass"): one whole pass per ``interval_seconds``

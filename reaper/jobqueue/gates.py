@@ -1,14 +1,14 @@
-"""Gates (SPEC §1): listed, found by id, counted open, the open dead-letter gates per queue, and
-answered. A park raises a gate with its move (:mod:`~reaper.jobqueue.lease_reap`,
-:mod:`~reaper.jobqueue.dead_letters`).
+"""The store's gates: listed, found by id, counted open, and answered under a lock.
 
-An answer is recorded, its ``GateAnswered`` event appended and what it means done, in one
-transaction, with the gate row locked so that two people answering at once cannot both act: a
-``delivery_exhausted`` gate's ``retry`` re-readies the parked job for exactly one more delivery
-(the attempt refunded at the park pays for it), ``cancel`` gives it up; a ``bus_dead_lettered``
-gate's ``dismiss`` settles the parked job ``cancelled``, ``replay`` publishes the letter's body
-through the caller's sender first, still under the lock (one replay, never two). Nothing here
-ever deletes a letter, on the broker or in the database.
+A park raises a gate with its move (:mod:`~reaper.jobqueue.lease_reap`,
+:mod:`~reaper.jobqueue.dead_letters`; SPEC §1). An answer is recorded, its ``GateAnswered``
+event appended and what it means done, in one transaction, with the gate row locked so that two
+people answering at once cannot both act: a ``delivery_exhausted`` gate's ``retry`` re-readies
+the parked job for exactly one more delivery (the attempt refunded at the park pays for it),
+``cancel`` gives it up; a ``bus_dead_lettered`` gate's ``dismiss`` settles the parked job
+``cancelled``, ``replay`` publishes the letter's body through the caller's sender first, still
+under the lock (one replay, never two). Nothing here ever deletes a letter, on the broker or in
+the database.
 """
 
 from __future__ import annotations

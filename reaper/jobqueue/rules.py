@@ -1,4 +1,6 @@
-"""What any job-queue store does with a gate, whichever store it is: the gate a park raises, its
+"""What any job-queue store does with a gate, whichever store it is.
+
+What any job-queue store does with a gate, whichever store it is: the gate a park raises, its
 identity and its answers, a dead letter's key; whether a gate takes an answer, what it makes of
 the parked job, a replay published through the caller's sender, the ``GateAnswered`` event's
 payload. Shared by :class:`~reaper.jobqueue.postgres.PostgresStore` and

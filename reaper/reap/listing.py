@@ -1,6 +1,6 @@
-"""The vhost's queues as a pass keeps them (SPEC §8): the listing is read a page at a time, and
-each page is judged and dropped before the next is held, so a pass's memory does not grow with
-the number of queues.
+"""The vhost's queues as a pass keeps them: read, judged and dropped a page at a time.
+
+So a pass's memory does not grow with the number of queues (SPEC §8).
 
 A queue survives its page when anything downstream may need it: it is unavailable, its counts
 or policy are not known yet, it holds or lists anything (messages, deliveries, consumers), a

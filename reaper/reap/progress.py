@@ -1,4 +1,6 @@
-"""What a step of a pass found and did (:class:`Found`), and the small result types it is made
+"""What a step of a pass found and did, and the small result types it is made of.
+
+What a step of a pass found and did (:class:`Found`), and the small result types it is made
 of. :func:`reaper.reap.run.run_pass` adds up its steps' and turns the sum into a
 :class:`~reaper.reap.result.PassResult` at the end."""
 

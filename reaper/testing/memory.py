@@ -1,5 +1,4 @@
-"""``MemoryJobQueue``: the job queue and ledger in memory, for tests of everything above the
-store (the pass, the hook, the commands) without a database.
+"""``MemoryJobQueue``: the job queue and ledger in memory, for tests above the store.
 
 It keeps the same contract as :class:`~reaper.jobqueue.postgres.PostgresStore`, gates answered
 included; ``tests/contract/`` holds them to the same

@@ -1,4 +1,6 @@
-"""The in-memory double's tables, and what it does with them whatever the method: arranging
+"""The in-memory double's tables, and the writes and reads its methods share.
+
+The in-memory double's tables, and what it does with them whatever the method: arranging
 jobs, raising and answering gates (by the rules any store follows, :mod:`reaper.jobqueue.rules`),
 appending to the ledger, starting a dispatch episode. The job queue port's other methods are in
 :mod:`reaper.testing.memory`."""
