@@ -17,7 +17,7 @@ from reaper.edges.wording import next_step
 from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
 
-__all__ = ["iso", "render_json", "to_json", "verdict_json", "write_json"]
+__all__ = ["iso", "to_json", "verdict_json", "write_json"]
 
 
 def iso(moment: datetime) -> str:
@@ -197,13 +197,9 @@ def _findings_json(result: PassResult) -> list[dict[str, object]]:
     ]
 
 
-def render_json(result: PassResult) -> str:
-    return json.dumps(to_json(result), indent=2, sort_keys=False)
-
-
 def write_json(result: PassResult, out: TextIO) -> None:
-    """:func:`render_json` written to ``out`` with each verdict encoded as it is read from
-    the pass's verdict log: the same text, one verdict in memory at a time."""
+    """``json.dumps(to_json(result), indent=2)`` written to ``out`` with each verdict encoded
+    as it is read from the pass's verdict log: the same text, one verdict in memory at a time."""
     report = to_json(result, verdicts=False)
     out.write("{")
     for n, (key, value) in enumerate(report.items()):

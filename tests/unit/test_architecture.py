@@ -283,6 +283,51 @@ def test_no_module_is_likely_to_hold_two_concepts() -> None:
     assert long == {}
 
 
+#: Public names that nothing of the package uses, on purpose: entry points and what a host's
+#: code or tests import (``reaper``'s public face is imported under ``TYPE_CHECKING`` and needs
+#: no entry).
+USED_FROM_OUTSIDE = {
+    # the in-memory job queue a host's tests, and this project's, run above the store
+    "reaper/testing/memory.py: MemoryJobQueue",
+    # the lease reap's rulings read without a write, which only its integration tests ask
+    # (tests/integration/test_store_leases.py, test_lease_pages.py): to leave the package
+    "reaper/jobqueue/lease_reap.py: lease_rulings",
+}
+
+
+def test_every_public_function_and_class_is_used_in_the_package() -> None:
+    """Dead code goes: a public top-level function or class that nothing of ``reaper/`` uses
+    but its own definition (tests alone do not count) is flagged. A use is a name or an
+    attribute of that name anywhere else in the package, so a name shared with another is
+    taken as used: the check never flags what lives."""
+    trees = [(path, tree) for path, _, tree in sources()]
+    used: dict[str, list[tuple[str, int]]] = {}
+    for path, tree in trees:
+        for node in ast.walk(tree):
+            name = (
+                node.id
+                if isinstance(node, ast.Name)
+                else node.attr
+                if isinstance(node, ast.Attribute)
+                else None
+            )
+            if name is not None:
+                used.setdefault(name, []).append((path, node.lineno))
+    unused = sorted(
+        f"{path}: {node.name}"
+        for path, tree in trees
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        and not node.name.startswith("_")
+        and not any(
+            not (where == path and node.lineno <= line <= (node.end_lineno or node.lineno))
+            for where, line in used.get(node.name, ())
+        )
+    )
+    assert [u for u in unused if u not in USED_FROM_OUTSIDE] == []
+    assert sorted(USED_FROM_OUTSIDE - set(unused)) == []  # an entry no longer needed goes
+
+
 def test_no_function_is_too_long_to_read_in_one_sitting() -> None:
     long = {
         f"{path}:{node.lineno} {node.name}": n
