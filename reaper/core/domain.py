@@ -17,6 +17,7 @@ from typing import Any, Final
 from uuid import UUID
 
 from reaper.core.enforcement import TimeoutEnforcement
+from reaper.core.letters import Letter
 from reaper.core.observation import Observed
 from reaper.core.values import mapping
 
@@ -300,29 +301,11 @@ class BrokerFacts:
 
 
 @dataclass(frozen=True)
-class DeadLetter:
+class DeadLetter(Letter):
     """One message read (and requeued) from a dead-letter queue, decoded by
-    :mod:`reaper.core.dead_letters.decode`.
+    :mod:`reaper.core.dead_letters.decode`. ``delivery_count`` and ``redelivered`` change from
+    one read to the next, and are never part of its identity."""
 
-    ``queue`` is ours: the dead-letter queue the pass read. ``message_id``, ``origin_queue``
-    and ``reason`` come from properties and headers the message's publisher could write
-    (``x-first-death-*``, ``x-death``): untrusted, shown only quoted and cut. ``body`` is the
-    payload as the management API gave it (``body_encoding`` "string" or "base64");
-    ``body_truncated`` is True whenever the body held is not provably the whole message.
-    ``identity`` is stable across re-reads; ``delivery_count`` and ``redelivered`` are not,
-    and are never part of it.
-    """
-
-    queue: str
-    identity: str
-    message_id: str | None
-    origin_queue: str | None
-    reason: str | None
-    body: str
-    body_encoding: str
-    body_bytes: int
-    body_truncated: bool
-    is_json_object: bool
     delivery_count: int | None
     redelivered: bool
     #: What identifies it from its properties and headers alone, without its body

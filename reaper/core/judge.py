@@ -114,43 +114,49 @@ def _surfaced(
     )
 
 
+def _over_limit(
+    rows: Iterable[_Row], since: Callable[[_Row], datetime], limit: int, now: datetime
+) -> Iterable[tuple[_Row, float]]:
+    """The oldest row of each project (one per project: a project is one sighting) with its
+    age, where that age is more than ``limit`` seconds. A time in the future concludes
+    nothing."""
+    for row in _oldest_per_project(rows, since):
+        age = ceil_seconds(now - since(row))
+        if age > 0 and age > limit:
+            yield row, age
+
+
 def _judge_claimable(
     heads: Iterable[ClaimableHead], thresholds: Thresholds, now: datetime
 ) -> Iterable[Verdict]:
-    # One head per project is the store's promise; keep the oldest should it break it, so a
-    # project is one sighting.
+    # One head per project is the store's promise; keep the oldest should it break it.
     limit = thresholds.stale_ready_seconds
-    for head in _oldest_per_project(heads, lambda h: h.claimable_since):
-        age = ceil_seconds(now - head.claimable_since)
-        if age > 0 and age > limit:
-            yield _surfaced(
-                head,
-                Condition.STALE_READY,
-                age,
-                limit,
-                f"oldest claimable {head.kind} job of its project unclaimed for "
-                f"{num(age)}s, more than stale_ready_seconds {limit}",
-            )
+    for head, age in _over_limit(heads, lambda h: h.claimable_since, limit, now):
+        yield _surfaced(
+            head,
+            Condition.STALE_READY,
+            age,
+            limit,
+            f"oldest claimable {head.kind} job of its project unclaimed for "
+            f"{num(age)}s, more than stale_ready_seconds {limit}",
+        )
 
 
 def _judge_unsent(
     unsent: Iterable[UnsentDispatch], thresholds: Thresholds, now: datetime
 ) -> Iterable[Verdict]:
-    # One per project, the oldest, as for claimable heads: a project is one sighting.
     limit = thresholds.stale_ready_seconds
-    for row in _oldest_per_project(unsent, lambda r: r.written_at):
-        age = ceil_seconds(now - row.written_at)
-        if age > limit:
-            yield _surfaced(
-                row,
-                Condition.LOST_DISPATCH,
-                age,
-                limit,
-                f"dispatch {row.dispatch_seq} of a ready {row.kind} job was written to the "
-                f"outbox {num(age)}s ago and never sent, more than stale_ready_seconds "
-                f"{limit}: the host's outbox relay is not publishing, and no worker can "
-                "receive the job until it does",
-            )
+    for row, age in _over_limit(unsent, lambda r: r.written_at, limit, now):
+        yield _surfaced(
+            row,
+            Condition.LOST_DISPATCH,
+            age,
+            limit,
+            f"dispatch {row.dispatch_seq} of a ready {row.kind} job was written to the "
+            f"outbox {num(age)}s ago and never sent, more than stale_ready_seconds "
+            f"{limit}: the host's outbox relay is not publishing, and no worker can "
+            "receive the job until it does",
+        )
 
 
 # --------------------------------------------------------------------------- values

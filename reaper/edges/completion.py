@@ -93,8 +93,9 @@ def _qf(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _walker_cases(table: list[Level]) -> tuple[str, str, str]:
-    """The case arms shared by bash and zsh: a known path, its words, an option's value."""
+def _posix_walker(table: list[Level]) -> str:
+    """The walker bash and zsh share, with the table's case arms: a known path, its words, an
+    option's value."""
     paths = "|".join(_q(f"{lv.path} {a}") for lv in table for a in lv.actions)
     words = "\n".join(
         f"        {_q(lv.path)}) printf '%s\\n' {' '.join(map(_q, lv.actions + lv.options))} ;;"
@@ -105,7 +106,7 @@ def _walker_cases(table: list[Level]) -> tuple[str, str, str]:
         for option, value in lv.values.items():
             kind = value if value in ("file", "dir") else "words"
             arms.append(f"        {_q(lv.path + '|' + option)}) echo {_q(kind + ':' + value)} ;;")
-    return paths, words, "\n".join(arms)
+    return _POSIX_WALKER.format(paths=paths, words=words, values="\n".join(arms))
 
 
 _POSIX_WALKER = """\
@@ -149,11 +150,10 @@ _reaper_candidates() {{
 
 
 def _bash(table: list[Level]) -> str:
-    paths, words, values = _walker_cases(table)
     return (
         "# bash completion for reaper: source it, or put it in "
         "/etc/bash_completion.d/reaper\n"
-        + _POSIX_WALKER.format(paths=paths, words=words, values=values)
+        + _posix_walker(table)
         + """_reaper_files() {
     if [[ $1 == dir ]]; then compgen -d -- "$2"; else compgen -f -- "$2"; fi
 }
@@ -167,11 +167,10 @@ complete -o filenames -F _reaper reaper
 
 
 def _zsh(table: list[Level]) -> str:
-    paths, words, values = _walker_cases(table)
     return (
         "#compdef reaper\n# zsh completion for reaper: put it on $fpath as _reaper, or "
         "source it after compinit\nautoload -U +X bashcompinit && bashcompinit\n"
-        + _POSIX_WALKER.format(paths=paths, words=words, values=values)
+        + _posix_walker(table)
         + """_reaper_files() {
     if [[ $1 == dir ]]; then print -rl -- $2*(N-/); else print -rl -- $2*(N); fi
 }

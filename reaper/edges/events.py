@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import sys
 from typing import Any, Final
 from uuid import UUID
 
@@ -31,7 +30,7 @@ from reaper.gates.ids import (
 )
 from reaper.gates.views import parse_since
 from reaper.jobqueue.port import EventFilter, JobQueue
-from reaper.reap.sources import open_sources
+from reaper.reap.sources import store_sources
 
 __all__ = ["OUTPUTS", "add_parser", "event_json", "event_line", "run"]
 
@@ -41,7 +40,7 @@ KINDS: Final = (EVENT_KIND, "GateAnswered")
 #: ``-o``: a line per event (short ids), wide (whole ids), json, or name (``project#seq``).
 OUTPUTS: Final = ("text", "wide", "json", "name")
 
-_EXIT_OK, _EXIT_NOT_OK = 0, 1
+_EXIT_OK = 0
 
 
 def add_parser(commands: Any) -> None:
@@ -75,19 +74,12 @@ def add_parser(commands: Any) -> None:
 async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     """``reaper events``; an argument that names nothing raises GateError (exit 2)."""
     output = output_of(args)
-    sources = await open_sources(loaded.settings, broker=False)
-    try:
-        store = sources.store
-        if store is None:
-            print(f"reaper: cannot read the ledger: {sources.store_error}", file=sys.stderr)
-            return _EXIT_NOT_OK
+    async with store_sources(loaded.settings, "read the ledger") as (_, store):
         chosen = await _filter(store, args)
         found = await store.read_events(chosen)
         total = len(found)
         if total == chosen.limit:  # a full page: say how many more the filter holds
             total = await store.count_events(chosen)
-    finally:
-        await sources.close()
     if output == "json":
         print(json.dumps([event_json(e) for e in found], indent=2))
     elif output == "name":

@@ -23,7 +23,7 @@ from reaper.gates.ids import argument, gate_kind, short_id
 from reaper.gates.selection import Selection, select
 from reaper.gates.views import GateView, format_age, parse_duration
 from reaper.gates.wording import answered_line
-from reaper.reap.sources import Sources, open_sources
+from reaper.reap.sources import Sources, store_sources
 
 __all__ = ["add_selection", "answer_selection", "has_selection"]
 
@@ -83,12 +83,10 @@ async def answer_selection(
         print("reaper: name one GATE or select gates with options, not both", file=sys.stderr)
         return _EXIT_USAGE
     older = parse_duration(args.older_than) if args.older_than else None
-    sources = await open_sources(loaded.settings, broker=not args.dry_run)
-    try:
-        store = sources.store
-        if store is None:
-            print(f"reaper: cannot answer: {sources.store_error}", file=sys.stderr)
-            return _EXIT_NOT_OK
+    async with store_sources(loaded.settings, "answer", broker=not args.dry_run) as (
+        sources,
+        store,
+    ):
         chosen = Selection(True, args.kind, args.project, older, args.since, args.queue)
         selected = _split(await select(store, loaded.settings, chosen), args.choice)
         print(_show(selected, args.choice, _words(args)))
@@ -99,8 +97,6 @@ async def answer_selection(
         if not _confirmed(len(selected.take), args.yes, ask):
             return _EXIT_USAGE
         return await _answer_each(sources, loaded, args, selected.take)
-    finally:
-        await sources.close()
 
 
 def _split(views: list[GateView], choice: str) -> _Selected:

@@ -26,14 +26,14 @@ from reaper.gates.views import (
     with_history,
 )
 from reaper.gates.wording import answered_line, would_line
-from reaper.reap.sources import open_sources
+from reaper.reap.sources import store_sources
 
 __all__ = ["COMMANDS", "GATE_ACTIONS", "add_parsers", "run"]
 
 #: The top-level commands this module answers.
 COMMANDS: Final = ("gates", "events")
 
-_EXIT_OK, _EXIT_NOT_OK = 0, 1
+_EXIT_OK = 0
 
 #: What ``reaper gates`` alone prints: its actions.
 GATE_ACTIONS: Final = """\
@@ -129,12 +129,7 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
         return await events.run(args, loaded)
     if args.gates_command == "answer":
         return await _answer(loaded, args)
-    sources = await open_sources(loaded.settings, broker=False)
-    try:
-        store = sources.store
-        if store is None:
-            print(f"reaper: cannot read gates: {sources.store_error}", file=sys.stderr)
-            return _EXIT_NOT_OK
+    async with store_sources(loaded.settings, "read gates") as (_, store):
         if args.gates_command == "show":
             [view] = await views_of(store, loaded.settings, [await find_gate(store, args.gate)])
             view = await with_history(store, view)
@@ -148,8 +143,6 @@ async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
             since=args.since,
         )
         views = await select(store, loaded.settings, chosen)
-    finally:
-        await sources.close()
     output = output_of(args)
     if output == "json":
         print(json.dumps(list_json(views), indent=2))
@@ -184,11 +177,7 @@ async def _answer(loaded: LoadedConfig, args: argparse.Namespace) -> int:
             )
             return 2
         return await gate_bulk.answer_selection(loaded, args)
-    sources = await open_sources(loaded.settings, broker=not args.dry_run)
-    try:
-        if sources.store is None:
-            print(f"reaper: cannot answer: {sources.store_error}", file=sys.stderr)
-            return _EXIT_NOT_OK
+    async with store_sources(loaded.settings, "answer", broker=not args.dry_run) as (sources, _):
         by = args.by or default_answerer()
         if args.dry_run:
             preview = await preview_answer(
@@ -200,7 +189,5 @@ async def _answer(loaded: LoadedConfig, args: argparse.Namespace) -> int:
                 sources, loaded.settings, args.gate, args.choice, answered_by=by, reason=args.reason
             )
             outcome = answered_line(answer)
-    finally:
-        await sources.close()
     print(outcome)
     return _EXIT_OK

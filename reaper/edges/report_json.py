@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import TextIO
+from typing import Final, TextIO
 
 from reaper.core.domain import Verdict
 from reaper.core.moments import utc
@@ -89,8 +89,8 @@ def to_json(result: PassResult, *, verdicts: bool = True) -> dict[str, object]:
             if verdicts
             else []
         ),
-        "policies": _policies_json(result),
-        "dead_letters": _dead_letters_json(result),
+        "policies": [_attributes(p, _POLICY_KEYS) for p in result.policies.outcomes],
+        "dead_letters": [_attributes(d, _DEAD_LETTER_KEYS) for d in result.dead_letters.queues],
         "unreadable": [
             {"source": u.source, "queue": u.queue, "error": u.error} for u in result.unreadable
         ],
@@ -127,38 +127,37 @@ def _broker_json(result: PassResult) -> dict[str, object] | None:
     }
 
 
-def _policies_json(result: PassResult) -> list[dict[str, object]]:
-    return [
-        {
-            "name": p.name,
-            "action": p.action,
-            "verified": p.verified,
-            "reason": p.reason,
-            "queues_checked": p.queues_checked,
-            "queues_failing": list(p.queues_failing),
-            "detail": p.detail,
-            "write": p.write,
-            "change": p.change,
-            "unenforceable": p.unenforceable,
-        }
-        for p in result.policies.outcomes
-    ]
+#: The keys of each policy in the report, in order: each its outcome's attribute of that name.
+_POLICY_KEYS: Final = (
+    "name",
+    "action",
+    "verified",
+    "reason",
+    "queues_checked",
+    "queues_failing",
+    "detail",
+    "write",
+    "change",
+    "unenforceable",
+)
+
+#: The keys of each owned dead-letter queue in the report, likewise.
+_DEAD_LETTER_KEYS: Final = (
+    "queue",
+    "depth",
+    "parked_new",
+    "already_parked",
+    "unread",
+    "read_blocked",
+    "stale_pointers",
+    "bodies_read",
+)
 
 
-def _dead_letters_json(result: PassResult) -> list[dict[str, object]]:
-    return [
-        {
-            "queue": d.queue,
-            "depth": d.depth,
-            "parked_new": d.parked_new,
-            "already_parked": d.already_parked,
-            "unread": d.unread,
-            "read_blocked": d.read_blocked,
-            "stale_pointers": d.stale_pointers,
-            "bodies_read": d.bodies_read,
-        }
-        for d in result.dead_letters.queues
-    ]
+def _attributes(outcome: object, keys: tuple[str, ...]) -> dict[str, object]:
+    """``outcome``'s attributes named ``keys``, under their own names (a tuple as a list)."""
+    values = {key: getattr(outcome, key) for key in keys}
+    return {key: list(v) if isinstance(v, tuple) else v for key, v in values.items()}
 
 
 def _findings_json(result: PassResult) -> list[dict[str, object]]:

@@ -95,7 +95,7 @@ async def plan(
     client: Broker, desired: Sequence[DesiredPolicy], *, vhost: str | None = None
 ) -> Plan:
     """Desired against actual, per policy and per queue. Reads only; writes nothing."""
-    return await _run(client, desired, vhost=vhost, dry_run=True)
+    return await reconcile(client, desired, vhost=vhost, dry_run=True)
 
 
 async def reconcile(
@@ -110,8 +110,9 @@ async def reconcile(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     listed: QueuesRead | None = None,
     read_queues: ReadQueues | None = None,
-) -> list[PolicyOutcome]:
-    """Bring every desired policy to the broker and verify it on the queues.
+) -> Plan:
+    """Bring every desired policy to the broker and verify it on the queues; the plan says
+    what was found, per policy and per queue, and its outcomes what became of each policy.
 
     Reads the vhost's policies (one listing); writes only a real (normalized) difference;
     reads the written ones back; then checks the queues (``listed``, the pass's own listing,
@@ -122,34 +123,6 @@ async def reconcile(
     ``dry_run`` writes nothing and says ``planned`` (a declaration this broker cannot hold at
     all says ``unsupported`` either way). A refused write is an outcome (``refused``), never an
     exception; a broker that cannot be read raises ``BrokerUnavailable``."""
-    result = await _run(
-        client,
-        desired,
-        vhost=vhost,
-        dry_run=dry_run,
-        verify_wait_seconds=verify_wait_seconds,
-        poll_interval_seconds=poll_interval_seconds,
-        clock=clock,
-        sleep=sleep,
-        listed=listed,
-        read_queues=read_queues,
-    )
-    return list(result.outcomes)
-
-
-async def _run(
-    client: Broker,
-    desired: Sequence[DesiredPolicy],
-    *,
-    vhost: str | None,
-    dry_run: bool,
-    verify_wait_seconds: float = 0.0,
-    poll_interval_seconds: float = POLL_INTERVAL_SECONDS,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    listed: QueuesRead | None = None,
-    read_queues: ReadQueues | None = None,
-) -> Plan:
     # One listing reads every policy: measured on 3.10, 4.0 and 4.3, a user without the
     # policymaker tag may list a vhost's policies but not GET one by name (401).
     held = _by_name(await client.list_policies(vhost))
@@ -161,15 +134,7 @@ async def _run(
 
     written: set[str] = set()
     if not dry_run:
-        for s in states:
-            writing = s.desired.writable and bool(s.diff)
-            if await _write(client, s, vhost) if writing else await _delete_stale(client, s, vhost):
-                written.add(s.desired.name)
-    if written:
-        held = _by_name(await client.list_policies(vhost))
-        for s in states:
-            if s.desired.name in written:
-                _read_back(s, held.get(s.desired.name))
+        written, held = await _write_differences(client, states, held, vhost)
     as_desired = frozenset(d.name for d in desired if not differences(d, held.get(d.name)))
 
     # Policies are cluster-wide: each is verified once, on the queues, whichever node leads
@@ -234,6 +199,24 @@ def _whole_listing(client: Broker, vhost: str | None) -> ReadQueues:
         return QueuesRead(queues, unreadable)
 
     return read
+
+
+async def _write_differences(
+    client: Broker, states: Sequence[PolicyState], held: dict[str, BrokerPolicy], vhost: str | None
+) -> tuple[set[str], dict[str, BrokerPolicy]]:
+    """Write each policy that differs (delete a stale one of ours) and read the written ones
+    back: the names written, and the policies as the broker holds them after."""
+    written: set[str] = set()
+    for s in states:
+        writing = s.desired.writable and bool(s.diff)
+        if await _write(client, s, vhost) if writing else await _delete_stale(client, s, vhost):
+            written.add(s.desired.name)
+    if written:
+        held = _by_name(await client.list_policies(vhost))
+        for s in states:
+            if s.desired.name in written:
+                _read_back(s, held.get(s.desired.name))
+    return written, held
 
 
 def _by_name(policies: Iterable[BrokerPolicy]) -> dict[str, BrokerPolicy]:

@@ -79,7 +79,7 @@ async def reconcile_policies(p: Pass) -> PoliciesOutcome:
         )
         return PoliciesOutcome((refused,))
     try:
-        outcomes = await reconcile(
+        reconciled = await reconcile(
             broker,
             desired,
             vhost=config.vhost,
@@ -90,7 +90,7 @@ async def reconcile_policies(p: Pass) -> PoliciesOutcome:
         )
     except SourceUnreadable as exc:
         return PoliciesOutcome((), Found.failed(exc))
-    return PoliciesOutcome(tuple(outcomes))
+    return PoliciesOutcome(reconciled.outcomes)
 
 
 def _listed(reading: BrokerReading | None) -> QueuesRead | None:

@@ -7,18 +7,20 @@ pass names it in ``unreadable``: opening never raises."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from reaper.broker.client import ManagementClient
 from reaper.broker.http import BrokerTls
 from reaper.broker.port import Broker
 from reaper.config import Settings
-from reaper.errors import SourceUnreadable
+from reaper.errors import ReaperError, SourceUnreadable
 from reaper.jobqueue.database import ConnectionFactory, WorkerPool
 from reaper.jobqueue.port import JobQueue
 from reaper.jobqueue.postgres import PostgresStore
 
-__all__ = ["Sources", "open_broker", "open_sources", "open_store"]
+__all__ = ["Sources", "open_broker", "open_sources", "open_store", "store_sources"]
 
 
 @dataclass
@@ -67,6 +69,22 @@ async def open_store(
         )
     except SourceUnreadable as exc:
         return None, exc.reason
+
+
+@asynccontextmanager
+async def store_sources(
+    settings: Settings, doing: str, *, broker: bool = False
+) -> AsyncIterator[tuple[Sources, JobQueue]]:
+    """The sources of a command that cannot work without the store, and the store, closed on
+    the way out. A store that cannot be opened raises :class:`~reaper.errors.ReaperError`
+    ("cannot ``doing``: why"), which the command line prints as one line, exit 1."""
+    sources = await open_sources(settings, broker=broker)
+    try:
+        if sources.store is None:
+            raise ReaperError(f"cannot {doing}: {sources.store_error}")
+        yield sources, sources.store
+    finally:
+        await sources.close()
 
 
 def open_broker(settings: Settings) -> Broker:

@@ -124,7 +124,7 @@ class LockWatch:
         then = {s.pid: s.transaction_start for s in sessions}
         try:
             async with self._lock, self._db.seam("looking at the sessions that blocked"):
-                rows = await self._conn.fetch(MIGRATE["sessions"], list(then))
+                rows = await self._conn.fetch(MIGRATE["sessions"], None, list(then))
         except StoreUnavailable as exc:
             self.failed = exc.reason
             return ()
@@ -138,7 +138,7 @@ class LockWatch:
             while True:
                 await asyncio.sleep(self._interval)
                 async with self._lock, self._db.seam("watching for sessions that block"):
-                    rows = await self._conn.fetch(MIGRATE["blocking_sessions"], self._pid)
+                    rows = await self._conn.fetch(MIGRATE["sessions"], self._pid, None)
                 if rows:
                     self.seen = tuple(session_of(r) for r in rows)
         except StoreUnavailable as exc:

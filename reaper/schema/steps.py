@@ -8,6 +8,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
@@ -291,40 +292,36 @@ MIGRATIONS: Final = _bound("migrations", _DECLARED)
 OUTBOX_MIGRATIONS: Final = _bound("outbox", _OUTBOX)
 
 
+def _checks() -> Iterator[Check]:
+    """Every step's check, the reaper's migrations' then the outbox's, in declaration order."""
+    for migration in (*MIGRATIONS, *OUTBOX_MIGRATIONS):
+        for step in migration.steps:
+            yield step.check
+
+
 def declared_tables() -> tuple[str, ...]:
     """Every table a step checks or creates, in declaration order."""
     found: dict[str, None] = {}
-    for migration in (*MIGRATIONS, *OUTBOX_MIGRATIONS):
-        for step in migration.steps:
-            match step.check:
-                case (
-                    InCatalog(table)
-                    | IndexValid(table=table)
-                    | IndexDropped(table=table)
-                    | TriggerInPlace(table)
-                ):
-                    found[table] = None
+    for check in _checks():
+        match check:
+            case (
+                InCatalog(table)
+                | IndexValid(table=table)
+                | IndexDropped(table=table)
+                | TriggerInPlace(table)
+            ):
+                found[table] = None
     return tuple(found)
 
 
 def declared_functions() -> tuple[str, ...]:
     """Every function a step checks, by signature."""
-    return tuple(
-        s.check.signature
-        for m in (*MIGRATIONS, *OUTBOX_MIGRATIONS)
-        for s in m.steps
-        if isinstance(s.check, FunctionInPlace)
-    )
+    return tuple(c.signature for c in _checks() if isinstance(c, FunctionInPlace))
 
 
 def retired_indexes() -> frozenset[str]:
     """The indexes a later migration drops: an earlier one's build of them is not needed."""
-    return frozenset(
-        s.check.name
-        for m in (*MIGRATIONS, *OUTBOX_MIGRATIONS)
-        for s in m.steps
-        if isinstance(s.check, IndexDropped)
-    )
+    return frozenset(c.name for c in _checks() if isinstance(c, IndexDropped))
 
 
 def shipped_migrations() -> list[str]:

@@ -142,6 +142,14 @@ def held_policies(broker: BrokerUnderTest) -> list[dict[str, object]]:
 # --------------------------------------------------------------------------- converge
 
 
+async def reconciled(
+    client: ManagementClient, desired: list[DesiredPolicy]
+) -> tuple[PolicyOutcome, ...]:
+    """Each policy's outcome of a real reconciliation given up to ``VERIFY_WAIT`` to verify."""
+    done = await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+    return done.outcomes
+
+
 async def test_one_pass_brings_every_owned_queue_to_its_declared_bounds(
     broker: BrokerUnderTest,
     client: ManagementClient,
@@ -149,10 +157,7 @@ async def test_one_pass_brings_every_owned_queue_to_its_declared_bounds(
     desired: list[DesiredPolicy],
     facts: BrokerFacts,
 ) -> None:
-    outcomes = {
-        o.name: o
-        for o in await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
-    }
+    outcomes = {o.name: o for o in await reconciled(client, desired)}
     assert set(outcomes) == {"vibey-reap-quorum", "vibey-reap-classic", "vibey-reap-dead-letter"}
     for o in outcomes.values():
         if o.name == "vibey-reap-classic" and not classic_enforced(broker):
@@ -206,7 +211,7 @@ async def test_dead_letter_queues_never_carry_a_finite_limit_of_ours(
     queues: dict[str, str],
     desired: list[DesiredPolicy],
 ) -> None:
-    await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+    await reconciled(client, desired)
     for name in QUORUM_DEAD:
         raw = cast(dict[str, Any], broker.queue(name))
         effective = raw.get("effective_policy_definition") or {}
@@ -231,11 +236,11 @@ async def test_a_second_pass_writes_nothing_and_says_unchanged(
     queues: dict[str, str],
     desired: list[DesiredPolicy],
 ) -> None:
-    await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+    await reconciled(client, desired)
     before = held_policies(broker)
     writes, requests = client.writes_made, client.requests_made
 
-    outcomes = await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+    outcomes = await reconciled(client, desired)
 
     assert client.writes_made == writes
     # one policy listing and one queue listing: no write, no read-back, no waiting
@@ -256,23 +261,20 @@ async def test_a_policy_changed_by_hand_is_restored(
     queues: dict[str, str],
     desired: list[DesiredPolicy],
 ) -> None:
-    await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+    await reconciled(client, desired)
     quorum = next(d for d in desired if d.name == "vibey-reap-quorum")
     broker.put_policy(
         "vibey-reap-quorum",
         {**quorum.body(), "definition": {"delivery-limit": 5}, "priority": 3},
     ).raise_for_status()
 
-    planned = {o.name: o for o in await reconcile(client, desired, dry_run=True)}
+    planned = {o.name: o for o in (await reconcile(client, desired, dry_run=True)).outcomes}
     assert planned["vibey-reap-quorum"].action == "planned"
     assert planned["vibey-reap-quorum"].reason == "WouldUpdate"
     assert "delivery-limit 5 → 20" in planned["vibey-reap-quorum"].detail
 
     writes = client.writes_made
-    outcomes = {
-        o.name: o
-        for o in await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
-    }
+    outcomes = {o.name: o for o in await reconciled(client, desired)}
     restored = outcomes["vibey-reap-quorum"]
     assert (restored.action, restored.reason, restored.verified) == ("updated", "Updated", True)
     assert client.writes_made == writes + 1, "only the drifted policy is written"
@@ -307,12 +309,7 @@ async def test_a_user_without_policymaker_is_refused_and_nothing_raises(
             return listings[-1]
 
         restricted.list_queues = recorded  # type: ignore[method-assign]
-        outcomes = {
-            o.name: o
-            for o in await reconcile(
-                restricted, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT
-            )
-        }
+        outcomes = {o.name: o for o in await reconciled(restricted, desired)}
         # each writable policy once, and once more any PUT whose kept-alive connection the
         # node closed as it went out (measured on 4.0, after a 401: ManagementApi._send)
         resent = restricted.api.resent.count("PUT")
@@ -361,10 +358,7 @@ async def test_a_queue_under_someone_elses_higher_priority_policy_is_named(
         },
     ).raise_for_status()
 
-    outcomes = {
-        o.name: o
-        for o in await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
-    }
+    outcomes = {o.name: o for o in await reconciled(client, desired)}
 
     shadowed = outcomes["vibey-reap-quorum"]
     assert shadowed.verified is False
@@ -385,7 +379,9 @@ async def test_a_dry_run_and_a_plan_write_nothing(
     queues: dict[str, str],
     desired: list[DesiredPolicy],
 ) -> None:
-    outcomes = await reconcile(client, desired, dry_run=True, verify_wait_seconds=VERIFY_WAIT)
+    outcomes = (
+        await reconcile(client, desired, dry_run=True, verify_wait_seconds=VERIFY_WAIT)
+    ).outcomes
     the_plan = await plan(client, desired)
 
     assert client.writes_made == 0
@@ -418,7 +414,7 @@ async def test_a_dry_run_and_a_plan_write_nothing(
 async def test_a_vhost_with_no_owned_queue_has_nothing_to_verify(
     client: ManagementClient, desired: list[DesiredPolicy]
 ) -> None:
-    outcomes = await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+    outcomes = await reconciled(client, desired)
     for o in outcomes:
         assert (o.verified, o.queues_checked, o.reason) == (None, 0, "NoOwnedQueues"), o
         assert o.ok
@@ -446,10 +442,7 @@ async def test_a_policy_of_our_name_this_version_cannot_hold_is_named_stale(
         VERIFY_WAIT,
     )
 
-    outcomes = {
-        o.name: o
-        for o in await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
-    }
+    outcomes = {o.name: o for o in await reconciled(client, desired)}
 
     classic = outcomes["vibey-reap-classic"]
     if not classic_enforced(broker):
@@ -485,7 +478,7 @@ async def test_a_definition_the_broker_rejects_is_reported_not_raised(
     )
     desired = render(load_declarations(), PARAMS, claimed)
 
-    outcomes = await reconcile(client, desired, dry_run=False, verify_wait_seconds=VERIFY_WAIT)
+    outcomes = await reconciled(client, desired)
 
     for o in outcomes:
         if o.name == "vibey-reap-classic" and not classic_enforced(broker):

@@ -19,6 +19,7 @@ from reaper.edges import colour, logs
 from reaper.edges.arguments import _subcommands, build_parser
 from reaper.edges.cli import main
 from reaper.gates.ids import gate_kind
+from tests.support.cli import Cli
 
 
 @pytest.fixture(autouse=True)
@@ -286,3 +287,24 @@ def test_a_report_through_a_pipe_has_no_colour(tmp_path: Path) -> None:
     )
     assert done.returncode == 1 and "\033[" not in done.stdout + done.stderr
     assert done.stdout.startswith("OK    configuration: ")
+
+
+@pytest.mark.parametrize(
+    ("argv", "doing"),
+    [
+        (["events"], "read the ledger"),
+        (["gates", "list"], "read gates"),
+        (["gates", "answer", "0123abcd", "--choice", "retry", "--yes"], "answer"),
+        (["gates", "answer", "--kind", "poison", "--choice", "retry", "--dry-run"], "answer"),
+    ],
+)
+async def test_a_command_that_needs_the_store_says_it_cannot_in_one_line(
+    cli: Cli, argv: list[str], doing: str
+) -> None:
+    """No PostgreSQL: the command says what it could not do and why, one line, exit 1."""
+    said = await cli.on({"REAPER_DATABASE__DSN": "postgresql://postgres@127.0.0.1:1/none"})(*argv)
+    assert said.code == 1, said
+    assert not said.out, said
+    [line] = said.err.splitlines()
+    assert line.startswith(f"reaper: cannot {doing}: "), line
+    assert "127.0.0.1:1" in line or "refused" in line, line

@@ -65,7 +65,9 @@ async def test_a_limit_already_written_is_taken_back_on_4x() -> None:
         "vibey-reap-quorum", "^vibey", "quorum_queues", 0, {"delivery-limit": 20}
     )
     desired = render(load_declarations(), PARAMS, facts, queues)
-    outcomes = {o.name: o for o in await reconcile(broker, desired, verify_wait_seconds=0)}
+    outcomes = {
+        o.name: o for o in (await reconcile(broker, desired, verify_wait_seconds=0)).outcomes
+    }
 
     held = broker.policies["vibey-reap-quorum"].definition
     assert "delivery-limit" not in held and "consumer-timeout" in held
@@ -86,13 +88,15 @@ async def test_a_limit_already_written_is_taken_back_on_310_by_deleting_the_poli
     )
     desired = render(load_declarations(), PARAMS, facts, queues)
 
-    planned = {o.name: o for o in await reconcile(broker, desired, dry_run=True)}
+    planned = {o.name: o for o in (await reconcile(broker, desired, dry_run=True)).outcomes}
     assert "vibey-reap-quorum" in broker.policies  # a dry run writes nothing
     assert planned["vibey-reap-quorum"].action == "planned"
     assert "would delete vibey-reap-quorum" in planned["vibey-reap-quorum"].detail
     assert not planned["vibey-reap-quorum"].ok
 
-    outcomes = {o.name: o for o in await reconcile(broker, desired, verify_wait_seconds=0)}
+    outcomes = {
+        o.name: o for o in (await reconcile(broker, desired, verify_wait_seconds=0)).outcomes
+    }
     assert "vibey-reap-quorum" not in broker.policies
     assert outcomes["vibey-reap-quorum"].action == "deleted"
     assert not outcomes["vibey-reap-quorum"].ok

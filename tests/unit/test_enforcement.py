@@ -344,7 +344,7 @@ def desired_for(broker: FakeBroker) -> list[DesiredPolicy]:
 
 async def test_reconciling_on_43_never_says_verified_for_the_classic_policy() -> None:
     broker = fake_43()
-    outcomes = {o.name: o for o in await reconcile(broker, desired_for(broker))}
+    outcomes = {o.name: o for o in (await reconcile(broker, desired_for(broker))).outcomes}
     classic = outcomes["vibey-reap-classic"]
     assert (classic.action, classic.verified, classic.reason) == ("created", False, "NotEnforced")
     assert classic.queues_failing == ("vibey.jobs.c1",)
@@ -357,7 +357,7 @@ async def test_reconciling_on_43_never_says_verified_for_the_classic_policy() ->
     quorum = outcomes["vibey-reap-quorum"]
     assert (quorum.action, quorum.verified, quorum.reason) == ("created", True, "Created")
 
-    again = {o.name: o for o in await reconcile(broker, desired_for(broker))}
+    again = {o.name: o for o in (await reconcile(broker, desired_for(broker))).outcomes}
     assert (again["vibey-reap-classic"].action, again["vibey-reap-classic"].reason) == (
         "unchanged",
         "NotEnforced",
@@ -366,7 +366,7 @@ async def test_reconciling_on_43_never_says_verified_for_the_classic_policy() ->
 
 async def test_with_no_owned_classic_queue_on_43_the_outcome_still_says_it() -> None:
     broker = FakeBroker(version="4.3.6", consumer_timeout_ms=WIDE)
-    outcomes = {o.name: o for o in await reconcile(broker, desired_for(broker))}
+    outcomes = {o.name: o for o in (await reconcile(broker, desired_for(broker))).outcomes}
     classic = outcomes["vibey-reap-classic"]
     assert (classic.verified, classic.reason) == (None, "NoOwnedQueues")
     assert "is accepted, but RabbitMQ 4.3.6 does not enforce it on classic queues" in (

@@ -154,7 +154,7 @@ async def test_a_policy_write_is_listed_whole_under_would_do_and_under_done() ->
         load_declarations(), PolicyParameters(), await broker.facts(), await broker.list_queues()
     )
 
-    def quorum(outcomes: list[PolicyOutcome]) -> tuple[PolicyOutcome, ...]:
+    def quorum(outcomes: tuple[PolicyOutcome, ...]) -> tuple[PolicyOutcome, ...]:
         return tuple(o for o in outcomes if o.name == "vibey-reap-quorum")
 
     def under(r: PassResult, heading: str) -> list[str]:
@@ -162,12 +162,12 @@ async def test_a_policy_write_is_listed_whole_under_would_do_and_under_done() ->
         at = lines.index(heading)
         return list(itertools.takewhile(lambda line: line.startswith("  "), lines[at + 1 :]))
 
-    planned = quorum(await reconcile(broker, desired, dry_run=True))
+    planned = quorum((await reconcile(broker, desired, dry_run=True)).outcomes)
     [would] = under(result(dry_run=True, policies=PoliciesOutcome(planned)), "Would do (1):")
     assert would.startswith("  update   policy        vibey-reap-quorum: ")
     assert "delivery-limit 100 → 20" in would and "consumer-timeout 1 → 21600000" in would
 
-    written = quorum(await reconcile(broker, desired, verify_wait_seconds=0))
+    written = quorum((await reconcile(broker, desired, verify_wait_seconds=0)).outcomes)
     [done] = under(result(policies=PoliciesOutcome(written)), "Done (1):")
     assert done == would
     [shown] = to_json(result(policies=PoliciesOutcome(written)))["policies"]

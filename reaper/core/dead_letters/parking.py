@@ -14,6 +14,7 @@ from uuid import UUID
 from reaper.core.dead_letters.decode import decoded_body
 from reaper.core.dead_letters.untrusted import quote_untrusted
 from reaper.core.domain import Action, Condition, DeadLetter, Source, Thresholds, Unit, Verdict
+from reaper.core.letters import Letter
 
 __all__ = [
     "EVENT_TRUSTED",
@@ -38,27 +39,15 @@ _QUEUE_NAME_BYTES = 255
 
 
 @dataclass(frozen=True)
-class ParkedLetter:
-    """What a parked dead letter keeps (its ``dead_letter`` row, migration 0004). Everything
-    but ``queue`` (the dead-letter queue read: ours) and ``identity`` came from the message's
-    publisher and is untrusted."""
+class ParkedLetter(Letter):
+    """What a parked dead letter keeps (its ``dead_letter`` row, migration 0004)."""
 
-    queue: str
-    identity: str
-    message_id: str | None
-    origin_queue: str | None
-    reason: str | None
-    body: str
-    body_encoding: str
-    body_bytes: int
-    body_truncated: bool
-    is_json_object: bool
     #: Its envelope when it was parked or last read (``reaper.core.dead_letters.envelope``).
     envelope: str | None = None
 
 
 def replay_decision(
-    letter: DeadLetter | ParkedLetter,
+    letter: Letter,
     owned_queue_pattern: str,
     dead_letter_queue_pattern: str = _DEFAULT_DEAD_LETTER_PATTERN,
 ) -> tuple[bool, str]:

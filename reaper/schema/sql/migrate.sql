@@ -164,25 +164,10 @@ ORDER BY table_sql;
 -- are filled in, quoted by PostgreSQL).
 SELECT EXISTS (SELECT 1 FROM {table} WHERE {column} = {fleet}) AS present;
 
--- name: blocking_sessions --
--- The sessions that keep the session $1 (a pid) waiting for a lock, as pg_stat_activity shows
--- them, with the locks each holds on tables of this database.
-SELECT a.pid, a.application_name, a.usename AS user_name, a.state,
-       a.wait_event_type, a.wait_event, a.xact_start,
-       extract(epoch FROM clock_timestamp() - a.xact_start)::float8 AS transaction_seconds,
-       left(regexp_replace(a.query, '\s+', ' ', 'g'), 160) AS query,
-       (SELECT string_agg(DISTINCT l.mode || ' on ' || l.relation::regclass::text, ', ')
-        FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-        WHERE l.pid = a.pid AND l.granted AND l.locktype = 'relation'
-          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-          AND c.relkind IN ('r', 'p')) AS holds
-FROM pg_stat_activity AS a
-WHERE a.pid = ANY (pg_blocking_pids($1))
-ORDER BY a.xact_start NULLS LAST, a.pid;
-
 -- name: sessions --
--- The sessions whose pids are in $1, as blocking_sessions describes them (to tell whether a
--- blocker's transaction is still the one that blocked).
+-- The sessions that keep the session $1 (a pid) waiting for a lock or, when $1 is null, those
+-- whose pids are in $2 (to tell whether a blocker's transaction is still the one that blocked),
+-- as pg_stat_activity shows them, with the locks each holds on tables of this database.
 SELECT a.pid, a.application_name, a.usename AS user_name, a.state,
        a.wait_event_type, a.wait_event, a.xact_start,
        extract(epoch FROM clock_timestamp() - a.xact_start)::float8 AS transaction_seconds,
@@ -193,5 +178,5 @@ SELECT a.pid, a.application_name, a.usename AS user_name, a.state,
           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
           AND c.relkind IN ('r', 'p')) AS holds
 FROM pg_stat_activity AS a
-WHERE a.pid = ANY ($1::int[])
+WHERE a.pid = ANY (CASE WHEN $1::int IS NULL THEN $2::int[] ELSE pg_blocking_pids($1) END)
 ORDER BY a.xact_start NULLS LAST, a.pid;
