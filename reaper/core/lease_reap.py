@@ -1,6 +1,7 @@
-"""A lease reap in values (:mod:`reaper.jobqueue.port` words the job queue with them): the
-question a pass asks (:class:`LeaseReapRun`) and what a store answers, in a few numbers a batch,
-never a value a lease (:class:`LeaseReap`)."""
+"""A lease reap in values: the question a pass asks, and the store's answer in a few numbers.
+
+The question is a :class:`LeaseReapRun`; the answer, a :class:`LeaseReap`, holds a few numbers
+a batch, never a value a lease (:mod:`reaper.jobqueue.port` words the job queue with them)."""
 
 from __future__ import annotations
 

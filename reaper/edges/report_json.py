@@ -1,7 +1,9 @@
-"""The pass's report for machines: one JSON object (SPEC §5). :func:`write_json` writes every
-verdict, the lease moves as they are read back from the ledger (while the pass's sources are
-open), never the whole list in memory; :func:`to_json` is the same object with the lease moves
-counted (``lease_reap``) but not listed."""
+"""The pass's report for machines: one JSON object, written verdict by verdict.
+
+One JSON object (SPEC §5): :func:`write_json` writes every verdict, the lease moves as they are
+read back from the ledger (while the pass's sources are open), never the whole list in memory;
+:func:`to_json` is the same object with the lease moves counted (``lease_reap``) but not
+listed."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from reaper.errors import SourceUnreadable
 from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
 
-__all__ = ["iso", "render_json", "to_json", "verdict_json", "write_json"]
+__all__ = ["iso", "to_json", "verdict_json", "write_json"]
 
 
 def iso(moment: datetime) -> str:
@@ -220,10 +222,6 @@ def _findings_json(result: PassResult) -> list[dict[str, object]]:
         }
         for r in result.findings()
     ]
-
-
-def render_json(result: PassResult) -> str:
-    return json.dumps(to_json(result), indent=2, sort_keys=False)
 
 
 async def write_json(result: PassResult, out: TextIO) -> None:

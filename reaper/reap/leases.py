@@ -1,12 +1,12 @@
-"""The pass's lease step: every expired lease ruled on, and moved, by PostgreSQL a batch at a
-time, each move with its event (SPEC §1 (a), (c); §8).
+"""The pass's lease step: every expired lease ruled on and moved by PostgreSQL, in batches.
 
-The store does the work (:meth:`~reaper.jobqueue.port.JobQueue.reap_leases`: the lease judge's
-rule in SQL, two lanes at once, batches sized by their time) and hands back counts, never a
-lease, until none is left or the time budget (``lease_reap_budget_seconds``) is spent; what is
-left then is counted and reported, and the next turn comes at once. A dry run asks the same
-question read-only. The moves are read back for the report (:class:`LeaseListing`) from the
-ledger, a page at a time: a pass holds no lease however many it moves.
+Each move goes with its event (SPEC §1 (a), (c); §8). The store does the work
+(:meth:`~reaper.jobqueue.port.JobQueue.reap_leases`: the lease judge's rule in SQL, two lanes at
+once, batches sized by their time) and hands back counts, never a lease, until none is left or
+the time budget (``lease_reap_budget_seconds``) is spent; what is left then is counted and
+reported, and the next turn comes at once. A dry run asks the same question read-only. The
+moves are read back for the report (:class:`LeaseListing`) from the ledger, a page at a time:
+a pass holds no lease however many it moves.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The in-memory double's lease reap (:class:`LeaseReaps`, a part of
+"""The in-memory double's lease reap.
+
+The in-memory double's lease reap (:class:`LeaseReaps`, a part of
 :class:`~reaper.testing.memory.MemoryJobQueue`): the pure lease judge's rulings, a batch at a
 time, each move with its event and a park's gate, counted and its events' numbers kept as the
 store keeps them, and read back from its ledger by them (the store's SQL is held to the same
