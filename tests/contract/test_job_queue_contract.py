@@ -19,11 +19,9 @@ from reaper.core.domain import (
     GATE_BUS_DEAD_LETTERED,
     GATE_DELIVERY_EXHAUSTED,
     Action,
-    Condition,
     DeadLetter,
     Source,
     Thresholds,
-    Unit,
     Verdict,
 )
 from reaper.core.judge_leases import judge_lease_page
@@ -33,6 +31,7 @@ from reaper.jobqueue.port import GateChoice, GateFilter, ParkedDeadLetter, ParkR
 from tests.contract.conftest import Subject
 from tests.support.dead_letters import got_letter
 from tests.support.store import NOW, Job, Reaped, lease_of, leased, reap_page
+from tests.support.verdicts import broker_finding, stale
 
 pytestmark = pytest.mark.postgres
 
@@ -41,17 +40,9 @@ RULES = ParkRules(
 )
 
 
-def surfaced(project: uuid.UUID, condition: Condition = Condition.STALE_READY) -> Verdict:
-    return Verdict(
-        source=Source.JOB_QUEUE,
-        object=str(uuid.uuid4()),
-        condition=condition,
-        measured=1000,
-        threshold=900,
-        unit=Unit.SECONDS,
-        action=Action.SURFACE,
-        project_id=project,
-    )
+def surfaced(project: uuid.UUID) -> Verdict:
+    """The project's stale head, a job of its own each time."""
+    return stale(project, job=str(uuid.uuid4()))
 
 
 def dead_letter(message_id: str, queue: str = "vibey.jobs.dead") -> DeadLetter:
@@ -299,17 +290,7 @@ async def test_a_dry_run_reads_which_sightings_are_open_and_writes_nothing(
 
 
 async def test_broker_sightings_live_on_the_fleet_stream(subject: Subject) -> None:
-    finding = Verdict(
-        source=Source.BROKER,
-        object="vibey.jobs",
-        condition=Condition.HOLDER_GONE,
-        measured=3,
-        threshold=0,
-        unit=Unit.MESSAGES,
-        action=Action.SURFACE,
-        queue="vibey.jobs",
-        trusted=False,
-    )
+    finding = broker_finding("vibey.jobs")
     await subject.store.record_sightings(
         [finding], SightingsPass(now=NOW, sources_read=frozenset(Source))
     )

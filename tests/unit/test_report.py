@@ -26,6 +26,8 @@ from reaper.reap.result import PassResult
 from reaper.reap.sightings import GatesOutcome
 from tests.support.cli import validate_report
 from tests.support.fake_broker import FakeBroker
+from tests.support.verdicts import broker_finding
+from tests.support.verdicts import stale as stale_job
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 FACTS = BrokerFacts("RabbitMQ", "4.0.5", True, True, True, 20, 21600000, "test")
@@ -85,16 +87,7 @@ def test_every_report_validates_against_the_schema(
 
 
 def test_problems_come_first_and_name_numbers_against_thresholds() -> None:
-    stale = Verdict(
-        Source.JOB_QUEUE,
-        "job-1",
-        Condition.STALE_READY,
-        1200.5,
-        900,
-        Unit.SECONDS,
-        Action.SURFACE,
-        project_id=UUID(int=7),
-    )
+    stale = stale_job(UUID(int=7), "job-1", 1200.5)
     moved = Verdict(
         Source.JOB_QUEUE,
         "job-2",
@@ -290,22 +283,18 @@ def test_the_json_report_lists_every_lease_verdict_and_streams_the_same_text() -
 def test_text_and_json_list_the_same_findings_worst_first_and_a_drop_is_not_ok() -> None:
     def broker(queue: str, condition: Condition, measured: int, **kw: object) -> RecordedVerdict:
         unit = Unit.SECONDS if condition is Condition.STALE_READY else Unit.MESSAGES
-        v = Verdict(
-            Source.BROKER, queue, condition, measured, 900, unit, Action.SURFACE, queue=queue, **kw
-        )
+        v = broker_finding(queue, condition, measured, threshold=900, unit=unit, trusted=True, **kw)
         return RecordedVerdict(v, False)
 
-    drops = Verdict(
-        Source.BROKER,
+    drops = broker_finding(
         "vibey.jobs.main",
         Condition.UNBOUNDED,
         20,
-        None,
-        Unit.ATTEMPTS,
-        Action.SURFACE,
-        queue="vibey.jobs.main",
+        threshold=None,
+        unit=Unit.ATTEMPTS,
         detail="a delivery limit of 20 would drop, not dead-letter; fix: declare it",
         drops=True,
+        trusted=True,
     )
     r = result(
         verdicts=VerdictLog(
