@@ -95,12 +95,14 @@ on_one_broker = pytest.mark.parametrize(
 
 
 @contextlib.asynccontextmanager
-async def cloned_database(template: str) -> AsyncIterator[str]:
-    """The DSN of a fresh copy of ``template``, dropped afterwards."""
-    name = f"qr_test_{uuid.uuid4().hex[:12]}"
+async def cloned_database(template: str | None, prefix: str = "qr_test") -> AsyncIterator[str]:
+    """The DSN of a fresh copy of ``template`` (of PostgreSQL's empty template if None) named
+    ``prefix_<random>``, dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(PG_ADMIN_DSN)
     try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        copied = "" if template is None else f' TEMPLATE "{template}"'
+        await admin.execute(f'CREATE DATABASE "{name}"{copied}')
         yield dsn_for(name)
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
