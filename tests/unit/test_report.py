@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reaper.broker.port import BrokerPolicy
-from reaper.core.domain import Action, BrokerFacts, Condition, QueueStats, Source, Unit, Verdict
+from reaper.core.domain import Action, BrokerFacts, Condition, Source, Unit, Verdict
 from reaper.edges.report import render_text, to_json
 from reaper.policies.declarations import PolicyParameters, load_declarations
 from reaper.policies.reconcile import PolicyOutcome, reconcile
@@ -26,6 +26,7 @@ from reaper.reap.result import PassResult
 from reaper.reap.sightings import GatesOutcome
 from tests.support.cli import validate_report
 from tests.support.fake_broker import FakeBroker
+from tests.support.queues import queue_stats
 from tests.support.verdicts import broker_finding
 from tests.support.verdicts import stale as stale_job
 
@@ -133,8 +134,8 @@ def test_a_dry_run_says_it_wrote_nothing() -> None:
 async def test_a_policy_write_is_listed_whole_under_would_do_and_under_done() -> None:
     # drifted on both its keys: the line names both, before the write and after it
     broker = FakeBroker(version="4.0.5")
-    broker.queues["vibey.jobs.main"] = QueueStats(
-        "/", "vibey.jobs.main", "quorum", 0, 0, 1, arguments={"x-dead-letter-exchange": "dlx"}
+    broker.queues["vibey.jobs.main"] = queue_stats(
+        "vibey.jobs.main", consumers=1, arguments={"x-dead-letter-exchange": "dlx"}
     )
     broker.policies["vibey-reap-quorum"] = BrokerPolicy(
         "vibey-reap-quorum",
