@@ -119,8 +119,19 @@ def open_vhost(admin: httpx.Client, vhost_path: str) -> None:
     ).raise_for_status()
 
 
+class OnOwnVhost:
+    """A broker or a cluster reached on a vhost of the test's own, ``vhost``."""
+
+    vhost: str
+
+    @property
+    def vhost_path(self) -> str:
+        """``vhost`` as it stands in a management API path."""
+        return quote(self.vhost, safe="")
+
+
 @dataclass(frozen=True)
-class BrokerUnderTest:
+class BrokerUnderTest(OnOwnVhost):
     """One real broker, with a vhost of this test's own."""
 
     version: str  # a key of BROKERS: "3.10", "4.0" or "4.3"
@@ -128,10 +139,6 @@ class BrokerUnderTest:
     vhost: str
     username: str = BROKER_USER
     password: str = BROKER_PASSWORD
-
-    @property
-    def vhost_path(self) -> str:
-        return quote(self.vhost, safe="")
 
     @property
     def amqp_port(self) -> int:
