@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import dsn_for, migrated, one_pass, report_result, scratch_database
 from broker_read import create_vhost, wait_for_statistics
 
-from reaper.core.canonical import lease_payload
+from reaper.core.canonical import canonical_json
 from reaper.reap.lease_log import LeaseLog
 
 TARGET_MB = 100.0
@@ -89,14 +89,18 @@ def lease_batch(start: int, size: int) -> str:
         detail = f'lease of build job held by "worker-{n % 50}" expired {past}s ago ' + (
             "with 7 of 7 attempts spent: park" if poison else "past the grace of 0s: requeue"
         )
-        payload = lease_payload(
-            str(uuid.uuid4()),
-            "poison" if poison else "lease_expired",
-            "park" if poison else "requeue",
-            7 if poison else past,
-            7 if poison else 0,
-            "attempts" if poison else "seconds",
-            detail,
+        payload = canonical_json(
+            {
+                "action": "park" if poison else "requeue",
+                "condition": "poison" if poison else "lease_expired",
+                "detail": detail,
+                "measured": 7 if poison else past,
+                "object": str(uuid.uuid4()),
+                "queue": None,
+                "source": "job_queue",
+                "threshold": 7 if poison else 0,
+                "unit": "attempts" if poison else "seconds",
+            }
         )
         moves.append(f"{uuid.UUID(int=n % 1000 + 1)}{payload}")
     return "\x1e".join(moves)

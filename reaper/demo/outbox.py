@@ -1,4 +1,6 @@
-"""The demo's fourth step: a host that dispatches through RabbitMQ (SPEC §3, ADR-0044 §3-§5),
+"""The demo's outbox step: a host that dispatches through RabbitMQ, in miniature.
+
+The demo's fourth step: a host that dispatches through RabbitMQ (SPEC §3, ADR-0044 §3-§5),
 in miniature, on the demo's own database and vhost: ``reaper db migrate --outbox``, a job
 enqueued at generation 1 and relayed, a worker that dies holding its lease, one real pass that
 requeues it at generation 2 (its outbox row in the same transaction as the move), and a second

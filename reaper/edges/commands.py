@@ -1,4 +1,6 @@
-"""What each CLI command does, once its configuration is loaded. Each returns an exit code
+"""What each CLI command does, once its configuration is loaded.
+
+What each CLI command does, once its configuration is loaded. Each returns an exit code
 (SPEC §5): 0 ok, 1 ran but not ok, 2 usage or configuration error."""
 
 from __future__ import annotations

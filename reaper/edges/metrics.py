@@ -1,7 +1,8 @@
-"""The pass as Prometheus metrics (SPEC §6): what the last pass saw, as gauges yielded from
-its result (:mod:`reaper.edges.pass_gauges`), and what the process has done, as counters and a
-histogram that accumulate across passes (verdicts, leases requeued, jobs and dead letters
-parked, passes, pass duration); exported by a scrape, a textfile or a Pushgateway.
+"""The pass as Prometheus metrics: the last pass's gauges and the process's counters.
+
+What the last pass saw, as gauges yielded from its result (:mod:`reaper.edges.pass_gauges`), and
+what the process has done, as counters and a histogram across passes; exported by a scrape, a
+textfile or a Pushgateway (SPEC §6).
 
 ``reaper_verdicts_total`` counts every verdict judged, once per pass, under a ``dry_run`` label
 so an audit never inflates the real rates (a condition still open is judged again each pass);

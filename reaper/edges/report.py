@@ -1,4 +1,6 @@
-"""The pass's human report: it reads like a good ``kubectl describe``. The status first
+"""The pass's human report, which reads like a good ``kubectl describe``.
+
+The pass's human report: it reads like a good ``kubectl describe``. The status first
 (``OK``, ``OK, N findings`` or ``NOT OK: <why>``), the target and what was read; then what made
 the pass not ok, each with its fix; the findings worst first, one line each, the measurement
 against its threshold once and the next step; what was done; the policies, one line each.
@@ -18,7 +20,7 @@ from reaper.core.cluster import node_summary
 from reaper.core.domain import Action, Source
 from reaper.core.terminal import one_line
 from reaper.edges.report_findings import finding_lines
-from reaper.edges.report_json import render_json, to_json, verdict_json, write_json
+from reaper.edges.report_json import to_json, verdict_json, write_json
 from reaper.edges.report_moves import LISTED_MOVES, LeaseMoves, acted_lines, raised_since
 from reaper.edges.wording import LEASE_CONDITIONS, plural, short, utc
 from reaper.reap.progress import SIGHTINGS_WRITE, RecordedVerdict
@@ -27,7 +29,6 @@ from reaper.reap.result import PassResult, Problem
 __all__ = [
     "LEDGER_POINTER",
     "LISTED_MOVES",
-    "render_json",
     "render_text",
     "to_json",
     "verdict_json",

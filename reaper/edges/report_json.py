@@ -1,4 +1,6 @@
-"""The pass's report for machines: one JSON object (SPEC §5), every verdict written as it is
+"""The pass's report for machines: one JSON object, written verdict by verdict.
+
+The pass's report for machines: one JSON object (SPEC §5), every verdict written as it is
 read from the pass's verdict log (:func:`write_json`: the same bytes as
 ``json.dumps(to_json(result), indent=2)``, never the whole list in memory)."""
 
@@ -15,7 +17,7 @@ from reaper.edges.wording import next_step
 from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
 
-__all__ = ["iso", "render_json", "to_json", "verdict_json", "write_json"]
+__all__ = ["iso", "to_json", "verdict_json", "write_json"]
 
 
 def iso(moment: datetime) -> str:
@@ -194,13 +196,9 @@ def _findings_json(result: PassResult) -> list[dict[str, object]]:
     ]
 
 
-def render_json(result: PassResult) -> str:
-    return json.dumps(to_json(result), indent=2, sort_keys=False)
-
-
 def write_json(result: PassResult, out: TextIO) -> None:
-    """:func:`render_json` written to ``out`` with each verdict encoded as it is read from
-    the pass's verdict log: the same text, one verdict in memory at a time."""
+    """``json.dumps(to_json(result), indent=2)`` written to ``out`` with each verdict encoded
+    as it is read from the pass's verdict log: the same text, one verdict in memory at a time."""
     report = to_json(result, verdicts=False)
     out.write("{")
     for n, (key, value) in enumerate(report.items()):

@@ -1,4 +1,6 @@
-"""What a pass did, as the report's ``Done`` (a dry run: ``Would do``) lists it: lease moves,
+"""What a pass did, as the report's ``Done`` lists it: lease moves, parks, dead letters.
+
+What a pass did, as the report's ``Done`` (a dry run: ``Would do``) lists it: lease moves,
 parks and dead letters parked, each park with its gate and the command that answers it.
 
 Lease moves, routine by the thousand, are summarised per condition beyond

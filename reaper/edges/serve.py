@@ -1,4 +1,6 @@
-"""``reaper serve``: a pass every ``interval_seconds``, ``/metrics``, ``/healthz`` and a read-only
+"""``reaper serve``: a pass every interval, ``/metrics``, ``/healthz`` and a status page.
+
+``reaper serve``: a pass every ``interval_seconds``, ``/metrics``, ``/healthz`` and a read-only
 status page at ``/`` on a port.
 
 ``/healthz`` is liveness: 200 while the loop completed a pass (or checked the fleet's turn)

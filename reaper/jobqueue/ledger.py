@@ -1,14 +1,14 @@
-"""The ledger (SPEC §3, §10): append-only ``QueueReaped`` and ``GateAnswered`` events, gapless
-per stream, on streams the host appends to as well.
+"""The ledger: append-only events, gapless per stream, on streams the host appends to too.
 
-The reaper is never the only writer. An event's number is the stream's last number plus one,
-read from the ledger itself in the statement that inserts it: never from a counter of the
-reaper's own, which a host writing ``max(seq) + 1`` would leave behind. Reapers take turns on a
-stream (an advisory lock per stream, held until commit, taken in stream order). The host's
-writers do not take those locks: a number one of them takes between the read and the insert is
-left to it (``ON CONFLICT DO NOTHING``), and the event it would have had goes after it, in the
-same transaction: never lost, never numbered twice, the stream gapless whoever wrote it; each
-move or park commits with its event or not at all.
+Its events are ``QueueReaped`` and ``GateAnswered`` (SPEC §3, §10). The reaper is never the only
+writer. An event's number is the stream's last number plus one, read from the ledger itself in
+the statement that inserts it: never from a counter of the reaper's own, which a host writing
+``max(seq) + 1`` would leave behind. Reapers take turns on a stream (an advisory lock per
+stream, held until commit, taken in stream order). The host's writers do not take those locks: a
+number one of them takes between the read and the insert is left to it (``ON CONFLICT DO
+NOTHING``), and the event it would have had goes after it, in the same transaction: never lost,
+never numbered twice, the stream gapless whoever wrote it; each move or park commits with its
+event or not at all.
 """
 
 from __future__ import annotations

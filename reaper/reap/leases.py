@@ -1,13 +1,12 @@
-"""The pass's lease step: every expired lease ruled on, and moved, by PostgreSQL a batch at a
-time, each move with its event (SPEC §1 (a), (c); §8).
+"""The pass's lease step: every expired lease ruled on and moved by PostgreSQL, in batches.
 
-The store does the work (:meth:`~reaper.jobqueue.port.JobQueue.reap_leases`: the lease judge's
-rule in SQL, two lanes at once, batches sized by their time); the pass sends the bounds and the
-thresholds, and keeps what each batch hands back in the pass's
-:class:`~reaper.reap.lease_log.LeaseLog` (one text a batch, spooled), so a pass holds no lease
-however many it moves. The batches go on until none is left or the time budget
-(``lease_reap_budget_seconds``) is spent; what is left then is counted and reported, and the
-next turn comes at once. A dry run asks the same question read-only.
+Each move goes with its event (SPEC §1 (a), (c); §8). The store does the work
+(:meth:`~reaper.jobqueue.port.JobQueue.reap_leases`: the lease judge's rule in SQL, two lanes at
+once, batches sized by their time); the pass sends the bounds and the thresholds, and keeps what
+each batch hands back in the pass's :class:`~reaper.reap.lease_log.LeaseLog` (one text a batch,
+spooled), so a pass holds no lease however many it moves. The batches go on until none is left
+or the time budget (``lease_reap_budget_seconds``) is spent; what is left then is counted and
+reported, and the next turn comes at once. A dry run asks the same question read-only.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The result of one pass (SPEC §5): what the CLI prints, the metrics export and the worker hook
+"""The result of one pass, and the one list of what made it not ok.
+
+The result of one pass (SPEC §5): what the CLI prints, the metrics export and the worker hook
 logs, and the one list of what made it not ok."""
 
 from __future__ import annotations

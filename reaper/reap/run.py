@@ -1,4 +1,6 @@
-"""One pass: config → measure → observe → judge → act → reconcile → record → report → export
+"""One pass as the list of its steps.
+
+One pass: config → measure → observe → judge → act → reconcile → record → report → export
 (SPEC §5).
 
 :func:`run_pass` is the only entry point. It reads both sources concurrently, judges with the

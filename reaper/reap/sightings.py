@@ -1,4 +1,6 @@
-"""The pass's recording step (SPEC §1 "Sightings"): the surfaced verdicts go to the ledger's
+"""The pass's recording step: the surfaced verdicts recorded as the ledger's sightings.
+
+The pass's recording step (SPEC §1 "Sightings"): the surfaced verdicts go to the ledger's
 sightings, recorded when first seen and cleared once gone, fleet-wide; and the open gates of
 the jobs this pass parked are looked up for the report, and the board of open gates is read
 as the pass ends, for the report's notes and the metrics."""

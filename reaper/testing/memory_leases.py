@@ -1,4 +1,6 @@
-"""The in-memory double's lease reap (:class:`LeaseReaps`, a part of
+"""The in-memory double's lease reap.
+
+The in-memory double's lease reap (:class:`LeaseReaps`, a part of
 :class:`~reaper.testing.memory.MemoryJobQueue`): the pure lease judge's rulings, a batch at a
 time, each move with its event and a park's gate, handed to ``keep`` as the store hands its
 batches (the store's SQL is held to the same rulings and events by

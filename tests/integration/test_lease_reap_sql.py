@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reaper.core.canonical import canonical_json, canonical_payload, digest_of
+from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.domain import Dispatch, HeldLease, Thresholds
 from reaper.core.judge_leases import judge_lease_page
 from reaper.jobqueue.lease_reap import FIRST_KEY, statement
@@ -126,7 +126,7 @@ async def _dry_run_agrees(
     for row in rows:
         verdict = verdicts[row["id"]]
         expected = canonical_json(verdict.payload())
-        assert row["payload"] == expected == canonical_payload(verdict)
+        assert row["payload"] == expected
         assert row["digest"] == digest_of(expected)
         assert row["poison"] is (verdict.condition == "poison")
         if row["poison"]:  # a park's gate; a requeue raises none

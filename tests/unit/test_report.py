@@ -268,12 +268,12 @@ def test_a_pass_that_parks_more_than_it_lists_names_the_command_that_lists_every
 def test_the_json_report_lists_every_lease_verdict_and_streams_the_same_text() -> None:
     import io
 
-    from reaper.edges.report import render_json, write_json
+    from reaper.edges.report import to_json, write_json
 
     r = _lease_result(expired=40, poison=3)
     out = io.StringIO()
     write_json(r, out)
-    assert out.getvalue() == render_json(r) + "\n"
+    assert out.getvalue() == json.dumps(to_json(r), indent=2) + "\n"
     report = json.loads(out.getvalue())
     validate_report(report)
     assert len(report["verdicts"]) == 43

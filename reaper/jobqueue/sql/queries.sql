@@ -574,14 +574,6 @@ WHERE job_id = $1::uuid
 ORDER BY created_at DESC, id DESC
 LIMIT 1;
 
--- name: cancel_parked_job --
--- Give up a parked job: cancelled, finished, never delivered again; only if it is still
--- awaiting a human. No dispatch episode starts, so no outbox row.
-UPDATE job
-SET state = 'cancelled', finished_at = $1::timestamptz, updated_at = $1::timestamptz
-WHERE id = $2::uuid AND state = 'awaiting_human'
-RETURNING id;
-
 -- name: ready_parked_job --
 -- Re-ready a parked job for one more delivery, only if it is still awaiting a human.
 UPDATE job
@@ -589,22 +581,11 @@ SET state = 'ready', run_after = $1::timestamptz, updated_at = $1::timestamptz
 WHERE id = $2::uuid AND state = 'awaiting_human'
 RETURNING id;
 
--- ----------------------------------------------------------------------- dead letters --
--- A parked `bus.dead_letter` job (reaper/jobqueue/sql/queries.sql parks it) settles with
--- its gate's answer: `succeeded` once replayed, `cancelled` once dismissed.
-
--- name: dead_letter_of_job --
--- What a parked dead-letter job keeps of its letter, and the job's state.
-SELECT d.identity, d.job_id, d.queue, d.message_id, d.origin_queue, d.reason, d.body,
-       d.body_encoding, d.body_bytes, d.body_truncated, d.is_json_object, d.parked_at,
-       j.state AS job_state
-FROM dead_letter AS d
-JOIN job AS j ON j.id = d.job_id
-WHERE d.job_id = $1::uuid AND d.disposition = 'parked';
-
 -- name: settle_parked_job --
--- Settle a parked job ($3: cancelled or succeeded), only if it is still awaiting a human. $3
--- takes the state column's own type (text, or the host's enum).
+-- Settle a parked job ($3), only if it is still awaiting a human: a poison job given up
+-- (`cancelled`: never delivered again, no dispatch episode, no outbox row), a parked
+-- `bus.dead_letter` job `succeeded` once replayed or `cancelled` once dismissed. $3 takes the
+-- state column's own type (text, or the host's enum).
 UPDATE job
 SET state = $3, finished_at = $1::timestamptz, updated_at = $1::timestamptz
 WHERE id = $2::uuid AND state = 'awaiting_human'
