@@ -20,23 +20,13 @@ from reaper.reap.context import Mode
 from reaper.reap.run import run_pass
 from reaper.reap.sources import Sources
 from tests.support.lease_moves import every_verdict
+from tests.support.store import insert_expired_leases
 
 pytestmark = [pytest.mark.postgres]
 
 #: One more than the per-pass cap there was.
 OLD_CAP = 20_000
 PROJECTS = 5
-
-SEED = """
-INSERT INTO job (id, project_id, kind, phase, state, run_after, attempts, max_attempts,
-                 lease_owner, lease_expires_at, created_at, updated_at)
-SELECT gen_random_uuid(),
-       ('00000000-0000-4000-8000-' || lpad(to_hex(g % $2), 12, '0'))::uuid,
-       'build', 'build', 'leased', $3::timestamptz - interval '2 hours', 1 + g % 6, 7,
-       'worker-' || (g % 13), $3::timestamptz - (g % 3600 + 1) * interval '1 second',
-       $3::timestamptz - interval '1 day', $3::timestamptz - interval '1 day'
-FROM generate_series(1, $1::int) AS g
-"""
 
 #: Every job with its number of QueueReaped events about it, and each stream's numbers.
 TALLY = """
@@ -54,7 +44,7 @@ async def seeded(dsn: str, leases: int) -> datetime:
     conn = await asyncpg.connect(dsn)
     try:
         now: datetime = await conn.fetchval("SELECT clock_timestamp()")
-        await conn.execute(SEED, leases, PROJECTS, now - timedelta(seconds=5))
+        await insert_expired_leases(conn, leases, PROJECTS, now - timedelta(seconds=5))
         await conn.execute("ANALYZE job")
         return now
     finally:

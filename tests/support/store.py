@@ -93,6 +93,35 @@ def leased(
     )
 
 
+#: ``$1`` jobs spread over the projects ``00000000-0000-4000-8000-<n>`` for ``n`` below ``$2``,
+#: each leased by ``worker-<g % 13>`` until up to an hour before ``$3``, with 1 to 6 of its 7
+#: attempts spent; every ``$4``-th has spent all 7 (none when ``$4`` is null).
+_EXPIRED_LEASES = """
+INSERT INTO job (id, project_id, kind, phase, state, run_after, attempts, max_attempts,
+                 lease_owner, lease_expires_at, created_at, updated_at)
+SELECT gen_random_uuid(),
+       ('00000000-0000-4000-8000-' || lpad(to_hex(g % $2), 12, '0'))::uuid,
+       'build', 'build', 'leased', $3::timestamptz - interval '2 hours',
+       CASE WHEN g % $4::int = 0 THEN 7 ELSE 1 + g % 6 END, 7,
+       'worker-' || (g % 13), $3::timestamptz - (g % 3600 + 1) * interval '1 second',
+       $3::timestamptz - interval '1 day', $3::timestamptz - interval '1 day'
+FROM generate_series(1, $1::int) AS g
+"""
+
+
+async def insert_expired_leases(
+    conn: asyncpg.Connection,
+    count: int,
+    projects: int,
+    before: datetime,
+    *,
+    poison_every: int | None = None,
+) -> None:
+    """``count`` expired leases in ``projects`` projects, generated in the database (fast for
+    tens of thousands); every ``poison_every``-th on its last attempt, none if not given."""
+    await conn.execute(_EXPIRED_LEASES, count, projects, before, poison_every)
+
+
 async def insert_jobs(dsn_or_conn: str | asyncpg.Connection, jobs: Iterable[Job]) -> None:
     records = [j.record() for j in jobs]
     conn = await asyncpg.connect(dsn_or_conn) if isinstance(dsn_or_conn, str) else dsn_or_conn

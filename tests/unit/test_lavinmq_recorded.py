@@ -26,9 +26,7 @@ from reaper.core.domain import (
     Condition,
     Measurements,
     QueueStats,
-    Source,
     Thresholds,
-    Unit,
     Verdict,
 )
 from reaper.core.judge import judge
@@ -46,6 +44,7 @@ from reaper.reap.policies import PoliciesOutcome
 from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
 from tests.support.lavinmq_recorded import VHOST, RecordedLavinMQ, load, project
+from tests.support.verdicts import broker_finding
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 12, 1, 20, 33, tzinfo=UTC)
@@ -498,15 +497,8 @@ async def test_the_limited_queues_unread_letters_are_never_promised_to_the_next_
     listed = {q.name: q for q in await client.list_queues()}
     limited = read_plan(listed["vibey.lim"], FACTS, 100)
     assert limited.blocked is not None
-    found = Verdict(
-        source=Source.BROKER,
-        object="vibey.lim",
-        condition=Condition.DEAD_LETTER,
-        measured=0,
-        threshold=1,
-        unit=Unit.MESSAGES,
-        action=Action.PARK,
-        queue="vibey.lim",
+    found = broker_finding(
+        "vibey.lim", Condition.DEAD_LETTER, 0, threshold=1, action=Action.PARK, trusted=True
     )
     outcome = DeadLetterOutcome("vibey.lim", 1, 0, 0, 1, limited.blocked)
     (remainder,) = _remainder(found, outcome, PassConfig.of(Settings()))

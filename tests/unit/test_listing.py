@@ -24,6 +24,7 @@ from reaper.policies.render import DesiredPolicy, render
 from reaper.policies.verify import check_queues
 from reaper.reap.listing import Listing, read_listing
 from tests.support.brokers import RABBITMQ_40, RABBITMQ_43, RABBITMQ_310
+from tests.support.queues import queue_stats
 
 folded = settings(deadline=None, max_examples=150)
 
@@ -177,13 +178,8 @@ def test_a_quiet_queue_is_counted_and_not_kept() -> None:
     facts = RABBITMQ_40
     desired = render(load_declarations(), PARAMS, facts, None)
     (quorum,) = [d for d in desired if d.queue_type == "quorum" and "dead" not in d.name]
-    quiet = QueueStats(
-        vhost="/",
-        name="vibey.jobs.p1",
-        type="quorum",
-        messages_ready=0,
-        messages_unacknowledged=0,
-        consumers=0,
+    quiet = queue_stats(
+        "vibey.jobs.p1",
         policy=quorum.name,
         effective_policy=dict(quorum.definition),
         arguments={"x-dead-letter-exchange": "vibey.dlx"},

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from reaper.core.domain import Action, ClaimableHead, Condition, QueueStats, Source, Unit, Verdict
+from reaper.core.domain import Action, ClaimableHead, Condition, Source, Unit, Verdict
 from reaper.edges.metrics import MetricsExportError, ReaperMetrics
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome, DeadLettersOutcome
@@ -25,6 +25,7 @@ from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
 from reaper.version import __version__
 from tests.support.brokers import RABBITMQ_40
+from tests.support.queues import queue_stats
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 PROJECT_A = UUID("11111111-1111-1111-1111-111111111111")
@@ -117,7 +118,7 @@ def a_pass(**changes: object) -> PassResult:
                 DeadLetterOutcome("vibey.q.dlq", 7, 0, 0, 7, "delivery limit would drop"),
             )
         ),
-        queues=(QueueStats("/", "vibey.work", "quorum", 0, 3, 0),),
+        queues=(queue_stats("vibey.work", unacked=3),),
         claimable=(
             ClaimableHead(PROJECT_A, JOB_IDS[3], "build", NOW - timedelta(seconds=1200)),
             ClaimableHead(PROJECT_B, uuid4(), "test", NOW - timedelta(seconds=30)),

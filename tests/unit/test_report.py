@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reaper.broker.port import BrokerPolicy
-from reaper.core.domain import Action, BrokerFacts, Condition, QueueStats, Source, Unit, Verdict
+from reaper.core.domain import Action, BrokerFacts, Condition, Source, Unit, Verdict
 from reaper.edges.report import render_text, to_json
 from reaper.policies.declarations import PolicyParameters, load_declarations
 from reaper.policies.reconcile import PolicyOutcome, reconcile
@@ -27,6 +27,9 @@ from reaper.reap.sightings import GatesOutcome
 from tests.support.cli import validate_report
 from tests.support.fake_broker import FakeBroker
 from tests.support.lease_moves import every_move
+from tests.support.queues import queue_stats
+from tests.support.verdicts import broker_finding
+from tests.support.verdicts import stale as stale_job
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 FACTS = BrokerFacts("RabbitMQ", "4.0.5", True, True, True, 20, 21600000, "test")
@@ -86,16 +89,7 @@ def test_every_report_validates_against_the_schema(
 
 
 def test_problems_come_first_and_name_numbers_against_thresholds() -> None:
-    stale = Verdict(
-        Source.JOB_QUEUE,
-        "job-1",
-        Condition.STALE_READY,
-        1200.5,
-        900,
-        Unit.SECONDS,
-        Action.SURFACE,
-        project_id=UUID(int=7),
-    )
+    stale = stale_job(UUID(int=7), "job-1", 1200.5)
     moved = Verdict(
         Source.JOB_QUEUE,
         "job-2",
@@ -139,8 +133,8 @@ def test_a_dry_run_says_it_wrote_nothing() -> None:
 async def test_a_policy_write_is_listed_whole_under_would_do_and_under_done() -> None:
     # drifted on both its keys: the line names both, before the write and after it
     broker = FakeBroker(version="4.0.5")
-    broker.queues["vibey.jobs.main"] = QueueStats(
-        "/", "vibey.jobs.main", "quorum", 0, 0, 1, arguments={"x-dead-letter-exchange": "dlx"}
+    broker.queues["vibey.jobs.main"] = queue_stats(
+        "vibey.jobs.main", consumers=1, arguments={"x-dead-letter-exchange": "dlx"}
     )
     broker.policies["vibey-reap-quorum"] = BrokerPolicy(
         "vibey-reap-quorum",
@@ -295,22 +289,18 @@ def test_the_json_report_lists_every_lease_verdict_and_streams_the_same_text() -
 def test_text_and_json_list_the_same_findings_worst_first_and_a_drop_is_not_ok() -> None:
     def broker(queue: str, condition: Condition, measured: int, **kw: object) -> RecordedVerdict:
         unit = Unit.SECONDS if condition is Condition.STALE_READY else Unit.MESSAGES
-        v = Verdict(
-            Source.BROKER, queue, condition, measured, 900, unit, Action.SURFACE, queue=queue, **kw
-        )
+        v = broker_finding(queue, condition, measured, threshold=900, unit=unit, trusted=True, **kw)
         return RecordedVerdict(v, False)
 
-    drops = Verdict(
-        Source.BROKER,
+    drops = broker_finding(
         "vibey.jobs.main",
         Condition.UNBOUNDED,
         20,
-        None,
-        Unit.ATTEMPTS,
-        Action.SURFACE,
-        queue="vibey.jobs.main",
+        threshold=None,
+        unit=Unit.ATTEMPTS,
         detail="a delivery limit of 20 would drop, not dead-letter; fix: declare it",
         drops=True,
+        trusted=True,
     )
     r = result(
         verdicts=(

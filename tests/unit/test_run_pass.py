@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 import pytest
 
@@ -47,6 +48,9 @@ def world() -> tuple[MemoryJobQueue, dict[str, uuid.UUID], uuid.UUID]:
     return store, {name: store.add_job(row) for name, row in jobs.items()}, project
 
 
+B = TypeVar("B", bound=FakeBroker)
+
+
 def letter(message_id: str) -> dict[str, object]:
     body = json.dumps({"n": message_id})
     return {
@@ -55,6 +59,13 @@ def letter(message_id: str) -> dict[str, object]:
         "payload_bytes": len(body),
         "properties": {"message_id": message_id},
     }
+
+
+def with_dead_letters(broker: B, *message_ids: str) -> B:
+    """``broker`` with a quorum queue ``vibey.jobs.dead`` holding a letter of each id."""
+    broker.declare("vibey.jobs.dead", "quorum")
+    broker.put_letters("vibey.jobs.dead", [letter(m) for m in message_ids])
+    return broker
 
 
 async def test_a_pass_requeues_parks_and_surfaces_each_once_with_its_event() -> None:
@@ -86,9 +97,7 @@ async def test_a_pass_requeues_parks_and_surfaces_each_once_with_its_event() -> 
 
 async def test_a_dry_run_judges_everything_and_writes_nothing() -> None:
     store, ids, _ = world()
-    broker = FakeBroker()
-    broker.declare("vibey.jobs.dead", "quorum")
-    broker.put_letters("vibey.jobs.dead", [letter("m-1")])
+    broker = with_dead_letters(FakeBroker(), "m-1")
 
     result = await run_pass(
         settings(), Sources(store=store, broker=broker), mode=Mode.AUDIT, clock=lambda: NOW
@@ -133,9 +142,7 @@ async def test_a_dry_run_says_which_findings_are_on_record_and_since_when() -> N
 
 async def test_a_pass_parks_each_owned_dead_letter_once_and_never_reads_a_foreign_queue() -> None:
     store = MemoryJobQueue(clock=lambda: NOW)
-    broker = FakeBroker()
-    broker.declare("vibey.jobs.dead", "quorum")
-    broker.put_letters("vibey.jobs.dead", [letter("m-1"), letter("m-2")])
+    broker = with_dead_letters(FakeBroker(), "m-1", "m-2")
     broker.declare("celery.dead")
     broker.put_letters("celery.dead", [letter("theirs")])
 
@@ -158,9 +165,7 @@ async def test_a_pass_parks_each_owned_dead_letter_once_and_never_reads_a_foreig
 
 async def test_the_pass_returns_the_board_it_read_and_the_notes_come_from_it() -> None:
     store = MemoryJobQueue(clock=lambda: NOW)
-    broker = FakeBroker()
-    broker.declare("vibey.jobs.dead", "quorum")
-    broker.put_letters("vibey.jobs.dead", [letter("m-1"), letter("m-2")])
+    broker = with_dead_letters(FakeBroker(), "m-1", "m-2")
     parking = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
     board = parking.gates.board
     assert board is not None and board.total_open == 2 and board.waiting == {"vibey.jobs.dead": 2}
@@ -176,9 +181,7 @@ async def test_the_pass_returns_the_board_it_read_and_the_notes_come_from_it() -
 
 
 async def test_the_ledger_unread_means_nothing_is_written_and_nothing_is_cleared() -> None:
-    broker = FakeBroker()
-    broker.declare("vibey.jobs.dead", "quorum")
-    broker.put_letters("vibey.jobs.dead", [letter("m-1")])
+    broker = with_dead_letters(FakeBroker(), "m-1")
 
     result = await run_pass(
         settings(), Sources(store=None, broker=broker, store_error="refused"), clock=lambda: NOW
@@ -299,9 +302,7 @@ async def test_a_pass_asked_to_stop_ends_its_moves_in_flight_and_runs_no_later_s
     monkeypatch.setattr("reaper.testing.memory_leases.BATCH", 2)
     store = MemoryJobQueue(clock=lambda: NOW)
     expired_leases(store, 5)
-    broker = FakeBroker()
-    broker.declare("vibey.jobs.dead", "quorum")
-    broker.put_letters("vibey.jobs.dead", [letter("m-1")])
+    broker = with_dead_letters(FakeBroker(), "m-1")
     stop = StopRequest()
     stop.request("SIGTERM")
 
@@ -335,9 +336,7 @@ class SlowToRead(FakeBroker):
 
 async def test_a_dead_letter_read_that_times_out_is_that_queues_problem_with_its_fix() -> None:
     store = MemoryJobQueue(clock=lambda: NOW)
-    broker = SlowToRead()
-    broker.declare("vibey.jobs.dead", "quorum")
-    broker.put_letters("vibey.jobs.dead", [letter("m-1"), letter("m-2")])
+    broker = with_dead_letters(SlowToRead(), "m-1", "m-2")
 
     result = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
 

@@ -20,7 +20,6 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reaper.core.domain import Action, Condition, Source, Unit, Verdict
 from reaper.core.records import Gate
 from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.serve import ListenError, parse_listen, serve
@@ -30,22 +29,14 @@ from reaper.jobqueue.port import GateCount
 from reaper.reap.leases import LeaseReapOutcome
 from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
+from tests.support.verdicts import broker_finding
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def a_pass() -> PassResult:
     now = datetime.now(UTC)
-    surfaced = Verdict(
-        source=Source.BROKER,
-        object="vibey.work",
-        condition=Condition.HOLDER_GONE,
-        measured=3,
-        threshold=0,
-        unit=Unit.MESSAGES,
-        action=Action.SURFACE,
-        queue="vibey.work",
-    )
+    surfaced = broker_finding("vibey.work", trusted=True)
     return PassResult(
         dry_run=False,
         started_at=now,
