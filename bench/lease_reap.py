@@ -176,18 +176,17 @@ async def run_reaper(dsn: str, expired: int) -> tuple[float, int]:
         moving = timed_batches()
         started = time.perf_counter()
         reaped = await reap_leases(lease_step(store, thresholds, Mode.FULL))
-        log = reaped.log
+        listing = reaped.listing
         elapsed = time.perf_counter() - started
         lease_batches._transaction = ORIGINAL_TRANSACTION
         MOVING_SHARE.append(sum(moving) / elapsed / lease_batches.LANES)
-        moved = sum(n for (_, _, _, recorded), n in log.tally.items() if recorded)
+        moved = listing.reap.moved if listing.recorded else 0
         events = await conn.fetchval("SELECT count(*) FROM event WHERE kind = 'QueueReaped'")
-        assert moved == expired == events == len(log), (moved, expired, events)
+        assert moved == expired == events == reaped.expired, (moved, expired, events)
         gaps = await conn.fetchval(GAPS)
         assert gaps == 0, f"{gaps} event(s) out of place: a stream is not gapless"
         found = reaped.found
         assert not found.unreadable and not found.not_moved and not found.notes
-        log.close()
         return elapsed, moved
     finally:
         await conn.close()
@@ -252,7 +251,7 @@ async def warm_reaper(store: PostgresStore, thresholds: Thresholds) -> None:
     """A long-lived reaper is warm: its pool's connections open, its statements prepared.
     Warm it with a dry run of the whole reap (every expired lease ruled on, read only)."""
     await asyncio.gather(*(store.count_expired_leases(NOW, 0) for _ in range(4)))
-    (await reap_leases(lease_step(store, thresholds, Mode.AUDIT))).log.close()
+    await reap_leases(lease_step(store, thresholds, Mode.AUDIT))
 
 
 def lease_step(store: PostgresStore, thresholds: Thresholds, mode: Mode) -> Pass:

@@ -11,15 +11,10 @@ One database is seeded once (generate_series) and each size runs on a fresh copy
 queues are real: a vhost of this run's own on the broker at ``--url`` (RabbitMQ 3.10 here),
 filled with one definitions import, named as owned queues so the pass measures and verifies
 every one; the vhost is deleted at the end. The report goes to a file and is parsed whole, so
-the figure includes writing every verdict. Targets: peak RSS under 100 MB at the largest size,
-and at most ``--flat-mb`` (5 MB: a page or two of leases in flight) more at the largest
-number of expired leases than at the smallest.
-
-Then, in this process and with no database (``--lease-log-only``: that alone), what the
-spool saves: by tracemalloc, what the pass's lease log holds once ``--lease-log`` leases are
-handed to it a batch at a time (each batch one text, as the store hands it), spooled as it is,
-against the same leases kept in memory as the verdicts the report builds. It
-comes last: it grows this process, and a child forked from it counts that memory as its own.
+the figure includes writing every verdict (the lease moves read back from the ledger as they
+are written). Targets: peak RSS under 100 MB at the largest size, and at most ``--flat-mb``
+(5 MB: a page or two of leases in flight) more at the largest number of expired leases than at
+the smallest.
 """
 
 from __future__ import annotations
@@ -29,7 +24,6 @@ import asyncio
 import os
 import sys
 import time
-import tracemalloc
 import uuid
 from pathlib import Path
 from urllib.parse import quote
@@ -42,9 +36,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import dsn_for, migrated, one_pass, report_result, scratch_database
 from broker_read import create_vhost, wait_for_statistics
-
-from reaper.core.canonical import lease_payload
-from reaper.reap.lease_log import LeaseLog
 
 TARGET_MB = 100.0
 
@@ -76,64 +67,6 @@ WHERE j.id = x.id
 """
 
 
-#: Leases a batch hands the lease log at most (the store's largest batch).
-BATCH = 1000
-
-
-def lease_batch(start: int, size: int) -> str:
-    """A batch as the store hands it to the lease log: each move's stream and canonical
-    payload (1,000 projects, 50 holders, every 10th poison), fresh text every time."""
-    moves = []
-    for n in range(start, start + size):
-        poison = n % 10 == 0
-        past = 1 + n % 3600 + 0.25
-        detail = f'lease of build job held by "worker-{n % 50}" expired {past}s ago ' + (
-            "with 7 of 7 attempts spent: park" if poison else "past the grace of 0s: requeue"
-        )
-        payload = lease_payload(
-            str(uuid.uuid4()),
-            "poison" if poison else "lease_expired",
-            "park" if poison else "requeue",
-            7 if poison else past,
-            7 if poison else 0,
-            "attempts" if poison else "seconds",
-            detail,
-        )
-        moves.append(f"{uuid.UUID(int=n % 1000 + 1)}{payload}")
-    return "\x1e".join(moves)
-
-
-def lease_log_held(leases: int, spooled: bool) -> tuple[float, float]:
-    """What a pass's lease verdicts hold (MB, by tracemalloc) once ``leases`` are handed to the
-    log a batch at a time, spooled (the :class:`LeaseLog`) or kept in memory as verdicts (the
-    log read back whole); and the peak."""
-    tracemalloc.start()
-    log = LeaseLog()
-    for start in range(0, leases, BATCH):
-        log.keep(lease_batch(start, min(BATCH, leases - start)), True)
-    kept = [] if spooled else list(log)
-    held, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    del kept
-    log.close()
-    return held / 1e6, peak / 1e6
-
-
-def lease_log_figures(sizes: list[int]) -> dict[str, dict[str, float]]:
-    """What the spool saves, at each number of leases: printed, and returned for the RESULT."""
-    figures: dict[str, dict[str, float]] = {}
-    for leases in sizes:
-        spool, spool_peak = lease_log_held(leases, spooled=True)
-        memory, memory_peak = lease_log_held(leases, spooled=False)
-        print(
-            f"  lease log at {leases:>7,} leases: spooled holds {spool:6.1f} MB (peak "
-            f"{spool_peak:5.1f}), in memory {memory:6.1f} MB (peak {memory_peak:5.1f}): the "
-            f"spool saves {memory - spool:6.1f} MB"
-        )
-        figures[str(leases)] = {"spooled_mb": round(spool, 1), "in_memory_mb": round(memory, 1)}
-    return figures
-
-
 async def seed(dsn: str, jobs: int, projects: int) -> None:
     await migrated(dsn)
     conn = await asyncpg.connect(dsn)
@@ -163,15 +96,8 @@ async def main() -> int:
     parser.add_argument("--url", default="http://127.0.0.1:15672", help="management API")
     parser.add_argument("--user", default="guest")
     parser.add_argument("--password", default="guest")
-    parser.add_argument("--lease-log", default="20000,200000", help="comma-separated sizes")
-    parser.add_argument("--lease-log-only", action="store_true", help="no database, no broker")
     args = parser.parse_args()
     sizes = [int(s) for s in args.expired.split(",")]
-    lease_log_sizes = [int(s) for s in args.lease_log.split(",")]
-    if args.lease_log_only:
-        print("what the lease log's spool saves (tracemalloc, this process):")
-        report_result("pass_memory_lease_log", {"lease_log": lease_log_figures(lease_log_sizes)})
-        return 0
 
     load = os.getloadavg()
     print(
@@ -212,7 +138,9 @@ async def main() -> int:
                         for v in verdicts
                         if v["action"] in ("requeue", "park") and v["recorded"] is True
                     )
-                    assert moved == expired, (moved, expired)
+                    counted = report["lease_reap"]
+                    assert isinstance(counted, dict) and counted["listed"], counted
+                    assert moved == counted["moved"] == expired, (moved, counted, expired)
                     peaks[expired] = peak
                     print(
                         f"  {expired:>7,} expired leases: peak RSS {peak:6.1f} MB, pass "
@@ -223,10 +151,6 @@ async def main() -> int:
         admin.delete(f"/api/vhosts/{quote(vhost, safe='')}")  # noqa: ASYNC212
         admin.close()  # noqa: ASYNC212
 
-    # Only once every child is measured: the in-memory figure grows this process by what it
-    # holds, and a child forked from it would count that as its own resident memory.
-    print("what the lease log's spool saves (tracemalloc, this process):")
-    lease_log = lease_log_figures(lease_log_sizes)
     load = os.getloadavg()
     largest, smallest = peaks[max(sizes)], peaks[min(sizes)]
     growth = largest - smallest
@@ -246,7 +170,6 @@ async def main() -> int:
             "expired": sizes,
             "peak_mb": {str(k): round(v, 1) for k, v in peaks.items()},
             "growth_mb": round(growth, 1),
-            "lease_log": lease_log,
             "load": [round(x, 2) for x in load],
             "ok": ok_peak and ok_flat,
         },

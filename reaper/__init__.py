@@ -1,14 +1,13 @@
-"""queue-reaper: a declarative reaper and broker-policy reconciler for job queues kept in
-PostgreSQL and dispatched through RabbitMQ. The public face, for workers and programs (the CLI
-is ``reaper``)::
+"""queue-reaper's public face: what workers and programs import, loaded on first use.
+
+A declarative reaper and broker-policy reconciler for job queues kept in PostgreSQL and
+dispatched through RabbitMQ (the CLI is ``reaper``)::
 
     from reaper import QueueReaper, load_config, reap_once
 
     reaper = QueueReaper.from_config()      # ConfigError here, at start-up, if invalid
     run = await reaper.run_if_due()          # in a worker's idle loop; never raises
     result = await reap_once(load_config().settings, dry_run=True)  # result.problems()
-
-Names are imported on first use, so ``import reaper`` costs nothing until one is needed.
 """
 
 from __future__ import annotations

@@ -92,14 +92,8 @@ async def bare_role(pg_dsn: str) -> AsyncIterator[str]:
 @pytest.fixture
 async def pg_empty_dsn() -> AsyncIterator[str]:
     """The DSN of a fresh database with no migration applied."""
-    name = f"qr_empty_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(PG_ADMIN_DSN)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        yield dsn_for(name)
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+    async with cloned_database(None, "qr_empty") as dsn:
+        yield dsn
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
-"""The management API's answers read with bounds, whatever they hold (SPEC §11). Pure.
+"""The management API's answers read with bounds, purely, whatever they hold (SPEC §11).
 
 An answer is fed in as it arrives (:class:`BoundedAnswer`) and only a bounded copy is kept: a
 string longer than :data:`MAX_TEXT_BYTES` and a value nested deeper than :data:`MAX_DEPTH` are
-each replaced, before anything holds them, by a marker string (:func:`is_cut`) that says what
-was cut; what is kept is refused past :data:`MAX_KEPT_BYTES`, what arrives past
+each replaced, before anything holds them, by a marker string (:data:`CUT_PREFIX` and what
+was cut); what is kept is refused past :data:`MAX_KEPT_BYTES`, what arrives past
 :data:`MAX_RECEIVED_BYTES`. The kept copy then decodes (:func:`decoded`) without recursion
 errors or integers the interpreter refuses: a header nested 1,000 tables deep (7 KB) once
 ended every pass with a ``RecursionError``, and a 2 MiB header took 8 MB of memory per letter.
@@ -33,7 +33,6 @@ __all__ = [
     "AnswerTooLarge",
     "BoundedAnswer",
     "decoded",
-    "is_cut",
     "read_answer",
 ]
 
@@ -113,11 +112,6 @@ class AnswerTooLarge(ValueError):
 
 def _marker(what: str) -> bytes:
     return json.dumps(CUT_PREFIX + what, ensure_ascii=True).encode("ascii")
-
-
-def is_cut(value: object) -> bool:
-    """Whether ``value`` is the marker of a value cut on reading."""
-    return isinstance(value, str) and value.startswith(CUT_PREFIX)
 
 
 class BoundedAnswer:

@@ -1,4 +1,6 @@
-"""What a broker of a given product and version accepts and enforces, as measured on this
+"""What a broker of a given product and version accepts and enforces, as measured.
+
+What a broker of a given product and version accepts and enforces, as measured on this
 project's brokers. Pure.
 
 Capabilities come from the version, never from a probing write: probing would change the

@@ -1,4 +1,6 @@
-"""``ManagementClient``: RabbitMQ's management HTTP API as the :class:`~reaper.broker.port.Broker`
+"""``ManagementClient``: RabbitMQ's management HTTP API as the broker port says.
+
+``ManagementClient``: RabbitMQ's management HTTP API as the :class:`~reaper.broker.port.Broker`
 port says, over one seam (:mod:`reaper.broker.http`).
 
 Where each fact of :meth:`ManagementClient.facts` comes from: the product and version from

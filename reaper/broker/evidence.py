@@ -1,4 +1,6 @@
-"""The broker-wide ``consumer_timeout`` in force, and the evidence for it (SPEC §4), on every
+"""The broker-wide ``consumer_timeout`` in force, and the evidence for it on every node.
+
+The broker-wide ``consumer_timeout`` in force, and the evidence for it (SPEC §4), on every
 node of the broker. The strongest evidence the broker offers, in order: a live consumer (3.12+,
 ``GET /api/consumers/{vhost}``) with no per-consumer, per-queue or policy override shows the
 broker-wide value; else each node's ``config_files`` (``GET /api/nodes``) listing our snippet

@@ -1,4 +1,6 @@
-"""What a failure at the management API means, in words a person can act on, each with its
+"""What a failure at the management API means, in words a person can act on.
+
+What a failure at the management API means, in words a person can act on, each with its
 fix: a name that does not resolve, a certificate not trusted, the AMQP port given for the
 management API, TLS spoken to a plain-http port, the broker's own reason. Pure: no httpx here
 (:mod:`reaper.broker.http` turns the driver's failures into these words)."""

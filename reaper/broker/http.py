@@ -1,5 +1,4 @@
-"""The one seam to the management API: one reused ``httpx.AsyncClient``, and every failure
-turned into the package's own error. The only module that imports httpx.
+"""The one seam to the management API, and the only module that imports httpx.
 
 Every httpx error, non-2xx answer, malformed or truncated body becomes a
 :class:`~reaper.errors.BrokerUnavailable` with a reason a person can act on (worded in

@@ -1,4 +1,6 @@
-"""The broker as the pass sees it: a Protocol over RabbitMQ's management API, and the typed
+"""The broker as the pass sees it: a Protocol over the management API, and its records.
+
+The broker as the pass sees it: a Protocol over RabbitMQ's management API, and the typed
 records it returns.
 
 :class:`~reaper.broker.client.ManagementClient` is the real implementation (the only importer

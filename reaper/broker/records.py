@@ -1,4 +1,4 @@
-"""What the management API answers, read into the reaper's values. Pure.
+"""What the management API answers, read purely into the reaper's values.
 
 Every number and table goes through :mod:`reaper.core.values`, so a queue's counts mean the
 same here as in the judge. A queue listed before its statistics arrive lacks its counts and

@@ -1,5 +1,4 @@
-"""Which vhosts hold queues a pattern matches: asked only when the pass's own vhost holds none
-of ours, so that a reaper pointed at the wrong vhost is told where its queues are.
+"""Which vhosts hold queues a pattern matches, asked when the pass's own vhost holds none.
 
 ``GET /api/vhosts`` (the vhosts the user may read), then each vhost's queues filtered by the
 broker (``use_regex``, one page of names): its ``filtered_count`` where every name on the page

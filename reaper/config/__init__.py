@@ -1,4 +1,6 @@
-"""The declared configuration (SPEC §2): ``conf.d/*.toml`` drop-ins under a ``REAPER_``
+"""The declared configuration: drop-ins under an environment overlay, every key validated.
+
+The declared configuration (SPEC §2): ``conf.d/*.toml`` drop-ins under a ``REAPER_``
 environment overlay, every key validated, every value traceable to where it came from.
 
 Nothing is guessed. A typo is an unknown key, not a silent default; a wrong type, an

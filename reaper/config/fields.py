@@ -1,4 +1,6 @@
-"""The pieces every section of the configuration's model is built from: a bounded key with the
+"""The pieces every section of the configuration's model is built from.
+
+The pieces every section of the configuration's model is built from: a bounded key with the
 reasons for its bounds beside it, a refusal, and the strictness every section shares."""
 
 from __future__ import annotations

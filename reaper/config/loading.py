@@ -1,4 +1,6 @@
-"""Loading the configuration: find the drop-ins, overlay the environment, validate every key,
+"""Loading the configuration: the layers overlaid and validated, every problem at once.
+
+Loading the configuration: find the drop-ins, overlay the environment, validate every key,
 and report every problem at once (SPEC §2).
 
 Precedence, lowest first: the code defaults, the drop-ins in lexical order (a later file

@@ -1,4 +1,6 @@
-"""The declared configuration's model (SPEC §2): every key, its default, its bounds and why
+"""The declared configuration's model: every key, its default, its bounds and why.
+
+The declared configuration's model (SPEC §2): every key, its default, its bounds and why
 each bound exists, side by side.
 
 The judging thresholds take their defaults from :class:`reaper.core.domain.Thresholds`, the one

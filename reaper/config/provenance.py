@@ -1,4 +1,6 @@
-"""Where each effective value came from: a default, a drop-in, or the environment
+"""Where each effective value came from: a default, a drop-in, or the environment.
+
+Where each effective value came from: a default, a drop-in, or the environment
 (``reaper config show``)."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The secrets directory: one file per secret, named as its environment variable, the layout
+"""The secrets directory: one file per secret, named as its environment variable.
+
+The secrets directory: one file per secret, named as its environment variable, the layout
 pydantic-settings' ``secrets_dir`` reads and Docker and Kubernetes mount (``/run/secrets``).
 
 ``REAPER_SECRETS_DIR`` names the directory; else ``/run/secrets`` is read when it exists. Only

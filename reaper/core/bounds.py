@@ -1,4 +1,6 @@
-"""Which bound is in force on a queue, and which queues are whose: the rules the judge, the
+"""Which bound is in force on a queue, and which queues are whose.
+
+Which bound is in force on a queue, and which queues are whose: the rules the judge, the
 policy verifier and the dead-letter read plan all ask, answered in one place. Pure.
 
 Each rule reads the queue the way the broker resolves it (policy key, queue argument,

@@ -1,4 +1,4 @@
-"""Where a queue lives in a cluster, and whether it can be measured now (SPEC §10). Pure.
+"""Where a queue lives in a cluster, and whether it can be measured now (SPEC §10), purely.
 
 Measured on a three-node RabbitMQ 4.3.6 cluster with one node's app stopped: a queue whose
 node is gone is listed with ``state: "down"`` (classic and quorum alike) and without its

@@ -1,4 +1,6 @@
-"""What a broker version does about a consumer timeout, per queue type: not only which settings
+"""What a broker version does about a consumer timeout, per queue type.
+
+What a broker version does about a consumer timeout, per queue type: not only which settings
 it accepts but which it enforces (SPEC §4: verified means enforced). Pure values; the profiles
 themselves are in :func:`reaper.broker.capabilities.capabilities_for`.
 """

@@ -1,4 +1,6 @@
-"""What the pass says of a queue whose head message's age the broker does not report (SPEC
+"""What the pass says of a queue whose head message's age the broker does not report.
+
+What the pass says of a queue whose head message's age the broker does not report (SPEC
 §1 (d): "say so in the pass's notes, never guess"), and how names and numbers are written in
 the judge's words."""
 

@@ -1,4 +1,4 @@
-"""Expired leases judged (SPEC §1 (a), (c)). Pure.
+"""Expired leases judged, purely (SPEC §1 (a), (c)).
 
 The rule for a lease is this module's alone: :func:`reaper.core.judge.judge` judges the rest of
 a pass's measurements. A pass does not run it on its leases: the store rules on them in SQL, a

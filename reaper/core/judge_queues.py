@@ -1,4 +1,6 @@
-"""The judge's half for the broker: one queue against its thresholds (SPEC §1 (a)-(e) on the
+"""The judge's half for the broker: one queue against its thresholds.
+
+The judge's half for the broker: one queue against its thresholds (SPEC §1 (a)-(e) on the
 broker). Pure, like :mod:`reaper.core.judge`, which calls :func:`judge_queue` for each queue
 listed; the small value helpers both halves share are here too."""
 

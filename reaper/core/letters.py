@@ -1,5 +1,7 @@
-"""A dead letter's message and identity: what a letter just read and a letter parked both hold
-(:class:`~reaper.core.domain.DeadLetter`, :class:`~reaper.core.dead_letters.ParkedLetter`)."""
+"""A dead letter's message and identity, as a letter just read and a letter parked both hold them.
+
+:class:`~reaper.core.domain.DeadLetter` and :class:`~reaper.core.dead_letters.ParkedLetter`
+share it."""
 
 from __future__ import annotations
 

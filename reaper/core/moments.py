@@ -1,8 +1,8 @@
-"""A moment as every output a person reads gives it: UTC, ISO 8601, ``Z`` (SPEC §12). Pure.
+"""A moment as every output a person reads gives it: UTC, ISO 8601, ``Z`` (SPEC §12).
 
 One format in every listing, report, answer, refusal and log line, so a time copied from one
 output finds its line in another (``+00:00`` and ``Z`` name the same instant but do not grep
-alike). Identities written into the ledger keep the form they were first written in.
+alike). Identities written into the ledger keep the form they were first written in. Pure.
 """
 
 from __future__ import annotations

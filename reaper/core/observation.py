@@ -1,12 +1,12 @@
-"""What no single look at the broker shows, measured across passes (ADR-0056 condition (a) on
-the broker, and a wedged queue). Pure: no clock, no I/O.
+"""What no single look at the broker shows, measured across passes.
 
-The management API keeps no time of a consumer's last acknowledgement nor of a queue's last
-delivery, but it keeps counters, and a counter unmoved between two passes means nothing
-happened in between. A channel holding unacknowledged deliveries whose ``ack`` counter has not
-moved is a ``hung_handler`` past ``longest_lease_seconds`` (the one guard a 4.3 classic queue
-has); a queue with ready messages whose ``deliver_get`` has not moved is wedged if it has
-consumers (``stale_ready``), and otherwise bounds a quorum queue's head age from below
+Pure: no clock, no I/O (ADR-0056 condition (a) on the broker, and a wedged queue). The
+management API keeps no time of a consumer's last acknowledgement nor of a queue's last
+delivery, but it keeps counters, and a counter unmoved between two passes means nothing happened
+in between. A channel holding unacknowledged deliveries whose ``ack`` counter has not moved is a
+``hung_handler`` past ``longest_lease_seconds`` (the one guard a 4.3 classic queue has); a queue
+with ready messages whose ``deliver_get`` has not moved is wedged if it has consumers
+(``stale_ready``), and otherwise bounds a quorum queue's head age from below
 (``docs/architecture.md``, "Measured across passes"). What is watched is kept in the store
 (:class:`Observation`), so whichever reaper of the fleet runs the next pass continues it.
 """

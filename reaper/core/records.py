@@ -1,4 +1,6 @@
-"""What the ledger holds, as the reaper reads it back: a gate a person answers, and one event
+"""What the ledger holds, as the reaper reads it back: a gate, and one event of a stream.
+
+What the ledger holds, as the reaper reads it back: a gate a person answers, and one event
 of a stream. Frozen values, like the rest of :mod:`reaper.core`."""
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
-"""What PostgreSQL can store (SPEC §11): the one escaping rule for every string the reaper
-writes that came from the broker, a publisher or an operator. Pure.
+"""What PostgreSQL can store: the one escaping rule for untrusted strings, and its inverse.
 
-``text`` holds no NUL, ``jsonb`` no ``\\u0000``, neither a lone surrogate; RabbitMQ accepts all
-three in a name or a header. Each is stored as the escape a terminal shows (``\\x00``,
-``\\udc80``, as :func:`reaper.core.terminal.for_terminal`), the same every pass (sightings,
-observations and quiet marks match across passes), and unambiguously: a backslash that would
-begin such an escape (followed by a backslash, ``x00``, ``ud`` and a surrogate's hex, or an
-escaped character) is doubled, so :func:`from_storage` gives back the exact value. Any other
-string, ``C:\\jobs`` among them, is stored as it is.
+Pure (SPEC §11). ``text`` holds no NUL, ``jsonb`` no ``\\u0000``, neither a lone surrogate;
+RabbitMQ accepts all three in a name or a header. Each is stored as the escape a terminal shows
+(``\\x00``, ``\\udc80``, as :func:`reaper.core.terminal.for_terminal`), the same every pass
+(sightings, observations and quiet marks match across passes), and unambiguously: a backslash
+that would begin such an escape (followed by a backslash, ``x00``, ``ud`` and a surrogate's hex,
+or an escaped character) is doubled, so :func:`from_storage` gives back the exact value. Any
+other string, ``C:\\jobs`` among them, is stored as it is.
 """
 
 from __future__ import annotations

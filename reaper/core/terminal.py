@@ -1,13 +1,13 @@
-"""Text for a terminal (SPEC §11): the one function every text output goes through, and rows
-laid out under a header. Pure.
+"""Text for a terminal: the one function every text output goes through, and its rows.
 
-A queue name, a header, an answer's ``--by`` reach a person's screen inside the reaper's own
-lines. A character that drives the terminal instead of showing (ESC and every other C0 and C1
-control, DEL, the bidirectional controls that reorder what follows, a lone surrogate a
-terminal cannot encode) is shown escaped, ``\\x1b`` and ``\\u202e``: nobody who may declare a
-queue can clear the on-call person's screen or forge a line of a report. JSON keeps the exact
-value; HTML escapes markup and these alike. The newline, which ends the reaper's own lines, is
-shown as ``\\n`` by :func:`one_line` where a value is put into one of them.
+Pure (SPEC §11); rows are laid out under a header. A queue name, a header, an answer's ``--by``
+reach a person's screen inside the reaper's own lines. A character that drives the terminal
+instead of showing (ESC and every other C0 and C1 control, DEL, the bidirectional controls that
+reorder what follows, a lone surrogate a terminal cannot encode) is shown escaped, ``\\x1b`` and
+``\\u202e``: nobody who may declare a queue can clear the on-call person's screen or forge a
+line of a report. JSON keeps the exact value; HTML escapes markup and these alike. The newline,
+which ends the reaper's own lines, is shown as ``\\n`` by :func:`one_line` where a value is put
+into one of them.
 """
 
 from __future__ import annotations

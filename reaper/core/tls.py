@@ -1,4 +1,6 @@
-"""What a failed TLS handshake means, in an operator's words, with the fix. Pure: it reads
+"""What a failed TLS handshake means, in an operator's words, with the fix.
+
+What a failed TLS handshake means, in an operator's words, with the fix. Pure: it reads
 an exception's chain, and both seams (the management API's and PostgreSQL's) word their
 failures with it, as ``reaper doctor`` does.
 

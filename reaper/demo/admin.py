@@ -1,4 +1,6 @@
-"""Administration for the demo and the tests, never for a pass: databases and vhosts of their
+"""Administration for the demo and the tests: databases, vhosts and queues of their own.
+
+Administration for the demo and the tests, never for a pass: databases and vhosts of their
 own, the demo's seeding queries (``scenario.sql``), queues declared on the broker.
 
 Through the same seams as the reaper itself (:mod:`reaper.jobqueue.database`,

@@ -1,4 +1,6 @@
-"""The demo's fourth step: a host that dispatches through RabbitMQ (SPEC §3, ADR-0044 §3-§5),
+"""The demo's outbox step: a host that dispatches through RabbitMQ, in miniature.
+
+The demo's fourth step: a host that dispatches through RabbitMQ (SPEC §3, ADR-0044 §3-§5),
 in miniature, on the demo's own database and vhost: ``reaper db migrate --outbox``, a job
 enqueued at generation 1 and relayed, a worker that dies holding its lease, one real pass that
 requeues it at generation 2 (its outbox row in the same transaction as the move), and a second
@@ -61,7 +63,7 @@ async def outbox_step(
         result = await reap_once(demo)
         moved = [
             r.verdict
-            for r in result.verdicts
+            for r in result.leases.listing.sample  # the first few moves, read back
             if r.verdict.object == str(job) and r.verdict.condition is Condition.LEASE_EXPIRED
         ]
         dispatch = result.dispatch.why if result.dispatch else "unknown"

@@ -1,13 +1,13 @@
-"""A realistic scenario, seeded on both sides of a job queue: what `reaper demo` shows, what
-the dry-run proof audits, and what chaos and load tests start from.
+"""A realistic scenario, seeded on both sides of a job queue.
 
-:func:`reaper.demo.seed.seed` writes into a database and a vhost the caller made for it
-(migrated, empty) and returns a :class:`Scenario` naming everything it put there and what a
+It is what `reaper demo` shows, what the dry-run proof audits, and what chaos and load tests
+start from. :func:`reaper.demo.seed.seed` writes into a database and a vhost the caller made for
+it (migrated, empty) and returns a :class:`Scenario` naming everything it put there and what a
 real pass must do with it (:attr:`Scenario.expected`). Every time is relative to the ``now``
 given, and every age is scaled to the configured thresholds, so a first real pass finds each
-condition and a second pass soon after finds nothing new. What is seeded on each side, and
-what is left out (what only a live AMQP consumer can produce), is in ``docs/architecture.md``
-("The demo").
+condition and a second pass soon after finds nothing new. What is seeded on each side, and what
+is left out (what only a live AMQP consumer can produce), is in ``docs/architecture.md`` ("The
+demo").
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The ``reaper`` command line's arguments: every command's options and help, and the global
+"""The ``reaper`` command line's arguments: every command's options and help.
+
+The ``reaper`` command line's arguments: every command's options and help, and the global
 options every command takes before or after its name. :mod:`reaper.edges.cli` runs them."""
 
 from __future__ import annotations

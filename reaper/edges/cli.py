@@ -1,4 +1,6 @@
-"""The ``reaper`` command: load the configuration, run the command, exit (its arguments are
+"""The ``reaper`` command: load the configuration, run the command, exit.
+
+The ``reaper`` command: load the configuration, run the command, exit (its arguments are
 :mod:`reaper.edges.arguments`).
 
 Exit codes (SPEC §5): 0 the pass is ok (findings may be listed: ``OK, N findings``); 1 the

@@ -1,4 +1,6 @@
-"""Colour for a person at a terminal, and only there: never in a pipe, a file or a test's
+"""Colour for a person at a terminal, and only there.
+
+Colour for a person at a terminal, and only there: never in a pipe, a file or a test's
 capture, never with ``NO_COLOR`` set (no-color.org), never on a ``dumb`` terminal. What is
 coloured is the standing alone (``OK`` green, ``WARN`` yellow, ``NOT OK`` and ``FAIL`` red):
 the words stay the same, so what is read without colour says everything."""

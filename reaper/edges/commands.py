@@ -1,4 +1,6 @@
-"""What each CLI command does, once its configuration is loaded. Each returns an exit code
+"""What each CLI command does, once its configuration is loaded.
+
+What each CLI command does, once its configuration is loaded. Each returns an exit code
 (SPEC §5): 0 ok, 1 ran but not ok, 2 usage or configuration error."""
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from reaper.errors import (
     MigrationStopped,
     PassFailed,
     ReaperError,
+    SourceUnreadable,
     StoreUnavailable,
     scrub,
 )
@@ -43,6 +46,7 @@ from reaper.jobqueue.database import Database
 from reaper.jobqueue.dispatch import dispatch_in_force
 from reaper.policies.report import plan_json, plan_text
 from reaper.reap.policies import policy_plan
+from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
 from reaper.reap.sources import open_sources
@@ -75,23 +79,45 @@ async def reap(
     if isinstance(project_id, str):
         project_id = await _project(loaded, project_id)
     stop = StopRequest()
+    ok = False
+
+    async def report(result: PassResult) -> None:
+        """The report, printed while the pass's sources are open: every lease move is read
+        back from the ledger as it is printed (``--json``, ``-o wide``)."""
+        nonlocal ok
+        if log.isEnabledFor(logging.DEBUG):  # -v: what the pass decided, beside what it read
+            for line in decisions(result):
+                log.debug("decided: %s", line)
+        if metrics_textfile or pushgateway:  # before the report: a failed export is in it
+            failed = _export(result, metrics_textfile, pushgateway)
+            result = dataclasses.replace(result, not_exported=failed)
+        ok = result.ok
+        if output == "json":
+            await write_json(result, sys.stdout)  # every verdict, streamed
+        elif quiet:
+            print(colour.report(render_text(result).splitlines()[0], sys.stdout))
+        else:
+            listed = await _every_move(result) if output == "wide" else None
+            text = render_text(result, wide=output == "wide", listed=listed)
+            print(colour.report(text, sys.stdout))
+            for line in clear_notes(loaded.settings, result):  # what waits for a person
+                print(line)
+
     with _stop_on_signals(stop):
-        result = await reap_once(loaded.settings, dry_run=dry_run, project_id=project_id, stop=stop)
-    if log.isEnabledFor(logging.DEBUG):  # -v: what the pass decided, beside what it read
-        for line in decisions(result):
-            log.debug("decided: %s", line)
-    if metrics_textfile or pushgateway:  # before the report: a failed export is in its header
-        failed = _export(result, metrics_textfile, pushgateway)
-        result = dataclasses.replace(result, not_exported=failed)
-    if output == "json":
-        write_json(result, sys.stdout)  # every verdict, streamed from the pass's log
-    elif quiet:
-        print(colour.report(render_text(result).splitlines()[0], sys.stdout))
-    else:
-        print(colour.report(render_text(result, wide=output == "wide"), sys.stdout))
-        for line in clear_notes(loaded.settings, result):  # what waits for a person
-            print(line)
-    return EXIT_OK if result.ok else EXIT_NOT_OK
+        await reap_once(
+            loaded.settings, dry_run=dry_run, project_id=project_id, stop=stop, report=report
+        )
+    return EXIT_OK if ok else EXIT_NOT_OK
+
+
+async def _every_move(result: PassResult) -> list[RecordedVerdict] | None:
+    """Every lease move of the pass, read back (``-o wide`` lists each); None when they
+    cannot be read (the first few the pass read are listed, and a note says why)."""
+    try:
+        return [r async for r in result.leases.listing]
+    except SourceUnreadable as exc:
+        result.leases.listing.lost = exc.reason  # the report says so, and how to list them
+        return None
 
 
 @contextlib.contextmanager
@@ -134,11 +160,11 @@ def decisions(result: PassResult) -> list[str]:
     """What a pass decided, for ``-v``: each verdict that is not a lease move, the lease moves
     counted per condition and action, each policy's action and reason."""
     moves: Counter[str] = Counter()
-    for (condition, action, _, _), n in result.verdicts.leases.tally.items():
+    for (condition, action), n in result.leases.listing.tally().items():
         moves[f"{action.value} {condition.value}"] += n  # counted, not read back
     lines = [
         f"{r.verdict.condition.value} {where(r.verdict, wide=True)}: {r.verdict.action.value}"
-        for r in result.verdicts.others
+        for r in result.verdicts
     ]
     lines += [f"{what}: {n} job(s)" for what, n in moves.items()]
     lines += [f"policy {p.name}: {p.action} ({p.reason})" for p in result.policies.outcomes]

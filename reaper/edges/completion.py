@@ -1,4 +1,6 @@
-"""Shell completion for bash, zsh and fish, generated from the parser itself, so that every
+"""Shell completion for bash, zsh and fish, generated from the parser itself.
+
+Shell completion for bash, zsh and fish, generated from the parser itself, so that every
 command, option and choice the parser knows completes and nothing it does not.
 
 Each script carries the same table: for every command path (``reaper gates answer``), the

@@ -1,4 +1,6 @@
-"""``reaper doctor``: every precondition of a pass checked, one line each with the fix
+"""``reaper doctor``: every precondition of a pass checked, one line each with the fix.
+
+``reaper doctor``: every precondition of a pass checked, one line each with the fix
 (SPEC §10). Exit 0 when all pass, 1 otherwise; ``--json`` for machines.
 
 The checks: the configuration; PostgreSQL reachable, TLS as configured, the schema present and

@@ -1,4 +1,6 @@
-"""The fix on each failing ``reaper doctor`` line, for the situation its reason names: a
+"""The fix on each failing ``reaper doctor`` line, for the situation its reason names.
+
+The fix on each failing ``reaper doctor`` line, for the situation its reason names: a
 PostgreSQL that refuses, does not answer, has no such database or role, or lacks the schema;
 a management API that cannot be reached, refuses the user, or does not trust its certificate.
 Each says what to do and where, never "see the reason"; the last rule of each is what works

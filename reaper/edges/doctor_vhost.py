@@ -1,4 +1,6 @@
-"""``reaper doctor``'s word on the vhost's queues: whether it holds any the owned pattern
+"""``reaper doctor``'s word on the vhost's queues, and where ours are when it holds none.
+
+``reaper doctor``'s word on the vhost's queues: whether it holds any the owned pattern
 matches, and when it holds none, which vhosts the user may read do (a reaper pointed at the
 wrong vhost reads nothing of ours, and would otherwise learn it only as a count of 0)."""
 

@@ -1,4 +1,6 @@
-"""``reaper events``: the ledger as a person reads it (SPEC §3), newest last, one line per
+"""``reaper events``: the ledger as a person reads it, one line per event.
+
+``reaper events``: the ledger as a person reads it (SPEC §3), newest last, one line per
 event; every id option takes the short id the outputs print (``fleet`` for the fleet's
 stream), every word option is checked against the vocabulary, and a listing cut at its limit
 says how many it did not show and how to see them."""

@@ -1,4 +1,6 @@
-"""``reaper gates answer`` over a selection (SPEC §12): the open gates a ``--kind``,
+"""``reaper gates answer`` over a selection, answered only once confirmed.
+
+``reaper gates answer`` over a selection (SPEC §12): the open gates a ``--kind``,
 ``--project``, ``--older-than``, ``--queue`` or ``--all`` selects, shown with their count, then
 answered only once confirmed (``--yes``, or the count typed at a terminal). Each is answered as
 a single answer is (:func:`reaper.gates.answering.answer_gate`): its own transaction and its own

@@ -1,4 +1,6 @@
-"""``reaper gates list|show|answer`` and ``reaper events``: what waits for a person, and the
+"""``reaper gates list|show|answer``, and ``reaper events`` beside them: what waits, printed.
+
+``reaper gates list|show|answer`` and ``reaper events``: what waits for a person, and the
 ledger as a person reads it (SPEC §1, §3). Each command returns an exit code (SPEC §5)."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The idle-loop hook workers import, and the turn it shares with ``reaper serve``: an idle
-worker's ``await reaper.run_if_due(project_id)`` returns at once when not due, else asks
-PostgreSQL for the fleet's turn and, when it is its own, runs one bounded pass over every
-project; a failure is logged and returned, never raised into the worker (``docs/behaviour.md``,
-"The worker hook", has the turn, the lease budget and the connections):
+"""The idle-loop hook workers import: one bounded pass when the fleet's turn is theirs.
+
+An idle worker's ``await reaper.run_if_due(project_id)`` returns at once when not due; it never
+raises into the worker, and shares the fleet's turn with ``reaper serve``
+(``docs/behaviour.md``, "The worker hook"):
 
     reaper = QueueReaper.from_config(pool=worker_pool)
     while True:
@@ -308,7 +308,7 @@ class QueueReaper:
             "queue reap %s in %.2f s: %d verdict(s)%s%s%s",
             result.status(),
             result.duration_seconds,
-            len(result.verdicts),
+            result.verdict_count,
             f"; {'; '.join(said)}" if said else "",
             f"; and {more} more" if more else "",
             f" (the turn fell to project {project_id}'s worker)" if project_id else "",

@@ -1,4 +1,6 @@
-"""The reaper's log lines on stderr: one UTC timestamp format (``2026-12-06T06:40:01.123Z``,
+"""The reaper's log lines on stderr, as text or as JSON, their time in UTC.
+
+The reaper's log lines on stderr: one UTC timestamp format (``2026-12-06T06:40:01.123Z``,
 as every output prints time) and, for ``reaper serve`` under a log shipper, one JSON object per
 line (``--log-format json``)."""
 

@@ -1,4 +1,6 @@
-"""``reaper(1)``, the manual page, generated from the parser: every command with its
+"""``reaper(1)``, the manual page, generated from the parser.
+
+``reaper(1)``, the manual page, generated from the parser: every command with its
 description and options, so the page and ``--help`` never disagree. ``reaper man | man -l -``
 reads it; a package installs the output as ``reaper.1``."""
 

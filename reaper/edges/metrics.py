@@ -1,7 +1,8 @@
-"""The pass as Prometheus metrics (SPEC §6): what the last pass saw, as gauges yielded from
-its result (:mod:`reaper.edges.pass_gauges`), and what the process has done, as counters and a
-histogram that accumulate across passes (verdicts, leases requeued, jobs and dead letters
-parked, passes, pass duration); exported by a scrape, a textfile or a Pushgateway.
+"""The pass as Prometheus metrics: the last pass's gauges and the process's counters.
+
+What the last pass saw, as gauges yielded from its result (:mod:`reaper.edges.pass_gauges`), and
+what the process has done, as counters and a histogram across passes; exported by a scrape, a
+textfile or a Pushgateway (SPEC §6).
 
 ``reaper_verdicts_total`` counts every verdict judged, once per pass, under a ``dry_run`` label
 so an audit never inflates the real rates (a condition still open is judged again each pass);
@@ -143,12 +144,14 @@ class ReaperMetrics:
         dry_run = "true" if result.dry_run else "false"
         real = not result.dry_run
         with self._lock:
-            for rv in result.verdicts.others:
+            for rv in result.verdicts:
                 v = rv.verdict
                 self._count(v.source, v.condition, v.action, dry_run, real and rv.recorded)
             # the lease verdicts as counted by the pass, not read back for the counters
-            for (condition, action, _, recorded), n in result.verdicts.leases.tally.items():
-                self._count(Source.JOB_QUEUE, condition, action, dry_run, real and recorded, n)
+            listing = result.leases.listing
+            for (condition, action), n in listing.tally().items():
+                recorded = real and listing.recorded
+                self._count(Source.JOB_QUEUE, condition, action, dry_run, recorded, n)
             if real:
                 self.dead_letters_parked.inc(
                     sum(max(0, d.parked_new) for d in result.dead_letters.queues)

@@ -1,4 +1,6 @@
-"""The options several commands share: the output form (``-o/--output`` with the forms the
+"""The options several commands share: the output form, the project, who answers.
+
+The options several commands share: the output form (``-o/--output`` with the forms the
 command offers, ``--json`` for ``-o json``), ``--project``, and who answers a gate when
 ``--by`` is not given."""
 

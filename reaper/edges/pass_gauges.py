@@ -1,4 +1,6 @@
-"""The gauges of the last pass (SPEC §6), yielded by :class:`PassCollector` from the last
+"""The gauges of the last pass, yielded from its result at each scrape.
+
+The gauges of the last pass (SPEC §6), yielded by :class:`PassCollector` from the last
 :class:`~reaper.reap.result.PassResult` at each scrape: conditions open, dead-letter queues,
 claimable age per project, policies, sources, the open gates, last pass time and outcome. A
 queue or project that vanished from the last pass vanishes from the scrape: no stale labelled

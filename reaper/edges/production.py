@@ -1,4 +1,6 @@
-"""The commands for running the reaper in production: ``reaper db grants ROLE`` (the least
+"""The commands for running the reaper in production: ``reaper db grants`` and the doctor.
+
+The commands for running the reaper in production: ``reaper db grants ROLE`` (the least
 PostgreSQL privileges, printed or applied) and ``reaper doctor`` (:mod:`reaper.edges.doctor`)."""
 
 from __future__ import annotations

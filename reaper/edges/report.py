@@ -1,4 +1,6 @@
-"""The pass's human report: it reads like a good ``kubectl describe``. The status first
+"""The pass's human report, which reads like a good ``kubectl describe``.
+
+The pass's human report: it reads like a good ``kubectl describe``. The status first
 (``OK``, ``OK, N findings`` or ``NOT OK: <why>``), the target and what was read; then what made
 the pass not ok, each with its fix; the findings worst first, one line each, the measurement
 against its threshold once and the next step; what was done; the policies, one line each.
@@ -15,19 +17,18 @@ from datetime import UTC, datetime
 from typing import Final
 
 from reaper.core.cluster import node_summary
-from reaper.core.domain import Action, Source
+from reaper.core.domain import Action
 from reaper.core.terminal import one_line
 from reaper.edges.report_findings import finding_lines
-from reaper.edges.report_json import render_json, to_json, verdict_json, write_json
+from reaper.edges.report_json import to_json, verdict_json, write_json
 from reaper.edges.report_moves import LISTED_MOVES, LeaseMoves, acted_lines, raised_since
-from reaper.edges.wording import LEASE_CONDITIONS, plural, short, utc
+from reaper.edges.wording import plural, short, utc
 from reaper.reap.progress import SIGHTINGS_WRITE, RecordedVerdict
 from reaper.reap.result import PassResult, Problem
 
 __all__ = [
     "LEDGER_POINTER",
     "LISTED_MOVES",
-    "render_json",
     "render_text",
     "to_json",
     "verdict_json",
@@ -114,10 +115,14 @@ def _header(result: PassResult, wide: bool) -> list[str]:
     return lines
 
 
-def render_text(result: PassResult, *, wide: bool = False) -> str:
+def render_text(
+    result: PassResult, *, wide: bool = False, listed: Sequence[RecordedVerdict] | None = None
+) -> str:
     """The human report: the status, the target and what was read; what made the pass not ok,
     each with its fix; the findings worst first, one line each; what was done; the policies.
-    ``wide``: every detail in full (``-o wide``)."""
+    ``wide``: every detail in full (``-o wide``). The lease moves are counted as the pass
+    counted them and listed from ``listed`` (``-o wide``: every one, read back while the pass's
+    sources were open), by default the first few the pass read back as it ended."""
     lines = _header(result, wide)
 
     problems = result.problems()
@@ -139,19 +144,16 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
         lines += finding_lines(findings, lambda r: _state(r, result), wide=wide)
 
     since = raised_since(result.started_at)
-    moves = LeaseMoves(wide, result.gates.by_job, result.dry_run, since)
-    acted: list[RecordedVerdict] = []
-    not_done = 0
-    for r in result.verdicts:
-        if r.verdict.action is Action.SURFACE:
-            continue
-        if not result.dry_run and not r.applied:
-            not_done += 1  # named under NOT OK, or left alone (a note says why)
-            continue
-        if r.verdict.source is Source.JOB_QUEUE and r.verdict.condition in LEASE_CONDITIONS:
-            moves.add(r)
-        else:
-            acted.append(r)
+    listing = result.leases.listing
+    moves = LeaseMoves(listing, result.started_at, wide, result.gates.by_job, result.dry_run, since)
+    for r in listing.sample if listed is None else listed:
+        moves.add(r)
+    # a write not done is named under NOT OK, or left alone (a note says why)
+    acted = [
+        r
+        for r in result.verdicts
+        if r.verdict.action is not Action.SURFACE and (result.dry_run or r.applied)
+    ]
     verb = "Would do" if result.dry_run else "Done"
     # a policy written (a dry run: a write it plans); a refused one is under NOT OK
     written = [
@@ -163,6 +165,8 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
     if count:
         lines += ["", f"{verb} ({count}):"]
     lines += moves.lines()
+    if listing.lost is not None and moves.count:
+        lines.append(f"  {listing.unread()}")
     lines += acted_lines(acted, result.gates.by_job, wide, since)
     lines += [f"  {p.write:<8} {'policy':<13} {p.name}: {p.change}" for p in written]
 
@@ -175,7 +179,7 @@ def render_text(result: PassResult, *, wide: bool = False) -> str:
         lines += [f"  - {n}" for n in result.notes]
     if not problems and not findings and not aimed and not count:
         lines += ["", "Nothing found, nothing to do."]
-    if not result.dry_run and _ledger_read(result) and len(result.verdicts):
+    if not result.dry_run and _ledger_read(result) and result.verdict_count:
         lines += [f"Every verdict is a QueueReaped event in the ledger: {LEDGER_POINTER}."]
     return "\n".join(lines)
 

@@ -1,4 +1,6 @@
-"""The report's Findings, worst first: one line each, the measurement against its threshold
+"""The report's Findings, worst first, one line each.
+
+The report's Findings, worst first: one line each, the measurement against its threshold
 said once per condition and the next step said once; findings that share a condition, a next
 step and their standing in the ledger are one line with their count and names (each with its
 measurement), at the place of the worst of them. ``-o wide`` lists each on its own line with

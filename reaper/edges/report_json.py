@@ -1,6 +1,9 @@
-"""The pass's report for machines: one JSON object (SPEC §5), every verdict written as it is
-read from the pass's verdict log (:func:`write_json`: the same bytes as
-``json.dumps(to_json(result), indent=2)``, never the whole list in memory)."""
+"""The pass's report for machines: one JSON object, written verdict by verdict.
+
+One JSON object (SPEC §5): :func:`write_json` writes every verdict, the lease moves as they are
+read back from the ledger (while the pass's sources are open), never the whole list in memory;
+:func:`to_json` is the same object with the lease moves counted (``lease_reap``) but not
+listed."""
 
 from __future__ import annotations
 
@@ -8,14 +11,15 @@ import json
 from datetime import datetime
 from typing import Final, TextIO
 
-from reaper.core.domain import Verdict
+from reaper.core.domain import Condition, Verdict
 from reaper.core.moments import utc
 from reaper.core.values import display_number
 from reaper.edges.wording import next_step
+from reaper.errors import SourceUnreadable
 from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
 
-__all__ = ["iso", "render_json", "to_json", "verdict_json", "write_json"]
+__all__ = ["iso", "to_json", "verdict_json", "write_json"]
 
 
 def iso(moment: datetime) -> str:
@@ -49,8 +53,9 @@ def verdict_json(
 
 
 def to_json(result: PassResult, *, verdicts: bool = True) -> dict[str, object]:
-    """The report object of SPEC §5 (``verdicts`` false: with an empty verdict list, for
-    :func:`write_json` to stream into)."""
+    """The report object of SPEC §5, its verdicts all but the lease moves (``verdicts`` false:
+    an empty verdict list, for :func:`write_json` to stream into); the lease moves counted in
+    ``lease_reap``."""
     inventory = result.inventory()
     target = result.target
     return {
@@ -87,6 +92,7 @@ def to_json(result: PassResult, *, verdicts: bool = True) -> dict[str, object]:
             if verdicts
             else []
         ),
+        "lease_reap": _lease_reap_json(result),
         "policies": [_attributes(p, _POLICY_KEYS) for p in result.policies.outcomes],
         "dead_letters": [_attributes(d, _DEAD_LETTER_KEYS) for d in result.dead_letters.queues],
         "unreadable": [
@@ -108,6 +114,30 @@ def to_json(result: PassResult, *, verdicts: bool = True) -> dict[str, object]:
         ],
         "findings": _findings_json(result),
         "notes": list(result.notes),
+    }
+
+
+def _lease_reap_json(result: PassResult) -> dict[str, object]:
+    """The lease reap, counted: its moves per condition and project, the oldest and newest
+    expiry moved, whether they were recorded, and whether ``verdicts`` lists each (``listed``;
+    else ``unlisted`` says why and how to list them)."""
+    listing = result.leases.listing
+    reap = listing.reap
+    projects: dict[str, dict[str, int]] = {}
+    for (project, poison), n in sorted(reap.moves.items(), key=lambda m: (str(m[0][0]), m[0][1])):
+        condition = "poison" if poison else "lease_expired"
+        projects.setdefault(str(project), {"lease_expired": 0, "poison": 0})[condition] += n
+    counts = listing.counts()
+    return {
+        "moved": reap.moved,
+        "lease_expired": counts.get(Condition.LEASE_EXPIRED, 0),
+        "poison": counts.get(Condition.POISON, 0),
+        "recorded": listing.recorded and not result.dry_run,
+        "oldest_expiry": iso(reap.oldest) if reap.oldest else None,
+        "newest_expiry": iso(reap.newest) if reap.newest else None,
+        "projects": [{"project_id": p, **n} for p, n in projects.items()],
+        "listed": listing.listed == reap.moved,
+        "unlisted": listing.unread() if listing.lost is not None and reap.moved else None,
     }
 
 
@@ -194,27 +224,51 @@ def _findings_json(result: PassResult) -> list[dict[str, object]]:
     ]
 
 
-def render_json(result: PassResult) -> str:
-    return json.dumps(to_json(result), indent=2, sort_keys=False)
-
-
-def write_json(result: PassResult, out: TextIO) -> None:
-    """:func:`render_json` written to ``out`` with each verdict encoded as it is read from
-    the pass's verdict log: the same text, one verdict in memory at a time."""
+async def write_json(result: PassResult, out: TextIO) -> None:
+    """The report written to ``out``, every verdict encoded as it is read: the lease moves
+    first, read back from the ledger (only while the pass's sources are open: the pass's
+    ``report`` consumer calls this), then the rest. A listing that cannot be read (or is cut
+    short) says so in ``lease_reap`` and ``notes``; a dry run's that lists other than it
+    counted says so in ``notes``."""
     report = to_json(result, verdicts=False)
+    said: list[str] = []
     out.write("{")
     for n, (key, value) in enumerate(report.items()):
         out.write(("," if n else "") + "\n  " + json.dumps(key) + ": ")
-        if key != "verdicts":
-            out.write(_indented(value, "  "))
+        if key == "verdicts":
+            said = await _write_verdicts(result, out)
             continue
-        empty = True
-        for r in result.verdicts:
-            out.write(("[" if empty else ",") + "\n    ")
-            out.write(_indented(verdict_json(r.verdict, r.recorded, r.applied), "    "))
-            empty = False
-        out.write("[]" if empty else "\n  ]")
+        if key == "lease_reap":
+            value = _lease_reap_json(result)  # as the listing ended
+        elif key == "notes":
+            value = [*value, *said]  # type: ignore[misc]
+        out.write(_indented(value, "  "))
     out.write("\n}\n" if report else "}\n")
+
+
+async def _write_verdicts(result: PassResult, out: TextIO) -> list[str]:
+    """The verdict list, streamed; what is to be said of the lease moves' listing."""
+    listing = result.leases.listing
+    empty = True
+
+    def write(r: RecordedVerdict) -> None:
+        nonlocal empty
+        out.write(("[" if empty else ",") + "\n    ")
+        out.write(_indented(verdict_json(r.verdict, r.recorded, r.applied), "    "))
+        empty = False
+
+    try:
+        async for r in listing:
+            write(r)
+    except SourceUnreadable as exc:
+        listing.lost = exc.reason
+    said = [listing.unread()] if listing.lost is not None and listing.reap.moved else []
+    changed = listing.changed()
+    said += [changed] if changed else []
+    for r in result.verdicts:
+        write(r)
+    out.write("[]" if empty else "\n  ]")
+    return said
 
 
 def _indented(value: object, pad: str) -> str:

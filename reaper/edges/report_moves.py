@@ -1,4 +1,6 @@
-"""What a pass did, as the report's ``Done`` (a dry run: ``Would do``) lists it: lease moves,
+"""What a pass did, as the report's ``Done`` lists it: lease moves, parks, dead letters.
+
+What a pass did, as the report's ``Done`` (a dry run: ``Would do``) lists it: lease moves,
 parks and dead letters parked, each park with its gate and the command that answers it.
 
 Lease moves, routine by the thousand, are summarised per condition beyond
@@ -17,14 +19,17 @@ from datetime import datetime
 from typing import Final
 from uuid import UUID
 
-from reaper.core.domain import Action, Condition, Unit, Verdict
+from reaper.core.domain import Action, Condition, Verdict
+from reaper.core.judge_leases import RULING_KINDS
 from reaper.edges.wording import LEASE_CONDITIONS, age, measure, short, utc, where
+from reaper.reap.leases import SAMPLED_MOVES, LeaseListing
 from reaper.reap.progress import RecordedVerdict
 
 __all__ = ["LISTED_MOVES", "LeaseMoves", "acted_lines", "joined", "raised_since"]
 
-#: Lease moves of one condition listed one line each up to this many; beyond, summarised.
-LISTED_MOVES: Final = 10
+#: Lease moves of one condition listed one line each up to this many; beyond, summarised
+#: (the pass reads back as many of each as the short report lists).
+LISTED_MOVES: Final = SAMPLED_MOVES
 #: In a summary, the jobs listed (the first judged) and the projects named (the most moves).
 SUMMARY_JOBS: Final = 5
 SUMMARY_PROJECTS: Final = 5
@@ -36,6 +41,9 @@ _CHOICES: Final = {
     Condition.POISON: ("retry", "cancel"),
     Condition.DEAD_LETTER: ("replay", "dismiss"),
 }
+
+#: What a lease move of each condition does.
+_ACTIONS: Final = {condition: action for condition, action in RULING_KINDS.values()}
 
 
 def raised_since(started_at: datetime) -> str:
@@ -124,12 +132,15 @@ def _all_gates(condition: Condition, since: str) -> list[str]:
 
 
 class LeaseMoves:
-    """Lease moves (requeues, parks) as they stream past, per condition: the count, the count
-    per project, and the first few (all of them while there are no more than
-    :data:`LISTED_MOVES`)."""
+    """Lease moves (requeues, parks) per condition: the counts as the pass counted them (per
+    project, and how long ago the newest and the oldest moved lease expired), and the first few
+    read back (all of them while there are no more than :data:`LISTED_MOVES`; ``wide``: every
+    one given)."""
 
     def __init__(
         self,
+        listing: LeaseListing,
+        now: datetime,
         wide: bool = False,
         gates: Mapping[str, UUID] | None = None,
         dry_run: bool = False,
@@ -139,22 +150,25 @@ class LeaseMoves:
         self.dry_run = dry_run
         self.gates = gates or {}
         self.since = since
-        self.count = 0
-        self.per_condition: dict[Condition, int] = {}
+        # a pass that wrote nothing (its ledger unread) did none of them
+        self.per_condition = listing.counts() if dry_run or listing.recorded else {}
+        self.count = sum(self.per_condition.values())
         self.projects: dict[Condition, Counter[UUID | None]] = {}
-        self.first: dict[Condition, list[Verdict]] = {}
+        for (project, poison), n in listing.reap.moves.items():
+            self.projects.setdefault(RULING_KINDS[poison][0], Counter())[project] += n
         #: per condition, how long ago the newest and the oldest moved lease expired
-        self.span: dict[Condition, tuple[float, float]] = {}
+        self.span = {
+            RULING_KINDS[poison][0]: (
+                (now - newest).total_seconds(),
+                (now - oldest).total_seconds(),
+            )
+            for poison, (oldest, newest) in listing.reap.spans.items()
+        }
+        self.first: dict[Condition, list[Verdict]] = {}
 
     def add(self, r: RecordedVerdict) -> None:
+        """One move read back: kept to be listed (the first few of its condition)."""
         v = r.verdict
-        self.count += 1
-        if v.unit is Unit.SECONDS and v.measured is not None:
-            ago = float(v.measured)
-            low, high = self.span.get(v.condition, (ago, ago))
-            self.span[v.condition] = (min(low, ago), max(high, ago))
-        self.per_condition[v.condition] = self.per_condition.get(v.condition, 0) + 1
-        self.projects.setdefault(v.condition, Counter())[v.project_id] += 1
         first = self.first.setdefault(v.condition, [])
         if self.wide or len(first) < LISTED_MOVES:  # wide: every move, one line each
             first.append(v)
@@ -165,7 +179,10 @@ class LeaseMoves:
             count = self.per_condition.get(condition, 0)
             if not count:
                 continue
-            first = self.first[condition]
+            first = self.first.get(condition, [])
+            if len(first) < min(count, LISTED_MOVES):  # not read back: counted alone
+                out += self._summary(condition, count, first)
+                continue
             if self.wide or (
                 count <= LISTED_MOVES and (count == 1 or condition is Condition.POISON)
             ):
@@ -182,7 +199,7 @@ class LeaseMoves:
         return out
 
     def _summary(self, condition: Condition, count: int, first: list[Verdict]) -> list[str]:
-        action = first[0].action.value
+        action = _ACTIONS[condition].value
         projects = self.projects[condition]
         top = sorted(projects.items(), key=lambda item: (-item[1], str(item[0])))
         named = ", ".join(f"{short(p)} {n}" for p, n in top[:SUMMARY_PROJECTS])
@@ -199,11 +216,12 @@ class LeaseMoves:
             gate = self.gates.get(v.object)
             named_gate = f"; gate {short(gate)}" if gate is not None else ""
             out.append(f"  {'':<22} {where(v)}: {measure(v)}{named_gate}")
-        return out + self._rest(condition, count)
+        return out + self._rest(condition, count - len(first[:SUMMARY_JOBS]))
 
-    def _rest(self, condition: Condition, count: int) -> list[str]:
-        """What is said of the moves a summary does not list: where to see each."""
-        rest = count - SUMMARY_JOBS
+    def _rest(self, condition: Condition, rest: int) -> list[str]:
+        """What is said of the ``rest`` of the moves a summary does not list: where to see
+        each."""
+        count = self.per_condition[condition]
         pad = " " * 25  # under the summary's own lines
         if self.dry_run:
             return [

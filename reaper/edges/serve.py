@@ -1,4 +1,6 @@
-"""``reaper serve``: a pass every ``interval_seconds``, ``/metrics``, ``/healthz`` and a read-only
+"""``reaper serve``: a pass every interval, ``/metrics``, ``/healthz`` and a status page.
+
+``reaper serve``: a pass every ``interval_seconds``, ``/metrics``, ``/healthz`` and a read-only
 status page at ``/`` on a port.
 
 ``/healthz`` is liveness: 200 while the loop completed a pass (or checked the fleet's turn)
@@ -311,7 +313,7 @@ async def _one_pass(
     health.last_ok = result.ok
     health.completed_at = time.monotonic()
     if result.ok:
-        log.info("pass ok in %.2fs: %d verdict(s)", result.duration_seconds, len(result.verdicts))
+        log.info("pass ok in %.2fs: %d verdict(s)", result.duration_seconds, result.verdict_count)
     else:
         problems = [p.line() for p in result.problems()]
         log.warning(

@@ -1,14 +1,14 @@
-"""``reaper serve``'s ``/``: a status page a person would rather look at than read, rendered
-on the server (SPEC §6).
+"""``reaper serve``'s status page, rendered on the server.
 
-A coloured bar with the last pass's status and how long ago it ran, tiles with the counts that
-matter (findings, open gates and the oldest one's age, owned queues, dead letters), what made
-the pass not ok with each fix, the findings in words (human durations, short ids, the next
-step), the owned queues (:mod:`reaper.edges.status_queues`), the dead-letter queues and which
-are safe to clear with the command, the open gates oldest first with the command for each
-answer, and the last passes. It refreshes itself (``<meta http-equiv=refresh>``); no
-JavaScript, no asset from outside, no form: nothing on it writes. Every value is escaped
-(:func:`escape`), and whatever came from a dead letter's headers is quoted and cut as well.
+A page a person would rather look at than read (SPEC §6): A coloured bar with the last pass's
+status and how long ago it ran, tiles with the counts that matter (findings, open gates and the
+oldest one's age, owned queues, dead letters), what made the pass not ok with each fix, the
+findings in words (human durations, short ids, the next step), the owned queues
+(:mod:`reaper.edges.status_queues`), the dead-letter queues and which are safe to clear with the
+command, the open gates oldest first with the command for each answer, and the last passes. It
+refreshes itself (``<meta http-equiv=refresh>``); no JavaScript, no asset from outside, no form:
+nothing on it writes. Every value is escaped (:func:`escape`), and whatever came from a dead
+letter's headers is quoted and cut as well.
 """
 
 from __future__ import annotations

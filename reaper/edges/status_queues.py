@@ -1,4 +1,6 @@
-"""The status page's broker half: the owned queues at a glance (depth, unacknowledged,
+"""The status page's broker half: the owned and dead-letter queues at a glance.
+
+The status page's broker half: the owned queues at a glance (depth, unacknowledged,
 consumers, the bound in force, the verdict) and the dead-letter queues (letters, parked,
 answered, whether safe to clear and the command). Pure: the last pass and the gate board in,
 HTML out, every name escaped by :func:`escape`."""

@@ -1,4 +1,6 @@
-"""How a finding reads for a person: ages, short ids, the measurement said once, and the next
+"""How a finding reads for a person: ages, short ids, the measurement, the next step.
+
+How a finding reads for a person: ages, short ids, the measurement said once, and the next
 step. Shared by the text report and the JSON's ``findings``."""
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""Gates (SPEC §1): what waits for a person, above the store and the broker, returned as
-values that the command line and the status page only print.
+"""Gates: what waits for a person, returned as values the CLI and the status page print.
 
 - :mod:`~reaper.gates.ids`: a gate (and a project, a job) found by its id or a prefix of it;
 - :mod:`~reaper.gates.answering`: an answer checked and taken on the store, a dead letter

@@ -1,6 +1,7 @@
-"""Answering a gate (SPEC §1): find it by its id or a unique prefix, check the answer, take it
-on the store (:meth:`~reaper.jobqueue.port.JobQueue.answer_gate`), and return what was done as
-a value (:mod:`reaper.gates.wording` says it in words).
+"""Answering a gate: found, checked, taken on the store, and what was done returned.
+
+The answer is taken on the store (:meth:`~reaper.jobqueue.port.JobQueue.answer_gate`);
+:mod:`reaper.gates.wording` says what was done in words (SPEC §1).
 
 Every answer commits with its ``GateAnswered`` event and the job's move in one transaction. A
 ``replay`` publishes the kept body to its origin queue first, only where

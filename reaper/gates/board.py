@@ -1,4 +1,6 @@
-"""What waits for a person, read as a pass ends (for its notes and metrics) and by the status
+"""What waits for a person at a glance: the open gates by kind, the oldest, per queue.
+
+What waits for a person, read as a pass ends (for its notes and metrics) and by the status
 page: the open gates by kind (count, oldest), the oldest open gates themselves, and how many
 open gates wait on each dead-letter queue. Read from the open-gate index, so its cost is what
 is open.

@@ -1,4 +1,6 @@
-"""The short ids the outputs print, read back: a gate, a project, or a job as an event's object,
+"""The short ids the outputs print, read back, and the words a listing filters on checked.
+
+The short ids the outputs print, read back: a gate, a project, or a job as an event's object,
 named by its whole id, any unique prefix of it (the 8 hex characters a report shows) or, for
 the fleet's own stream, ``fleet``; a prefix several share is refused, naming them.
 The words each listing filters on (condition, action, source, gate kind) are checked against

@@ -1,4 +1,6 @@
-"""Which gates a person selects (``reaper gates list``, and ``reaper gates answer`` over a
+"""Which gates a person's options select, read from the store as views.
+
+Which gates a person selects (``reaper gates list``, and ``reaper gates answer`` over a
 selection): by kind, by project as typed, by how long ago they were raised, and by the
 dead-letter queue their letters were read from; read from the store as views at the
 database's clock."""

@@ -1,4 +1,6 @@
-"""What a person sees of a gate (SPEC §1): its short id, age, project, kinds, the answers really
+"""What a person sees of a gate: listed in a line, or shown whole.
+
+What a person sees of a gate (SPEC §1): its short id, age, project, kinds, the answers really
 possible now and the exact command for each, and for ``gates show`` the whole of it. Pure: the
 gates, the dead letters their jobs keep and ``now`` come in; text and JSON go out.
 

@@ -1,4 +1,6 @@
-"""A gate's answer in words, for a person: what it did (:class:`GateAnswer`), or would do
+"""A gate's answer in words, for a person: what it did, or would do.
+
+A gate's answer in words, for a person: what it did (:class:`GateAnswer`), or would do
 (:class:`AnswerPreview`, ``--dry-run``), in one line each."""
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""The job queue (SPEC §3): the host's PostgreSQL record and the ledger, as a pass and a person
-read and write them.
+"""The job queue: the host's PostgreSQL record and the ledger, as a pass and a person use them.
 
 - :mod:`~reaper.jobqueue.port`: the :class:`JobQueue` Protocol the pass and the gate commands
   depend on, and its typed results;

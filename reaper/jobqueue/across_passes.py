@@ -1,4 +1,6 @@
-"""What the fleet keeps from one pass to the next, in the reaper's own tables, so that whichever
+"""What the fleet keeps from one pass to the next, in the reaper's own tables.
+
+What the fleet keeps from one pass to the next, in the reaper's own tables, so that whichever
 reaper of the fleet runs the next pass continues where the last one stopped:
 
 - the fleet's turn (SPEC §10 "A fleet shares one pass"): one whole pass per ``interval_seconds``
@@ -17,6 +19,7 @@ from reaper.core.observation import Observation, Watch
 from reaper.core.storable import for_storage, from_storage
 from reaper.jobqueue.database import Database
 from reaper.jobqueue.port import Turn
+from reaper.jobqueue.rows import value_of
 from reaper.jobqueue.sql import QUERIES
 
 __all__ = ["AcrossPasses"]
@@ -73,16 +76,7 @@ class AcrossPasses:
             row = await conn.fetchrow(QUERIES["quiet_mark"], scope, for_storage(queue))
         if row is None:
             return None
-        return QuietMark(
-            queue=from_storage(row["queue"]),
-            proven_at=row["proven_at"],
-            proven=row["proven"],
-            letters=row["letters"],
-            message_bytes=row["message_bytes"],
-            published=row["published"],
-            fetched=row["fetched"],
-            acknowledged=row["acknowledged"],
-        )
+        return value_of(QuietMark, row, queue=from_storage(row["queue"]))
 
     async def keep_quiet_mark(self, scope: str, mark: QuietMark) -> None:
         async with self.database.session("keeping a dead-letter queue's quiet mark") as conn:

@@ -1,8 +1,8 @@
-"""The one seam to PostgreSQL: a pool of asyncpg connections, every driver failure turned into
-the package's own error; the only importer of asyncpg. The rest of the store borrows a
-connection through :meth:`Database.session`, inside which any driver or network failure becomes
-:class:`~reaper.errors.StoreUnavailable` with a scrubbed one-line reason a person can act on;
-nothing above the store sees a driver type.
+"""The one seam to PostgreSQL, and the only module that imports asyncpg.
+
+The rest of the store borrows a connection through :meth:`Database.session`, inside which any
+driver or network failure becomes :class:`~reaper.errors.StoreUnavailable` with a scrubbed
+one-line reason a person can act on; nothing above the store sees a driver type.
 
 The pool is the reaper's own (:meth:`Database.connect`, from a DSN or a worker's connection
 factory) or a worker's asyncpg pool it borrows from (:meth:`Database.borrowing`): at most

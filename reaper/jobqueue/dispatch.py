@@ -1,4 +1,6 @@
-"""Which dispatch is in force (SPEC §3): the declared ``[queue.reap] dispatch`` against what the
+"""Which dispatch is in force: the one declared against what the host's schema shows.
+
+Which dispatch is in force (SPEC §3): the declared ``[queue.reap] dispatch`` against what the
 host's schema shows. Where the host dispatches through RabbitMQ, a job the reaper makes ready
 again must start a new dispatch episode, or no worker ever receives it (ADR-0044 §4)."""
 

@@ -1,25 +1,24 @@
-"""Gates (SPEC §1): listed, found by id, counted open, the open dead-letter gates per queue, and
-answered. A park raises a gate with its move (:mod:`~reaper.jobqueue.lease_reap`,
-:mod:`~reaper.jobqueue.dead_letters`).
+"""The store's gates: listed, found by id, counted open, and answered under a lock.
 
-An answer is recorded, its ``GateAnswered`` event appended and what it means done, in one
-transaction, with the gate row locked so that two people answering at once cannot both act: a
-``delivery_exhausted`` gate's ``retry`` re-readies the parked job for exactly one more delivery
-(the attempt refunded at the park pays for it), ``cancel`` gives it up; a ``bus_dead_lettered``
-gate's ``dismiss`` settles the parked job ``cancelled``, ``replay`` publishes the letter's body
-through the caller's sender first, still under the lock (one replay, never two). Nothing here
-ever deletes a letter, on the broker or in the database.
+A park raises a gate with its move (:mod:`~reaper.jobqueue.lease_reap`,
+:mod:`~reaper.jobqueue.dead_letters`; SPEC §1). An answer is recorded, its ``GateAnswered``
+event appended and what it means done, in one transaction, with the gate row locked so that two
+people answering at once cannot both act: a ``delivery_exhausted`` gate's ``retry`` re-readies
+the parked job for exactly one more delivery (the attempt refunded at the park pays for it),
+``cancel`` gives it up; a ``bus_dead_lettered`` gate's ``dismiss`` settles the parked job
+``cancelled``, ``replay`` publishes the letter's body through the caller's sender first, still
+under the lock (one replay, never two). Nothing here ever deletes a letter, on the broker or in
+the database.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Final
 from uuid import UUID
 
 from reaper.core.canonical import canonical_json, digest_of
-from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED, Dispatch
+from reaper.core.domain import Dispatch
 from reaper.core.records import Gate
 from reaper.core.storable import for_storage, from_storage, payload_for_storage
 from reaper.errors import GateError
@@ -36,22 +35,23 @@ from reaper.jobqueue.port import (
 from reaper.jobqueue.rows import gate_of, parked_of
 from reaper.jobqueue.rules import (
     DEAD_LETTER_REPLAY,
-    DEAD_LETTER_SETTLED,
-    DELIVERY_CANCEL,
     GATE_ANSWERED,
-    REPLAY_NEEDS_BROKER,
+    READY,
     answered_payload,
     check_answerable,
+    dead_letter_settled,
+    job_after,
     not_the_latest,
-    replay_parts,
+    publish_replay,
 )
 from reaper.jobqueue.sql import QUERIES
 
 __all__ = ["Gates"]
 
-#: What answering a gate does beyond recording the answer: runs inside the answer's
-#: transaction, with the gate row locked.
-Answer = Callable[[Connection, Gate, str, datetime, Dispatch], Awaitable[None]]
+#: A new dispatch episode for jobs made ready, its outbox rows spliced in (``dispatch_outbox``).
+_DISPATCH_JOBS: Final = QUERIES["dispatch_jobs"].replace(
+    "{dispatch_outbox}", QUERIES["dispatch_outbox"].rstrip()
+)
 
 
 class Gates:
@@ -88,46 +88,30 @@ class Gates:
     ) -> Gate:
         async with self.database.session("answering a gate") as conn, conn.transaction():
             gate = await _open_for_answer(conn, answer)
-            act = ANSWERS.get(gate.kind)
-            if act is None:
-                raise GateError(
-                    f"gate {gate.id} is a {gate.kind} gate: this store cannot answer it"
-                )
-            await act(conn, gate, answer.choice, answer.now, dispatch)
+            state = job_after(gate, answer.choice)
+            if gate.job_id is not None:
+                await _move_parked_job(conn, gate.job_id, state, answer.now, dispatch)
             return await _record_answer(conn, gate, answer)
 
     async def answer_dead_letter_gate(
         self, answer: GateChoice, *, replay: ReplaySender | None = None
     ) -> tuple[Gate, ParkedDeadLetter | None]:
-        choice, now = answer.choice, answer.now
         async with (
             self.database.session("answering a dead-letter gate") as conn,
             conn.transaction(),
         ):
             gate = await _open_for_answer(conn, answer)
-            if gate.kind != GATE_BUS_DEAD_LETTERED:
-                raise GateError(
-                    f"gate {gate.id} is a {gate.kind} gate, not a {GATE_BUS_DEAD_LETTERED} gate"
-                )
+            settled = dead_letter_settled(gate, answer.choice)
             parked = None
             if gate.job_id is not None:
-                found = await conn.fetchrow(QUERIES["dead_letter_of_job"], gate.job_id)
-                parked = None if found is None else parked_of(found)
+                found = await conn.fetch(QUERIES["dead_letters_of_jobs"], [gate.job_id])
+                parked = parked_of(found[0]) if found else None
             published = None
-            if choice == DEAD_LETTER_REPLAY:
-                send, letter = replay_parts(gate, replay, parked)
-                message_id = await send(gate, letter)
-                published = (letter.letter.origin_queue or "", message_id)
-                await conn.fetchval(
-                    QUERIES["settle_parked_job"],
-                    now,
-                    letter.job_id,
-                    DEAD_LETTER_SETTLED[DEAD_LETTER_REPLAY],
-                )
-            else:
-                await _settle_dead_letter(conn, gate, choice, now, Dispatch.POLLING)
-            answered = await _record_answer(conn, gate, answer, published)
-            return answered, parked
+            if answer.choice == DEAD_LETTER_REPLAY:
+                published = await publish_replay(gate, replay, parked)
+            if gate.job_id is not None:
+                await _move_parked_job(conn, gate.job_id, settled, answer.now, Dispatch.POLLING)
+            return await _record_answer(conn, gate, answer, published), parked
 
 
 async def _open_for_answer(conn: Connection, answer: GateChoice) -> Gate:
@@ -148,6 +132,21 @@ async def _open_for_answer(conn: Connection, answer: GateChoice) -> Gate:
     return gate
 
 
+async def _move_parked_job(
+    conn: Connection, job_id: UUID, state: str, now: datetime, dispatch: Dispatch
+) -> None:
+    """Move a job still awaiting a person to ``state``, as :func:`job_after` rules (a job no
+    longer awaiting one, cancelled meanwhile, is left as it is): ready again, which with
+    outbox dispatch starts a new dispatch episode (a worker receives it at a new generation),
+    or settled, no episode started."""
+    if state != READY:
+        await conn.fetchval(QUERIES["settle_parked_job"], now, job_id, state)
+        return
+    readied = await conn.fetchval(QUERIES["ready_parked_job"], now, job_id)
+    if readied is not None and dispatch is Dispatch.OUTBOX:
+        await conn.fetch(_DISPATCH_JOBS, now, [readied])
+
+
 async def _record_answer(
     conn: Connection,
     gate: Gate,
@@ -157,50 +156,13 @@ async def _record_answer(
     """Record the answer of a gate locked by :func:`_open_for_answer`, and its
     ``GateAnswered`` event on the gate's project stream (``published``: the queue and message
     id a replay sent; the queue came from the letter's headers, so that event is untrusted)."""
-    choice, now, by = answer.choice, answer.now, answer.answered_by
-    stored_by = None if by is None else for_storage(by)
-    answered = gate_of(await conn.fetchrow(QUERIES["answer_gate"], now, gate.id, choice, stored_by))
-    payload = answered_payload(gate, choice, by, answer.reason, published)
-    canonical = canonical_json(payload_for_storage(payload))
+    by = None if answer.answered_by is None else for_storage(answer.answered_by)
+    answered = gate_of(
+        await conn.fetchrow(QUERIES["answer_gate"], answer.now, gate.id, answer.choice, by)
+    )
+    canonical = canonical_json(payload_for_storage(answered_payload(gate, answer, published)))
     event = ledger.Event(
         gate.project_id, canonical, digest_of(canonical), published is None, GATE_ANSWERED
     )
-    await ledger.append(conn, [event], now)
+    await ledger.append(conn, [event], answer.now)
     return answered
-
-
-async def _answer_delivery(
-    conn: Connection, gate: Gate, choice: str, now: datetime, dispatch: Dispatch
-) -> None:
-    # retry: the attempt refunded at the park buys exactly one more delivery; a job no longer
-    # awaiting a human (cancelled meanwhile) is left as it is. With outbox dispatch the job
-    # made ready starts a new dispatch episode: a worker receives it at a new generation.
-    # cancel: the job ends, and no episode starts.
-    if gate.job_id is None:
-        return
-    if choice == DELIVERY_CANCEL:
-        await conn.fetchval(QUERIES["cancel_parked_job"], now, gate.job_id)
-        return
-    readied = await conn.fetchval(QUERIES["ready_parked_job"], now, gate.job_id)
-    if readied is not None and dispatch is Dispatch.OUTBOX:
-        await conn.fetch(QUERIES["dispatch_jobs"], now, [readied])
-
-
-async def _settle_dead_letter(
-    conn: Connection, gate: Gate, choice: str, now: datetime, dispatch: Dispatch
-) -> None:
-    """``dismiss`` settles the parked job (a job no longer awaiting a human is left as it
-    is); ``replay`` needs the broker, so only ``answer_dead_letter_gate`` takes it."""
-    if choice == DEAD_LETTER_REPLAY:
-        raise GateError(REPLAY_NEEDS_BROKER.format(gate=gate.id))
-    if gate.job_id is not None:
-        await conn.fetchval(
-            QUERIES["settle_parked_job"], now, gate.job_id, DEAD_LETTER_SETTLED[choice]
-        )
-
-
-#: What answering a gate of each kind does; a kind without an entry cannot be answered here.
-ANSWERS: Final[Mapping[str, Answer]] = {
-    GATE_DELIVERY_EXHAUSTED: _answer_delivery,
-    GATE_BUS_DEAD_LETTERED: _settle_dead_letter,
-}

@@ -1,4 +1,6 @@
-"""What ``reaper doctor`` reads of PostgreSQL's session: its role, version, clock, TLS, and
+"""What ``reaper doctor`` reads of PostgreSQL's session.
+
+What ``reaper doctor`` reads of PostgreSQL's session: its role, version, clock, TLS, and
 whether migrations are recorded there (which ones: :mod:`reaper.schema.catalog`)."""
 
 from __future__ import annotations

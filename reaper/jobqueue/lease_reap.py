@@ -5,9 +5,10 @@ expired leases by the leased-expiry index's key (``SKIP LOCKED``) and their stre
 each as it stands under the lock, exactly as
 :func:`~reaper.core.judge_leases.judge_lease_page` does, moves it, raises a park's gate, writes
 a requeue's outbox row, and appends its event with the canonical payload and digest built by
-PostgreSQL. Python sends bounds and thresholds, never a lease, and keeps counts. Lanes (projects
-split by a hash of their id: no two share a stream) run at once; a batch a row spoils is cut
-down to that row, which is named and stepped over.
+PostgreSQL. Python sends bounds and thresholds, never a lease, and keeps counts and the runs of
+event numbers each batch appended, by which :func:`lease_listing` reads the moves back. Lanes
+(projects split by a hash of their id: no two share a stream) run at once; a batch a row spoils
+is cut down to that row, which is named and stepped over.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Final, Protocol
 from uuid import UUID
 
-from reaper.core.domain import Dispatch
+from reaper.core.domain import Dispatch, Verdict
+from reaper.core.sightings import verdict_from_record
 from reaper.errors import StoreUnavailable
 from reaper.jobqueue import ledger
 from reaper.jobqueue.database import (
@@ -33,11 +35,17 @@ from reaper.jobqueue.database import (
     is_row_failure,
     is_transient,
 )
-from reaper.jobqueue.port import KeepMoves, LeaseReap, LeaseReapInterrupted
+from reaper.jobqueue.port import (
+    FIRST_KEY,
+    LeaseKey,
+    LeaseReap,
+    LeaseReapInterrupted,
+    LeaseReapRun,
+)
 from reaper.jobqueue.rules import DELIVERY_EXHAUSTED_CHOICES
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["lease_rulings", "reap_leases", "statement"]
+__all__ = ["FIRST_KEY", "lease_listing", "lease_rulings", "reap_leases", "statement"]
 
 #: The most and the fewest leases a batch takes, and how long its transaction should hold its
 #: row locks: the next batch of a lane is sized from how long the last one took, to end in
@@ -55,10 +63,13 @@ LANES: Final = 2
 #: How often a batch that met a deadlock (or a serialization failure) is tried again as it is.
 _DEADLOCK_ATTEMPTS: Final = 3
 
+#: The moves a listing holds at once: the rows of one fetch of its cursor (or one page).
+LISTING_PAGE: Final = 500
+
 _CHOICES: Final = json.dumps(list(DELIVERY_EXHAUSTED_CHOICES))
 
-#: Before the first batch: every real key sorts after it.
-FIRST_KEY: Final = (datetime(1, 1, 1, tzinfo=UTC), UUID(int=0))
+#: The outbox rows of a dispatch episode, as dispatch_jobs and a batch's requeues write them.
+DISPATCH_OUTBOX: Final = QUERIES["dispatch_outbox"].rstrip()
 
 
 def statement(name: str, dispatch: Dispatch = Dispatch.POLLING) -> str:
@@ -71,24 +82,20 @@ def statement(name: str, dispatch: Dispatch = Dispatch.POLLING) -> str:
     outbox = dispatch is Dispatch.OUTBOX
     for part in ("bump", "returning", "rows"):
         text = text.replace(f"/*outbox:{part}*/", QUERIES[f"lease_outbox_{part}"] if outbox else "")
-    return text
+    return text.replace("{dispatch_outbox}", DISPATCH_OUTBOX)
 
 
 @dataclass(frozen=True)
 class _Lane:
-    now: datetime
-    grace: int
-    project_id: UUID | None
+    run: LeaseReapRun
     lane: int
     lanes: int
-    dispatch: Dispatch
-    write: bool
-    keep: KeepMoves
 
-    def pick_args(self, after: tuple[datetime, UUID], size: int) -> list[object]:
-        return [self.now, self.grace, *after, self.project_id, self.lane, self.lanes, size]
+    def pick_args(self, after: LeaseKey, size: int) -> list[object]:
+        r = self.run
+        return [r.now, r.grace_seconds, *after, r.project_id, self.lane, self.lanes, size]
 
-    def batch_args(self, after: tuple[datetime, UUID], size: int) -> list[object]:
+    def batch_args(self, after: LeaseKey, size: int) -> list[object]:
         return [*self.pick_args(after, size), _CHOICES]
 
 
@@ -105,55 +112,40 @@ async def lease_rulings(
     db: Database,
     now: datetime,
     grace: int,
-    after: tuple[datetime, UUID] | None,
+    after: LeaseKey | None,
     size: int,
     project_id: UUID | None = None,
 ) -> list[tuple[UUID, UUID, datetime, bool, str, str, str, str]]:
     """The rulings a batch would give the next ``size`` expired leases after ``after``, read
     only: (job, project, expiry, poison, payload, digest, gate identity, gate prompt) each."""
-    lane = _Lane(now, grace, project_id, 0, 1, Dispatch.POLLING, False, _keep_nothing)
-    async with db.session("reading expired leases") as conn, conn.transaction(readonly=True):
-        await conn.execute(QUERIES["walk_leased_expiry_index"])
-        args = lane.pick_args(after or FIRST_KEY, size)
-        rows = await conn.fetch(statement("lease_rulings"), *args)
+    lane = _Lane(LeaseReapRun(now, grace, project_id, Dispatch.POLLING, False), 0, 1)
+    async with db.session("reading expired leases") as conn:
+        rows = await _rulings(conn, lane, after or FIRST_KEY, size)
     return [tuple(r) for r in rows]
 
 
-def _keep_nothing(_recorded: str, _written: bool) -> None:
-    pass
+async def _rulings(conn: Connection, lane: _Lane, after: LeaseKey, size: int) -> list[Record]:
+    async with conn.transaction(readonly=True):
+        await conn.execute(QUERIES["walk_leased_expiry_index"])  # this transaction only
+        return list(await conn.fetch(statement("lease_rulings"), *lane.pick_args(after, size)))
 
 
 class _Store(Protocol):
     database: Database
 
 
-async def reap_leases(
-    self: _Store,
-    now: datetime,
-    grace_seconds: int,
-    *,
-    project_id: UUID | None,
-    dispatch: Dispatch,
-    write: bool,
-    deadline: float,
-    keep: KeepMoves,
-    monotonic: Callable[[], float] = time.monotonic,
-    stopping: Callable[[], bool] = lambda: False,
-) -> LeaseReap:
+async def reap_leases(self: _Store, run: LeaseReapRun) -> LeaseReap:
     """:meth:`~reaper.jobqueue.port.JobQueue.reap_leases`: batches on :data:`LANES` lanes at
-    once (one for one project), until none is left, ``deadline`` has passed or ``stopping()``
-    (asked after each batch: the batch in flight commits or rolls back first). The store's
-    method as it is (:class:`~reaper.jobqueue.leases.Leases`)."""
+    once (one for one project), until none is left, the deadline has passed or
+    ``run.stopping()`` (asked after each batch: the batch in flight commits or rolls back
+    first). The store's method as it is (:class:`~reaper.jobqueue.leases.Leases`)."""
     db = self.database
-    count = max(1, min(LANES, db.pool_size)) if project_id is None else 1
+    count = max(1, min(LANES, db.pool_size)) if run.project_id is None else 1
     reap = LeaseReap()
-    lanes = [
-        _Lane(now, grace_seconds, project_id, n, count, dispatch, write, keep) for n in range(count)
-    ]
     try:
-        async with db.seam("reaping expired leases" if write else "ruling on expired leases"):
+        async with db.seam("reaping expired leases" if run.write else "ruling on expired leases"):
             done = await asyncio.gather(
-                *(_reap_lane(db, lane, reap, deadline, monotonic, stopping) for lane in lanes),
+                *(_reap_lane(db, _Lane(run, n, count), reap) for n in range(count)),
                 return_exceptions=True,
             )
             for result in done:
@@ -167,6 +159,49 @@ async def reap_leases(
     return reap
 
 
+async def lease_listing(
+    self: _Store, run: LeaseReapRun, reap: LeaseReap
+) -> AsyncGenerator[Verdict, None]:
+    """:meth:`~reaper.jobqueue.port.JobQueue.lease_listing`: the events of ``reap``'s runs
+    through a cursor (a read-only transaction on one pooled connection), or a dry run's
+    rulings asked again a page at a time, lane by lane, up to the last key each lane ruled
+    on. A caller that stops early closes it (``contextlib.aclosing``)."""
+    db = self.database
+    if not run.write:
+        for (lane, lanes), last in sorted(reap.lanes.items()):
+            async for verdict in _ruled_again(db, _Lane(run, lane, lanes), last):
+                yield verdict
+        return
+    runs = [(stream, first, last) for stream, kept in reap.runs.items() for first, last in kept]
+    if not runs:
+        return
+    streams, firsts, lasts = (list(column) for column in zip(*runs, strict=True))
+    doing = "reading the lease reap's events"
+    async with db.session(doing) as conn, conn.transaction(readonly=True):
+        query = QUERIES["reaped_events"]
+        async for row in conn.cursor(query, streams, firsts, lasts, prefetch=LISTING_PAGE):
+            yield _verdict(row["project_id"], row["payload"], row["trusted"])
+
+
+async def _ruled_again(db: Database, lane: _Lane, last: LeaseKey) -> AsyncGenerator[Verdict, None]:
+    """A dry run's lane asked again, a page at a time, up to its last key (inclusive)."""
+    after = FIRST_KEY
+    while True:
+        async with db.session("ruling on expired leases again") as conn:
+            rows = await _rulings(conn, lane, after, LISTING_PAGE)
+        for row in rows:
+            after = (row["lease_expires_at"], row["id"])
+            if after > last:
+                return
+            yield _verdict(row["project_id"], row["payload"], True)
+        if len(rows) < LISTING_PAGE:
+            return
+
+
+def _verdict(stream: UUID, payload: str, trusted: bool) -> Verdict:
+    return verdict_from_record(stream, json.loads(payload), trusted)
+
+
 def next_batch_size(size: int, seconds: float) -> int:
     """The size of a lane's next batch, after one of ``size`` took ``seconds``: what would take
     :data:`BATCH_SECONDS` at the same pace, growing at most twofold at a time, within
@@ -175,21 +210,15 @@ def next_batch_size(size: int, seconds: float) -> int:
     return min(BATCH_MAX, max(BATCH_MIN, min(2 * size, int(paced))))
 
 
-async def _reap_lane(
-    db: Database,
-    lane: _Lane,
-    reap: LeaseReap,
-    deadline: float,
-    monotonic: Callable[[], float],
-    stopping: Callable[[], bool],
-) -> None:
+async def _reap_lane(db: Database, lane: _Lane, reap: LeaseReap) -> None:
     """A lane's batches, one after another, each at least one lease past the last; a batch a
     row spoils is halved until that row is alone, named, and stepped over."""
     after = FIRST_KEY
     size = BATCH_FIRST
     cut = 0  # how many times the batch at `after` was halved for a row that spoils it
+    run = lane.run
     async with db.connection() as conn:
-        if lane.write:
+        if run.write:
             await _prepare(conn, lane)
         while True:
             began = time.monotonic()
@@ -215,7 +244,7 @@ async def _reap_lane(
                     size = next_batch_size(size, time.monotonic() - began)
             cut = max(0, cut - 1)
             after = key
-            if monotonic() >= deadline or stopping():
+            if run.monotonic() >= run.deadline or run.stopping():
                 reap.stopped = True
                 return
 
@@ -226,16 +255,14 @@ async def _prepare(conn: Connection, lane: _Lane) -> None:
     batches' to name."""
     try:
         await conn.fetchrow(
-            statement("reap_lease_batch", lane.dispatch), *lane.batch_args(FIRST_KEY, 0)
+            statement("reap_lease_batch", lane.run.dispatch), *lane.batch_args(FIRST_KEY, 0)
         )
     except PostgresError as exc:
         if not is_row_failure(exc):
             raise
 
 
-async def _bad_row(
-    conn: Connection, lane: _Lane, after: tuple[datetime, UUID]
-) -> tuple[UUID, tuple[datetime, UUID] | None]:
+async def _bad_row(conn: Connection, lane: _Lane, after: LeaseKey) -> tuple[UUID, LeaseKey | None]:
     """The lease a batch of one after ``after`` failed on, read without a lock (a role that may
     not lock may read): its job and its key (None: it is no longer there)."""
     row = await conn.fetchrow(statement("lease_rulings"), *lane.pick_args(after, 1))
@@ -245,8 +272,8 @@ async def _bad_row(
 
 
 async def _batch(
-    conn: Connection, lane: _Lane, after: tuple[datetime, UUID], size: int, reap: LeaseReap
-) -> tuple[datetime, UUID] | None:
+    conn: Connection, lane: _Lane, after: LeaseKey, size: int, reap: LeaseReap
+) -> LeaseKey | None:
     """One batch of at most ``size`` after ``after``, in one transaction, tried again as it is
     after a deadlock; the key it ended at (None: no expired lease was left)."""
     for attempt in range(_DEADLOCK_ATTEMPTS):
@@ -259,21 +286,22 @@ async def _batch(
 
 
 async def _transaction(
-    conn: Connection, lane: _Lane, after: tuple[datetime, UUID], size: int, reap: LeaseReap
-) -> tuple[datetime, UUID] | None:
-    if not lane.write:
+    conn: Connection, lane: _Lane, after: LeaseKey, size: int, reap: LeaseReap
+) -> LeaseKey | None:
+    if not lane.run.write:
         return await _dry_run(conn, lane, after, size, reap)
     transaction = conn.transaction()
     await transaction.start()
     try:
         await conn.execute(QUERIES["walk_leased_expiry_index"])  # this transaction only
         row = await conn.fetchrow(
-            statement("reap_lease_batch", lane.dispatch), *lane.batch_args(after, size)
+            statement("reap_lease_batch", lane.run.dispatch), *lane.batch_args(after, size)
         )
         if not row["picked"]:
             await transaction.rollback()
             return None
         key = (row["last_expiry"], row["last_id"])
+        appended: list[tuple[UUID, int]] = []
         if row["payloads"]:
             # another writer took those events' numbers first: they go after its events
             events = [
@@ -282,7 +310,7 @@ async def _transaction(
                     row["streams"], row["payloads"], row["digests"], strict=True
                 )
             ]
-            await ledger.append(conn, events, lane.now, locked=True)
+            appended = await ledger.append(conn, events, lane.run.now, locked=True)
     except BaseException:
         with contextlib.suppress(Exception):  # a dead connection rolls back on its own
             if not conn.is_closed():
@@ -295,19 +323,21 @@ async def _transaction(
     except Exception as exc:
         raise _CommitUnknown(row["picked"], exc) from exc
     _tally(reap, row)
-    if row["recorded"]:
-        lane.keep(row["recorded"], True)
+    columns = ("run_streams", "run_firsts", "run_lasts")
+    runs = zip(*(row[c] or () for c in columns), strict=True)
+    for stream, first, last in [*runs, *((s, n, n) for s, n in appended)]:
+        reap.appended(stream, first, last)
     return key
 
 
 def _tally(reap: LeaseReap, row: Record) -> None:
-    moves = zip(row["projects"] or (), row["parks"] or (), row["moves"] or (), strict=True)
-    reap.add(list(moves), row["oldest"], row["newest"])
+    columns = ("projects", "parks", "moves", "oldest", "newest")
+    reap.add(zip(*(row[c] or () for c in columns), strict=True))
 
 
 async def _dry_run(
-    conn: Connection, lane: _Lane, after: tuple[datetime, UUID], size: int, reap: LeaseReap
-) -> tuple[datetime, UUID] | None:
+    conn: Connection, lane: _Lane, after: LeaseKey, size: int, reap: LeaseReap
+) -> LeaseKey | None:
     """A dry run's batch: the same rulings, read only, nothing locked."""
     async with conn.transaction(readonly=True):
         await conn.execute(QUERIES["walk_leased_expiry_index"])  # this transaction only
@@ -315,6 +345,6 @@ async def _dry_run(
     if row["last_id"] is None:
         return None
     _tally(reap, row)
-    if row["recorded"]:
-        lane.keep(row["recorded"], False)
-    return row["last_expiry"], row["last_id"]
+    key = (row["last_expiry"], row["last_id"])
+    reap.lanes[(lane.lane, lane.lanes)] = key
+    return key

@@ -1,4 +1,6 @@
-"""Leases and claimable work as a pass reads them (SPEC §1 (a), (c), (d); §3): how many leases
+"""Leases and claimable work as a pass reads them.
+
+Leases and claimable work as a pass reads them (SPEC §1 (a), (c), (d); §3): how many leases
 are expired, each project's oldest claimable job, the dispatches never sent, and the jobs a
 typed prefix of an id names. The expired leases
 themselves are reaped by PostgreSQL a batch at a time (:mod:`reaper.jobqueue.lease_reap`).
@@ -25,6 +27,7 @@ class Leases:
     #: The batches PostgreSQL moves (:mod:`reaper.jobqueue.lease_reap`), written there with
     #: the store as its first parameter.
     reap_leases = lease_reap.reap_leases
+    lease_listing = lease_reap.lease_listing
 
     async def count_expired_leases(
         self, now: datetime, grace_seconds: int, project_id: UUID | None = None

@@ -1,14 +1,14 @@
-"""The ledger (SPEC §3, §10): append-only ``QueueReaped`` and ``GateAnswered`` events, gapless
-per stream, on streams the host appends to as well.
+"""The ledger: append-only events, gapless per stream, on streams the host appends to too.
 
-The reaper is never the only writer. An event's number is the stream's last number plus one,
-read from the ledger itself in the statement that inserts it: never from a counter of the
-reaper's own, which a host writing ``max(seq) + 1`` would leave behind. Reapers take turns on a
-stream (an advisory lock per stream, held until commit, taken in stream order). The host's
-writers do not take those locks: a number one of them takes between the read and the insert is
-left to it (``ON CONFLICT DO NOTHING``), and the event it would have had goes after it, in the
-same transaction: never lost, never numbered twice, the stream gapless whoever wrote it; each
-move or park commits with its event or not at all.
+Its events are ``QueueReaped`` and ``GateAnswered`` (SPEC §3, §10). The reaper is never the only
+writer. An event's number is the stream's last number plus one, read from the ledger itself in
+the statement that inserts it: never from a counter of the reaper's own, which a host writing
+``max(seq) + 1`` would leave behind. Reapers take turns on a stream (an advisory lock per
+stream, held until commit, taken in stream order). The host's writers do not take those locks: a
+number one of them takes between the read and the insert is left to it (``ON CONFLICT DO
+NOTHING``), and the event it would have had goes after it, in the same transaction: never lost,
+never numbered twice, the stream gapless whoever wrote it; each move or park commits with its
+event or not at all.
 """
 
 from __future__ import annotations
@@ -77,17 +77,18 @@ async def lock_streams(conn: Connection, streams: Sequence[UUID]) -> None:
 
 async def append(
     conn: Connection, events: Sequence[Event], now: datetime, *, locked: bool = False
-) -> None:
+) -> list[tuple[UUID, int]]:
     """Append ``events`` inside the caller's transaction, in order but for
-    those whose numbers a host writer took first, which follow. ``locked``: the caller already
-    holds the streams' locks."""
+    those whose numbers a host writer took first, which follow; the stream and number each
+    took. ``locked``: the caller already holds the streams' locks."""
     if not events:
-        return
+        return []
     if not locked:
         await lock_streams(conn, [e.stream for e in events])
     pending = list(events)
+    written: list[tuple[UUID, int]] = []
     for round_ in range(ROUNDS):
-        unwritten = await conn.fetchval(
+        row = await conn.fetchrow(
             QUERIES["append_events"],
             [e.stream for e in pending],
             [e.canonical for e in pending],
@@ -96,9 +97,10 @@ async def append(
             now,
             [e.kind for e in pending],
         )
-        if not unwritten:
-            return
-        pending = [pending[i - 1] for i in unwritten]
+        written += zip(row["streams"] or (), row["seqs"] or (), strict=True)
+        if not row["unwritten"]:
+            return written
+        pending = [pending[i - 1] for i in row["unwritten"]]
         # the host's writer commits within moments; a short, growing, jittered pause keeps
         # the next round from meeting it in step
         await asyncio.sleep(random.uniform(0, 0.001 * (round_ + 1)))

@@ -9,8 +9,7 @@ a driver. Every method returns a named, typed result; a failure of the database 
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -25,12 +24,14 @@ from reaper.core.domain import (
     UnsentDispatch,
     Verdict,
 )
+from reaper.core.lease_reap import FIRST_KEY, LeaseKey, LeaseReap, LeaseReapRun
 from reaper.core.observation import Observation
 from reaper.core.records import Gate, LedgerEvent
 from reaper.core.sightings import SightingsPass
 from reaper.errors import StoreUnavailable
 
 __all__ = [
+    "FIRST_KEY",
     "OPEN_GATES",
     "DatabaseFacts",
     "DeadLetterParks",
@@ -39,8 +40,10 @@ __all__ = [
     "GateCount",
     "GateFilter",
     "JobQueue",
+    "LeaseKey",
     "LeaseReap",
     "LeaseReapInterrupted",
+    "LeaseReapRun",
     "LetterPointer",
     "ParkRules",
     "ParkedDeadLetter",
@@ -50,36 +53,8 @@ __all__ = [
 ]
 
 
-#: Where a lease reap hands each batch's moves (a dry run: its rulings), and whether recorded:
-#: each move's stream (36 characters) and event payload, between U+001E separators.
-KeepMoves = Callable[[str, bool], None]
-Moment = datetime | None
 #: A dead-lettered dispatch pointer: the letter, and the pointer its body holds.
 LetterPointer = tuple[DeadLetter, DispatchPointer]
-
-
-@dataclass
-class LeaseReap:
-    """What a lease reap did (a dry run: would do): moves per (project, poison), the oldest and
-    newest expiry moved, the leases named instead of moved (and why), the leases whose commit
-    got no answer, and whether the time budget stopped it."""
-
-    moves: Counter[tuple[UUID, bool]] = field(default_factory=Counter)
-    oldest: datetime | None = None
-    newest: datetime | None = None
-    failed: list[tuple[UUID, str]] = field(default_factory=list)
-    unknown: int = 0
-    stopped: bool = False
-
-    @property
-    def moved(self) -> int:
-        return sum(self.moves.values())
-
-    def add(self, moves: Iterable[tuple[UUID, bool, int]], oldest: Moment, newest: Moment) -> None:
-        for project, poison, n in moves:
-            self.moves[(project, poison)] += n
-        self.oldest = min(filter(None, (self.oldest, oldest)), default=None)
-        self.newest = max(filter(None, (self.newest, newest)), default=None)
 
 
 class LeaseReapInterrupted(StoreUnavailable):
@@ -290,26 +265,21 @@ class JobQueue(Protocol):
         episode (outbox dispatch only)."""
         ...
 
-    async def reap_leases(
-        self,
-        now: datetime,
-        grace_seconds: int,
-        *,
-        project_id: UUID | None,
-        dispatch: Dispatch,
-        write: bool,
-        deadline: float,
-        keep: KeepMoves,
-        monotonic: Callable[[], float],
-        stopping: Callable[[], bool] = ...,
-    ) -> LeaseReap:
+    async def reap_leases(self, run: LeaseReapRun) -> LeaseReap:
         """Rule on every lease expired past the grace as the lease judge rules, oldest first,
-        and (``write``) requeue or park each with its event; a park refunds an attempt and
+        and (``run.write``) requeue or park each with its event; a park refunds an attempt and
         raises one ``delivery_exhausted`` gate per episode; with outbox dispatch a requeue
-        starts a dispatch episode. A dry run rules the same and writes nothing. Each batch goes
-        to ``keep``; ``stopped`` once ``deadline`` (by ``monotonic``) passed or ``stopping()``
-        (asked after each batch). A row that cannot
-        move is named in ``failed``; :class:`LeaseReapInterrupted` when the database goes."""
+        starts a dispatch episode. A dry run rules the same and writes nothing. ``stopped``
+        once the deadline passed or ``run.stopping()`` (asked after each batch). A row that
+        cannot move is named in ``failed``; :class:`LeaseReapInterrupted` when the database
+        goes. No value per lease is returned: the moves are read again by
+        :meth:`lease_listing`."""
+        ...
+
+    def lease_listing(self, run: LeaseReapRun, reap: LeaseReap) -> AsyncGenerator[Verdict, None]:
+        """Every move ``reap`` made, as the ledger recorded it (its runs of events, streamed,
+        never all held); a dry run's rulings asked again, read only, over the keys it ruled on
+        (the host may have changed rows in between: the caller compares the counts)."""
         ...
 
     async def count_expired_leases(

@@ -1,4 +1,6 @@
-"""``PostgresStore``: the job queue's record and the ledger in PostgreSQL, as the
+"""``PostgresStore``: the job queue's record and the ledger in PostgreSQL.
+
+``PostgresStore``: the job queue's record and the ledger in PostgreSQL, as the
 :class:`~reaper.jobqueue.port.JobQueue` port says.
 
 The store holds the pool; its methods are written once, by concern, each a plain method that

@@ -1,10 +1,14 @@
-"""Rows read back as the values the port speaks: a ``human_gate`` row as a :class:`Gate`, a
-parked ``dead_letter`` row with its job's state as a :class:`ParkedDeadLetter`. The store's
-reads and its answers read them the same way."""
+"""Rows read back as the values the port speaks, each field from the column of its name.
+
+A ``human_gate`` row is a :class:`Gate`, a parked ``dead_letter`` row with its job's state a
+:class:`ParkedDeadLetter`; the store's reads and its answers read them the same way, and the
+store's other reads (a quiet mark) take their values from their rows by the same rule."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import fields
+from typing import TYPE_CHECKING, TypeVar
 
 from reaper.core.dead_letters import ParkedLetter
 from reaper.core.records import Gate
@@ -12,45 +16,36 @@ from reaper.core.storable import from_storage
 from reaper.jobqueue.database import Record
 from reaper.jobqueue.port import ParkedDeadLetter
 
-__all__ = ["gate_of", "parked_of"]
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = ["gate_of", "parked_of", "value_of"]
+
+V = TypeVar("V", bound="DataclassInstance")
+
+
+def value_of(kind: type[V], row: Record, **given: object) -> V:
+    """A ``kind`` read from ``row``: each field from ``given`` or else from the column of its
+    name; a field the row has no column for keeps its default (one without a default is a
+    ``TypeError``: the query does not read it)."""
+    columns = set(row.keys())
+    return kind(
+        **{
+            f.name: given[f.name] if f.name in given else row[f.name]
+            for f in fields(kind)
+            if f.name in given or f.name in columns
+        }
+    )
 
 
 def gate_of(row: Record) -> Gate:
-    """A ``human_gate`` row as a :class:`Gate`."""
+    """A ``human_gate`` row as a :class:`Gate` (its choices stored as a JSON array)."""
     choices = json.loads(row["choices"]) if row["choices"] else []
-    return Gate(
-        id=row["id"],
-        project_id=row["project_id"],
-        job_id=row["job_id"],
-        kind=row["kind"],
-        prompt=row["prompt"],
-        choices=tuple(str(c) for c in choices) if isinstance(choices, list) else (),
-        answer=row["answer"],
-        answered_at=row["answered_at"],
-        identity=row["identity"],
-        created_at=row["created_at"],
-        answered_by=row["answered_by"],
-        superseded_by=row.get("superseded_by"),
-        job_kind=row.get("job_kind"),
-    )
+    listed = tuple(str(c) for c in choices) if isinstance(choices, list) else ()
+    return value_of(Gate, row, choices=listed)
 
 
 def parked_of(row: Record) -> ParkedDeadLetter:
     """A parked ``dead_letter`` row, with its job's state, as a :class:`ParkedDeadLetter`."""
-    return ParkedDeadLetter(
-        letter=ParkedLetter(
-            queue=from_storage(row["queue"]),
-            identity=row["identity"],
-            message_id=row["message_id"],
-            origin_queue=row["origin_queue"],
-            reason=row["reason"],
-            body=row["body"],
-            body_encoding=row["body_encoding"],
-            body_bytes=row["body_bytes"],
-            body_truncated=row["body_truncated"],
-            is_json_object=row["is_json_object"],
-        ),
-        job_id=row["job_id"],
-        parked_at=row["parked_at"],
-        job_state=row["job_state"],
-    )
+    letter = value_of(ParkedLetter, row, queue=from_storage(row["queue"]))
+    return value_of(ParkedDeadLetter, row, letter=letter)

@@ -1,13 +1,16 @@
-"""What any job-queue store does with a gate, whichever store it is: the gate a park raises, its
-identity and its answers, a dead letter's key; whether a gate takes an answer, what it settles
-a parked job as, the ``GateAnswered`` event's payload. Shared by
-:class:`~reaper.jobqueue.postgres.PostgresStore` and
-:class:`~reaper.testing.memory.MemoryJobQueue`, so the two cannot drift apart. Pure."""
+"""What any job-queue store does with a gate, whichever store it is.
+
+What any job-queue store does with a gate, whichever store it is: the gate a park raises, its
+identity and its answers, a dead letter's key; whether a gate takes an answer, what it makes of
+the parked job, a replay published through the caller's sender, the ``GateAnswered`` event's
+payload. Shared by :class:`~reaper.jobqueue.postgres.PostgresStore` and
+:class:`~reaper.testing.memory.MemoryJobQueue`, so the two cannot drift apart. Pure but for
+the replay, which goes through the sender it is given."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Final, TypeVar
+from typing import Final
 from uuid import UUID
 
 from reaper.core.canonical import quote_owner
@@ -21,25 +24,27 @@ from reaper.core.domain import (
 from reaper.core.moments import utc
 from reaper.core.records import Gate
 from reaper.errors import GateError
+from reaper.jobqueue.port import GateChoice, ParkedDeadLetter, ReplaySender
 
 __all__ = [
     "DEAD_LETTER_DISMISS",
     "DEAD_LETTER_KEY_PREFIX",
     "DEAD_LETTER_REPLAY",
-    "DEAD_LETTER_SETTLED",
     "DELIVERY_CANCEL",
     "DELIVERY_EXHAUSTED_CHOICES",
     "DELIVERY_RETRY",
     "GATE_ANSWERED",
-    "REPLAY_NEEDS_BROKER",
+    "READY",
     "answered_payload",
     "check_answerable",
     "dead_letter_key",
+    "dead_letter_settled",
+    "job_after",
     "not_the_latest",
     "offered_choices",
     "park_identity",
     "park_prompt",
-    "replay_parts",
+    "publish_replay",
 ]
 
 #: The answers a ``delivery_exhausted`` gate offers: deliver it once more, or give it up.
@@ -76,9 +81,6 @@ def park_prompt(lease: HeldLease) -> str:
     )
 
 
-_R = TypeVar("_R")
-_P = TypeVar("_P")
-
 #: The ledger event kind of an answer (SPEC §1): one per answer, with the job's move.
 GATE_ANSWERED: Final = "GateAnswered"
 
@@ -94,12 +96,15 @@ DEAD_LETTER_REPLAY, DEAD_LETTER_DISMISS = GATE_CHOICES
 
 #: What a parked dead-letter job settles as: a replay did the job's work (the body is back on
 #: its queue); a dismissal settles it with nothing done.
-DEAD_LETTER_SETTLED: Final = {DEAD_LETTER_REPLAY: "succeeded", DEAD_LETTER_DISMISS: "cancelled"}
+_DEAD_LETTER_SETTLED: Final = {DEAD_LETTER_REPLAY: "succeeded", DEAD_LETTER_DISMISS: "cancelled"}
 
-REPLAY_NEEDS_BROKER: Final = (
+_REPLAY_NEEDS_BROKER: Final = (
     "gate {gate}: replay publishes the body to the broker, which the store alone cannot do: "
     "answer it with `reaper gates answer`"
 )
+
+#: What an answer makes of a parked job to deliver it once more (any other answer settles it).
+READY: Final = "ready"
 
 
 def not_the_latest(gate: Gate, newer: UUID, kind: str, raised: datetime) -> str:
@@ -135,11 +140,7 @@ def offered_choices(gate: Gate) -> tuple[str, ...]:
 
 
 def answered_payload(
-    gate: Gate,
-    choice: str,
-    answered_by: str | None,
-    reason: str | None,
-    published: tuple[str, str] | None = None,
+    gate: Gate, answer: GateChoice, published: tuple[str, str] | None = None
 ) -> dict[str, object]:
     """The ``GateAnswered`` event's payload: the gate, its job (the ``object``, as a park's
     event names it), the choice, who answered and why, and for a replay the queue and message
@@ -151,21 +152,48 @@ def answered_payload(
         "gate_kind": gate.kind,
         "job": None if gate.job_id is None else str(gate.job_id),
         "condition": _CONDITION_OF_GATE.get(gate.kind),
-        "choice": choice,
-        "by": answered_by,
-        "reason": reason,
+        "choice": answer.choice,
+        "by": answer.answered_by,
+        "reason": answer.reason,
         "queue": queue,
         "message_id": message_id,
     }
 
 
-def replay_parts(gate: Gate, replay: _R | None, parked: _P | None) -> tuple[_R, _P]:
-    """What a replay answer to ``gate`` needs, or a refusal (``GateError``) naming what it
-    lacks: the broker to publish to (``replay``), and the dead letter its job keeps."""
+def job_after(gate: Gate, choice: str) -> str:
+    """What answering ``gate`` with ``choice`` makes of its job, if the job still awaits a
+    person: :data:`READY` for exactly one more delivery (a ``delivery_exhausted`` gate's
+    ``retry``: the attempt refunded at the park pays for it), else the state it settles in.
+    ``GateError`` for a replay (only the broker can publish it) or a kind no store answers."""
+    if gate.kind == GATE_DELIVERY_EXHAUSTED:
+        return "cancelled" if choice == DELIVERY_CANCEL else READY
+    if gate.kind == GATE_BUS_DEAD_LETTERED:
+        if choice == DEAD_LETTER_REPLAY:
+            raise GateError(_REPLAY_NEEDS_BROKER.format(gate=gate.id))
+        return _DEAD_LETTER_SETTLED[choice]
+    raise GateError(f"gate {gate.id} is a {gate.kind} gate: this store cannot answer it")
+
+
+def dead_letter_settled(gate: Gate, choice: str) -> str:
+    """What answering the ``bus_dead_lettered`` gate ``gate`` with ``choice`` settles its job
+    as (a replay's only once the letter is published); ``GateError`` for another kind."""
+    if gate.kind != GATE_BUS_DEAD_LETTERED:
+        raise GateError(
+            f"gate {gate.id} is a {gate.kind} gate, not a {GATE_BUS_DEAD_LETTERED} gate"
+        )
+    return _DEAD_LETTER_SETTLED[choice]
+
+
+async def publish_replay(
+    gate: Gate, replay: ReplaySender | None, parked: ParkedDeadLetter | None
+) -> tuple[str, str]:
+    """Publish a replay answer's letter through ``replay``, or refuse (``GateError``) naming
+    what it lacks: the broker to publish to, or the dead letter its job keeps. The queue and
+    message id it was published with (the queue from the letter's headers: untrusted)."""
     if replay is None:
-        raise GateError(REPLAY_NEEDS_BROKER.format(gate=gate.id))
+        raise GateError(_REPLAY_NEEDS_BROKER.format(gate=gate.id))
     if parked is None:
         raise GateError(
             f"gate {gate.id}: its job keeps no dead letter, so there is nothing to replay"
         )
-    return replay, parked
+    return parked.letter.origin_queue or "", await replay(gate, parked)

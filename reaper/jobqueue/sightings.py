@@ -1,5 +1,4 @@
-"""Sightings in the ledger (SPEC §1 "Sightings"): the store's half of
-:mod:`reaper.core.sightings`.
+"""Sightings in the ledger: the store's half of :mod:`reaper.core.sightings`.
 
 Race-free across reapers: every sighting in question is locked (transaction advisory locks, in
 ascending order, a thousand sightings per transaction), its latest record re-read under the

@@ -1,4 +1,6 @@
-"""The declared broker policies (SPEC §4): reviewed files in ``policies/``, rendered for the
+"""The declared broker policies: rendered for the broker at hand, reconciled and verified.
+
+The declared broker policies (SPEC §4): reviewed files in ``policies/``, rendered for the
 broker at hand, reconciled and verified on every owned queue.
 
 - :mod:`~reaper.policies.declarations`: the reviewed files and their placeholders;

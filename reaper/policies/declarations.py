@@ -1,4 +1,6 @@
-"""The reviewed policy declarations (``policies/*.json``, SPEC §4): reading them, and the
+"""The reviewed policy declarations, and the values their placeholders are filled with.
+
+The reviewed policy declarations (``policies/*.json``, SPEC §4): reading them, and the
 values their placeholders are filled with.
 
 A declaration names the queue type it is for, a pattern, an ``apply-to``, a priority and a

@@ -1,4 +1,6 @@
-"""One declared policy after reconciliation (SPEC §5): its action, whether it is verified on
+"""One declared policy after reconciliation: its action, verification, reason and detail.
+
+One declared policy after reconciliation (SPEC §5): its action, whether it is verified on
 the queues, the stable reason a person or an alert keys on, and the detail in words. Pure."""
 
 from __future__ import annotations

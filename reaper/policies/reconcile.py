@@ -1,4 +1,6 @@
-"""Reconciliation (SPEC §4): read each declared policy; write only a real difference; read it
+"""Reconciliation: write only a real difference, read it back, verify it on the queues.
+
+Reconciliation (SPEC §4): read each declared policy; write only a real difference; read it
 back; then verify on every owned queue, waiting a bounded time for the management statistics
 to catch up. Also the plan (``reaper policies plan``): the same reading, nothing written.
 

@@ -1,14 +1,13 @@
-"""Rendering: the declarations filled with the thresholds and cut to what this broker
-accepts (SPEC §4). Pure.
+"""Rendering: the declarations filled with the thresholds and cut to what the broker accepts.
 
-A key the version refuses is dropped and recorded as :class:`Unsupported`, with the fallback in
-force instead (or that nothing proves one); so is a value it accepts but that would harm, and a
-declaration for a queue type the broker lacks is written for no queue (LavinMQ: both, in
-``docs/brokers.md``). A consumer timeout accepted but not enforced on the declaration's queue
-type (4.3's classic queues) is still written, as :class:`Unenforced`: never verified. On 3.10,
-where ``apply-to`` cannot name a queue type, the quorum policy is written ``apply-to: queues``:
-measured on 3.10, 4.0 and 4.3, a policy carrying ``delivery-limit`` never attaches to a classic
-queue (``tests/integration/test_policy_behaviour.py``).
+Pure (SPEC §4). A key the version refuses is dropped and recorded as :class:`Unsupported`, with
+the fallback in force instead (or that nothing proves one); so is a value it accepts but that
+would harm, and a declaration for a queue type the broker lacks is written for no queue
+(LavinMQ: both, in ``docs/brokers.md``). A consumer timeout accepted but not enforced on the
+declaration's queue type (4.3's classic queues) is still written, as :class:`Unenforced`: never
+verified. On 3.10, where ``apply-to`` cannot name a queue type, the quorum policy is written
+``apply-to: queues``: measured on 3.10, 4.0 and 4.3, a policy carrying ``delivery-limit`` never
+attaches to a classic queue (``tests/integration/test_policy_behaviour.py``).
 """
 
 from __future__ import annotations

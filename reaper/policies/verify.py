@@ -1,4 +1,4 @@
-"""Verification: is each declared bound in force on the queues themselves (SPEC §4)? Pure.
+"""Verification, pure: whether each declared bound is in force on the queues themselves (SPEC §4).
 
 Which policy a queue carries is RabbitMQ's decision: the highest-priority policy whose pattern
 matches the name (Erlang ``re``, search semantics), whose ``apply-to`` admits the queue's type,

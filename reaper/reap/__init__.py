@@ -1,5 +1,4 @@
-"""The pass (SPEC §5): :func:`run_pass` over opened sources, :func:`reap_once` from the
-configuration, and the :class:`PassResult` they return.
+"""The pass: ``run_pass`` over opened sources, ``reap_once`` from the configuration.
 
 - :mod:`~reaper.reap.run`: the order of the steps;
 - :mod:`~reaper.reap.pass_config`: what a pass takes of the configuration, derived once;

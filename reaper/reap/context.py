@@ -1,4 +1,6 @@
-"""One pass as its steps see it (SPEC §5): the configuration, the database's ``now``, the
+"""One pass as its steps see it: the configuration, ``now``, the sources and the mode.
+
+One pass as its steps see it (SPEC §5): the configuration, the database's ``now``, the
 sources as opened and as read, and the mode (an audit, a full pass, or the lease reap alone).
 
 Built once the sources are measured, frozen, and handed to every step after: a step reads

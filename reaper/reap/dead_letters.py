@@ -1,4 +1,6 @@
-"""The pass's dead-letter step (SPEC §1 (e)): park what owned dead-letter queues hold; surface
+"""The pass's dead-letter step: park what owned dead-letter queues hold, surface the rest.
+
+The pass's dead-letter step (SPEC §1 (e)): park what owned dead-letter queues hold; surface
 foreign ones and every remainder. A queue is read only after the read is proven safe
 (:func:`reaper.core.dead_letters.read_plan`), and never in a dry run.
 

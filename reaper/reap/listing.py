@@ -1,6 +1,6 @@
-"""The vhost's queues as a pass keeps them (SPEC §8): the listing is read a page at a time, and
-each page is judged and dropped before the next is held, so a pass's memory does not grow with
-the number of queues.
+"""The vhost's queues as a pass keeps them: read, judged and dropped a page at a time.
+
+So a pass's memory does not grow with the number of queues (SPEC §8).
 
 A queue survives its page when anything downstream may need it: it is unavailable, its counts
 or policy are not known yet, it holds or lists anything (messages, deliveries, consumers), a
@@ -14,7 +14,7 @@ judgement of the kept queues plus the quiet counts equals the judgement of the w
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from reaper.broker.port import Broker
@@ -26,7 +26,7 @@ from reaper.core.values import is_unlimited
 from reaper.policies.render import DesiredPolicy
 from reaper.policies.verify import check_queues
 
-__all__ = ["Listing", "QuietQueues", "fold_pages", "read_listing"]
+__all__ = ["Listing", "QuietQueues", "read_listing"]
 
 
 @dataclass(frozen=True)
@@ -73,21 +73,6 @@ class _Fold:
     def listing(self) -> Listing:
         quiet = QuietQueues(self.owned, self.foreign, self.dead_letter, dict(self.verified))
         return Listing(tuple(self.kept), tuple(self.unavailable), quiet, self.pages)
-
-
-def fold_pages(
-    pages: Iterable[Sequence[QueueStats]],
-    facts: BrokerFacts,
-    thresholds: Thresholds,
-    *,
-    desired: Sequence[DesiredPolicy] | None,
-    watched: frozenset[str] = frozenset(),
-) -> Listing:
-    """Pages already read, folded as :func:`read_listing` folds them as they arrive."""
-    fold = _Fold(facts, thresholds, desired, watched)
-    for page in pages:
-        _fold_page(fold, page)
-    return fold.listing()
 
 
 def _fold_page(fold: _Fold, page: Sequence[QueueStats]) -> None:

@@ -1,4 +1,6 @@
-"""The pass's first step: read both sources at once (SPEC §5). A source that cannot be read
+"""The pass's first step: read both sources at once.
+
+The pass's first step: read both sources at once (SPEC §5). A source that cannot be read
 is named in ``unreadable`` and read as unknown (``None``), never as empty."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The pass's observation step (:mod:`reaper.core.observation`): what was watched, continued
+"""The pass's observation step: what was watched, continued from the store, and kept.
+
+The pass's observation step (:mod:`reaper.core.observation`): what was watched, continued
 from the store, and kept for the next pass (never in a dry run). Runs after the broker is read
 and before the judge, on the database's clock."""
 

@@ -1,4 +1,6 @@
-"""What one pass needs of the configuration, derived once as the pass begins (SPEC §2): the
+"""What one pass needs of the configuration, derived once as the pass begins.
+
+What one pass needs of the configuration, derived once as the pass begins (SPEC §2): the
 thresholds it judges against, its budgets, the dispatch declared, what the policies are filled
 with. The steps take this frozen value, never the whole :class:`~reaper.config.Settings`."""
 

@@ -1,4 +1,6 @@
-"""The pass's policy step: the declared policies rendered for this broker, reconciled and
+"""The pass's policy step: the declared policies rendered, reconciled and verified.
+
+The pass's policy step: the declared policies rendered for this broker, reconciled and
 verified (SPEC §4), or only planned in a dry run."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""What a step of a pass found and did (:class:`Found`), and the small result types it is made
+"""What a step of a pass found and did, and the small result types it is made of.
+
+What a step of a pass found and did (:class:`Found`), and the small result types it is made
 of. :func:`reaper.reap.run.run_pass` adds up its steps' and turns the sum into a
 :class:`~reaper.reap.result.PassResult` at the end."""
 
@@ -7,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import TypeVar
 
 from reaper.core.domain import Action, Source, Verdict
 from reaper.errors import ReaperError, SourceUnreadable, scrub
@@ -18,7 +20,6 @@ __all__ = [
     "RecordedVerdict",
     "RowNotMoved",
     "Unreadable",
-    "cut_short_words",
     "unreadable_from",
     "write_fix",
     "written",
@@ -83,25 +84,6 @@ def write_fix(reason: str) -> str:
             "SQLSTATE 42501), or run the pass as a role that has them"
         )
     return ""
-
-
-#: What a store's reason says when the connection itself went away (a restart, a terminated
-#: backend, a network cut), as opposed to a statement PostgreSQL refused or cancelled. A
-#: backend terminated mid-statement can leave asyncpg's protocol in a state it reports as its
-#: own internal error ("cannot switch to state 12": seen with pg_terminate_backend).
-_CONNECTION_LOST: Final = re.compile(
-    r"connection|terminat|AdminShutdown|CannotConnectNow|ConnectionReset|BrokenPipe|"
-    r"InternalClientError|server closed|SQLSTATE 08|SQLSTATE 57P0[1-3]",
-    re.IGNORECASE,
-)
-
-
-def cut_short_words(reason: str) -> str:
-    """Why writes in flight stopped part-way, in words: the connection to PostgreSQL lost (the
-    reason itself is named where the source is said unreadable), or the reason as it is."""
-    if _CONNECTION_LOST.search(reason):
-        return "the connection to PostgreSQL was lost"
-    return f"PostgreSQL stopped them ({reason})"
 
 
 def unreadable_from(source: Source, exc: BaseException) -> Unreadable:

@@ -1,4 +1,6 @@
-"""The result of one pass (SPEC §5): what the CLI prints, the metrics export and the worker hook
+"""The result of one pass, and the one list of what made it not ok.
+
+The result of one pass (SPEC §5): what the CLI prints, the metrics export and the worker hook
 logs, and the one list of what made it not ok."""
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from reaper.core.domain import (
 )
 from reaper.jobqueue.dispatch import DispatchInForce
 from reaper.reap.dead_letters import DeadLettersOutcome
-from reaper.reap.lease_log import VerdictLog
 from reaper.reap.leases import LeaseReapOutcome
 from reaper.reap.listing import QuietQueues
 from reaper.reap.policies import PoliciesOutcome
@@ -151,8 +152,9 @@ class PassResult:
     started_at: datetime
     finished_at: datetime
     broker: BrokerFacts | None
-    #: Every verdict: the lease verdicts spooled (read back as they are iterated), then the rest.
-    verdicts: VerdictLog
+    #: Every verdict but the lease moves (those are counted and read back from the ledger:
+    #: ``leases.listing``); the only ones that can surface a finding.
+    verdicts: tuple[RecordedVerdict, ...]
     #: Each step's outcome, as the step returned it.
     leases: LeaseReapOutcome = field(default_factory=LeaseReapOutcome)
     policies: PoliciesOutcome = field(default_factory=PoliciesOutcome)
@@ -240,9 +242,14 @@ class PassResult:
 
     def surfaced(self) -> Iterator[RecordedVerdict]:
         """The verdicts that surface a finding. A lease verdict never does (the lease reap
-        requeues or parks), so the spooled lease verdicts are not read back for them: the
-        metrics collector asks on every scrape."""
-        return (r for r in self.verdicts.others if r.verdict.action is Action.SURFACE)
+        requeues or parks), so the lease moves are not read back for them: the metrics
+        collector asks on every scrape."""
+        return (r for r in self.verdicts if r.verdict.action is Action.SURFACE)
+
+    @property
+    def verdict_count(self) -> int:
+        """Every verdict of the pass: the lease moves (counted) and the rest."""
+        return self.leases.listing.reap.moved + len(self.verdicts)
 
     @property
     def duration_seconds(self) -> float:

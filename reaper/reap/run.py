@@ -1,4 +1,6 @@
-"""One pass: config → measure → observe → judge → act → reconcile → record → report → export
+"""One pass as the list of its steps.
+
+One pass: config → measure → observe → judge → act → reconcile → record → report → export
 (SPEC §5).
 
 :func:`run_pass` is the only entry point. It reads both sources concurrently, judges with the
@@ -10,7 +12,7 @@ cannot be read: that source is named in ``unreadable`` and nothing is concluded 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,7 +25,6 @@ from reaper.core.judge import judge
 from reaper.core.storable import stored_escaped
 from reaper.reap.context import Mode, Pass
 from reaper.reap.dead_letters import DeadLettersOutcome, park_dead_letters
-from reaper.reap.lease_log import VerdictLog
 from reaper.reap.leases import LeaseReapOutcome, reap_leases
 from reaper.reap.listing import QuietQueues
 from reaper.reap.measure import measure
@@ -99,7 +100,7 @@ async def run_pass(
     )
     sightings = await record(p, judgement, dead_letters, steps.unreadable)
     found = steps + sightings.found + _stopped(p.stop)
-    gates = await gates_of_parks(p, leases.log, found.verdicts)
+    gates = await gates_of_parks(p, leases.listing, found.verdicts)
     endpoints = sources.broker.endpoints() if sources.broker is not None else ()
     found += _stored_escaped(p, found, dead_letters) + gates.found
     found += Found.noted(*_failover_notes(endpoints))
@@ -136,7 +137,7 @@ def _result(
         started_at=p.now,
         finished_at=p.now + timedelta(seconds=took),
         broker=br.facts if br else None,
-        verdicts=VerdictLog(leases.log, found.verdicts),
+        verdicts=found.verdicts,
         leases=leases,
         policies=policies,
         dead_letters=dead_letters,
@@ -225,13 +226,23 @@ async def reap_once(
     project_id: UUID | None = None,
     clock: Callable[[], datetime] = utcnow,
     stop: StopRequest | None = None,
+    report: Callable[[PassResult], Awaitable[object]] | None = None,
 ) -> PassResult:
-    """Open both sources, run one pass, close them."""
+    """Open both sources, run one pass, hand its result to ``report`` (if given), close them.
+
+    ``report`` is awaited while the sources are still open: it is where the pass's lease moves
+    can be listed whole (``result.leases.listing``, read back from the ledger a page at a
+    time), so that printing every move neither holds them all nor opens a source again. A
+    consumer rather than a listing that outlives the pass: the sources are closed here, on
+    every path, whatever the consumer does."""
     sources = await open_sources(settings)
     try:
         mode = Mode.AUDIT if dry_run else Mode.FULL
-        return await run_pass(
+        result = await run_pass(
             settings, sources, mode=mode, project_id=project_id, clock=clock, stop=stop
         )
+        if report is not None:
+            await report(result)
+        return result
     finally:
         await sources.close()

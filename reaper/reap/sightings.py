@@ -1,4 +1,6 @@
-"""The pass's recording step (SPEC §1 "Sightings"): the surfaced verdicts go to the ledger's
+"""The pass's recording step: the surfaced verdicts recorded as the ledger's sightings.
+
+The pass's recording step (SPEC §1 "Sightings"): the surfaced verdicts go to the ledger's
 sightings, recorded when first seen and cleared once gone, fleet-wide; and the open gates of
 the jobs this pass parked are looked up for the report, and the board of open gates is read
 as the pass ends, for the report's notes and the metrics."""
@@ -17,7 +19,7 @@ from reaper.gates.board import GateBoard, board_of
 from reaper.jobqueue.port import GateFilter, JobQueue
 from reaper.reap.context import Pass
 from reaper.reap.dead_letters import DeadLettersOutcome
-from reaper.reap.lease_log import LeaseLog
+from reaper.reap.leases import LeaseListing
 from reaper.reap.progress import SIGHTINGS_WRITE, Found, RecordedVerdict, Unreadable, written
 
 __all__ = [
@@ -137,13 +139,13 @@ async def sightings_on_record(
 
 
 async def gates_of_parks(
-    p: Pass, leases: LeaseLog, verdicts: Sequence[RecordedVerdict]
+    p: Pass, leases: LeaseListing, verdicts: Sequence[RecordedVerdict]
 ) -> GatesOutcome:
     """The gates this pass's parks raised (at the pass's instant), by job, when it parked one:
     the report names the gate each park waits behind, and the command that answers it. The
     older open gates are not listed (there may be thousands): the board counts them."""
     parked = any(r.applied and r.verdict.action is Action.PARK for r in verdicts)
-    parked = parked or any(a is Action.PARK and rec for (_, a, _, rec) in leases.tally)
+    parked = parked or (leases.recorded and any(poison for _, poison in leases.reap.moves))
     board, why = await _board(p)
     if p.ledger is None or not parked:
         return GatesOutcome(board=board, board_error=why)

@@ -1,4 +1,6 @@
-"""The sources a pass reads, opened from the configuration: PostgreSQL (the job queue and the
+"""The sources a pass reads, opened from the configuration: PostgreSQL and the broker.
+
+The sources a pass reads, opened from the configuration: PostgreSQL (the job queue and the
 ledger, where a person's answers to gates are taken too) and the broker's management API. A
 source that cannot be opened is None with the reason beside it, and the
 pass names it in ``unreadable``: opening never raises."""

@@ -1,4 +1,6 @@
-"""A request to end a pass early (SPEC §11 "A pass cut short"): SIGTERM or SIGINT to
+"""A request to end a pass early, by a signal.
+
+A request to end a pass early (SPEC §11 "A pass cut short"): SIGTERM or SIGINT to
 ``reaper reap``. The pass does not stop in the middle of a write: the lease reap finishes the
 page of moves in flight (each batch commits or rolls back), the steps after it do not run, and
 the pass returns its result, which names what stopped it and what remains."""

@@ -1,4 +1,6 @@
-"""The schema (SPEC §3, §10): the reaper's tables as ordered migrations, and ``reaper db
+"""The schema: the reaper's tables as ordered migrations, applied online.
+
+The schema (SPEC §3, §10): the reaper's tables as ordered migrations, and ``reaper db
 migrate``, which applies them online to a host's live tables. A pass never migrates.
 
 - :mod:`~reaper.schema.steps`: each migration's statements as steps, each with the catalog

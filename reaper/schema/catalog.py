@@ -1,4 +1,6 @@
-"""What the database already holds, as ``reaper db migrate`` needs to know it: one snapshot of
+"""What the database already holds, as ``reaper db migrate`` needs to know it.
+
+What the database already holds, as ``reaper db migrate`` needs to know it: one snapshot of
 the catalog, read before anything is changed, from which :func:`reaper.schema.plan.plan`
 decides which declared step is needed.
 

@@ -1,4 +1,6 @@
-"""The least privileges the reaper needs in PostgreSQL (SPEC §10): each table it reads or
+"""The least privileges the reaper needs in PostgreSQL.
+
+The least privileges the reaper needs in PostgreSQL (SPEC §10): each table it reads or
 writes, what it does there and why, as ``GRANT`` statements (``reaper db grants ROLE``) and as
 the checks ``reaper doctor`` makes (``has_table_privilege``).
 

@@ -1,4 +1,6 @@
-"""``reaper db migrate``, online (SPEC §3, §10): the plan of :mod:`reaper.schema.plan` run on a
+"""``reaper db migrate``, online: the plan run on a live host's tables.
+
+``reaper db migrate``, online (SPEC §3, §10): the plan of :mod:`reaper.schema.plan` run on a
 live host's tables without stalling their traffic. Only what the catalog
 (:mod:`reaper.schema.catalog`) shows missing runs; every lock wait is bounded by a short
 ``lock_timeout``; a lock not had in time is tried again after a pause unless its holder's

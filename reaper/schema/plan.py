@@ -1,6 +1,6 @@
-"""The plan: what ``reaper db migrate`` would run on a database as its
-:class:`~reaper.schema.catalog.Catalog` shows it, from the steps of
-:mod:`reaper.schema.steps`. Pure: no I/O.
+"""The plan: what ``reaper db migrate`` would run on a database, as its catalog shows it.
+
+From the steps of :mod:`reaper.schema.steps`; pure: no I/O.
 
 Each step names one statement of its migration's file (``sql/migrations/NNNN_*.sql``). A step
 whose check finds its work already done is skipped, so a database whose schema is in place is

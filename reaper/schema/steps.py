@@ -1,4 +1,6 @@
-"""The reaper's schema as ordered migrations of steps, each step one statement of its
+"""The reaper's schema as ordered migrations of steps, each with its catalog check.
+
+The reaper's schema as ordered migrations of steps, each step one statement of its
 migration's file (``sql/migrations/NNNN_*.sql``, or the optional ``sql/outbox/*.sql``) with the
 catalog check that says whether it is needed. :mod:`reaper.schema.plan` plans from these.
 Pure: no I/O.

@@ -1,5 +1,4 @@
-"""``MemoryJobQueue``: the job queue and ledger in memory, for tests of everything above the
-store (the pass, the hook, the commands) without a database.
+"""``MemoryJobQueue``: the job queue and ledger in memory, for tests above the store.
 
 It keeps the same contract as :class:`~reaper.jobqueue.postgres.PostgresStore`, gates answered
 included; ``tests/contract/`` holds them to the same
@@ -47,13 +46,14 @@ from reaper.jobqueue.rules import (
     DELIVERY_EXHAUSTED_CHOICES,
     dead_letter_key,
 )
+from reaper.testing.memory_gates import MemoryGates
 from reaper.testing.memory_leases import LeaseReaps
 from reaper.testing.memory_records import JobRow, OutboxRow
 
 __all__ = ["JobRow", "MemoryJobQueue", "OutboxRow"]
 
 
-class MemoryJobQueue(LeaseReaps):
+class MemoryJobQueue(LeaseReaps, MemoryGates):
     """The :class:`~reaper.jobqueue.port.JobQueue` port, in memory."""
 
     async def database_facts(self) -> DatabaseFacts:

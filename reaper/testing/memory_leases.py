@@ -1,17 +1,18 @@
-"""The in-memory double's lease reap (:class:`LeaseReaps`, a part of
+"""The in-memory double's lease reap.
+
+The in-memory double's lease reap (:class:`LeaseReaps`, a part of
 :class:`~reaper.testing.memory.MemoryJobQueue`): the pure lease judge's rulings, a batch at a
-time, each move with its event and a park's gate, handed to ``keep`` as the store hands its
-batches (the store's SQL is held to the same rulings and events by
-``tests/integration/test_lease_reap_sql.py``; the two stores to the same moves by
-``tests/contract/``)."""
+time, each move with its event and a park's gate, counted and its events' numbers kept as the
+store keeps them, and read back from its ledger by them (the store's SQL is held to the same
+rulings and events by ``tests/integration/test_lease_reap_sql.py``; the two stores to the same
+moves by ``tests/contract/``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from reaper.core.canonical import canonical_json
 from reaper.core.domain import (
     GATE_DELIVERY_EXHAUSTED,
     Action,
@@ -21,7 +22,8 @@ from reaper.core.domain import (
     Verdict,
 )
 from reaper.core.judge_leases import judge_lease_page
-from reaper.jobqueue.port import KeepMoves, LeaseReap, LeaseReapInterrupted
+from reaper.core.sightings import verdict_from_record
+from reaper.jobqueue.port import LeaseKey, LeaseReap, LeaseReapInterrupted, LeaseReapRun
 from reaper.jobqueue.rules import DELIVERY_EXHAUSTED_CHOICES, park_identity, park_prompt
 from reaper.testing.memory_records import JobRow, Records
 
@@ -38,42 +40,45 @@ class LeaseReaps(Records):
     #: that batch is neither known moved nor known not, as when a COMMIT gets no answer.
     lost_after: int | None = None
 
-    async def reap_leases(
-        self,
-        now: datetime,
-        grace_seconds: int,
-        *,
-        project_id: UUID | None,
-        dispatch: Dispatch,
-        write: bool,
-        deadline: float,
-        keep: KeepMoves,
-        monotonic: Callable[[], float],
-        stopping: Callable[[], bool] = lambda: False,
-    ) -> LeaseReap:
+    async def reap_leases(self, run: LeaseReapRun) -> LeaseReap:
         reap = LeaseReap()
-        thresholds = Thresholds(lease_grace_seconds=grace_seconds)
-        after: tuple[datetime, str] | None = None
+        thresholds = Thresholds(lease_grace_seconds=run.grace_seconds)
+        after: LeaseKey | None = None
         while True:
-            batch = self._expired_batch(now, grace_seconds, project_id, after)
+            batch = self._expired_batch(run, after, BATCH)
             if not batch:
                 return reap
-            after = (batch[-1].lease_expires_at, str(batch[-1].job_id))
-            verdicts = judge_lease_page(batch, thresholds, now)
-            if write:
-                moved = self._move(verdicts, now, dispatch, reap)
-                self._tally(reap, keep, moved, True)
+            after = (batch[-1].lease_expires_at, batch[-1].job_id)
+            verdicts = judge_lease_page(batch, thresholds, run.now)
+            if run.write:
+                moved = self._move(verdicts, run, reap)
+                _tally(reap, moved)
                 if len(moved) + len(reap.failed) < len(verdicts) and reap.unknown:
                     raise LeaseReapInterrupted("PostgreSQL went away", reap)
             else:
-                self._tally(reap, keep, verdicts, False)
-            if monotonic() >= deadline or stopping():
+                _tally(reap, verdicts)
+                reap.lanes[(0, 1)] = after
+            if run.monotonic() >= run.deadline or run.stopping():
                 reap.stopped = True
                 return reap
 
-    def _move(
-        self, verdicts: list[Verdict], now: datetime, dispatch: Dispatch, reap: LeaseReap
-    ) -> list[Verdict]:
+    async def lease_listing(
+        self, run: LeaseReapRun, reap: LeaseReap
+    ) -> AsyncGenerator[Verdict, None]:
+        self._open()
+        if not run.write:
+            thresholds = Thresholds(lease_grace_seconds=run.grace_seconds)
+            last = reap.lanes.get((0, 1))
+            held = [h for h in self._expired_batch(run, None) if last and _key(h) <= last]
+            for verdict in judge_lease_page(held, thresholds, run.now):
+                yield verdict
+            return
+        for stream, runs in reap.runs.items():
+            for first, last_seq in runs:
+                for event in self.ledger[stream][first - 1 : last_seq]:
+                    yield verdict_from_record(stream, event.payload, event.trusted)
+
+    def _move(self, verdicts: list[Verdict], run: LeaseReapRun, reap: LeaseReap) -> list[Verdict]:
         """Move each ruled lease, each with its event; the verdicts of the moves made. Past
         :attr:`lost_after` moves, the rest are ``unknown``."""
         moved: list[Verdict] = []
@@ -87,7 +92,9 @@ class LeaseReaps(Records):
             if refused is not None:
                 reap.failed.append((lease.job_id, refused))
                 continue
-            self._move_one(self.jobs[lease.job_id], lease, v, now, dispatch)
+            self._move_one(self.jobs[lease.job_id], lease, v, run.now, run.dispatch)
+            seq = len(self.ledger[lease.project_id])
+            reap.appended(lease.project_id, seq, seq)
             moved.append(v)
         return moved
 
@@ -112,33 +119,11 @@ class LeaseReaps(Records):
                 self._dispatch(job, now)
         self._append(lease.project_id, v.payload(), True, now)
 
-    @staticmethod
-    def _tally(reap: LeaseReap, keep: KeepMoves, verdicts: list[Verdict], recorded: bool) -> None:
-        """Count a batch's moves (a dry run's rulings) and hand them to ``keep``."""
-        for v in verdicts:
-            expiry = v.lease.lease_expires_at if v.lease else None
-            project = v.lease.project_id if v.lease else None
-            if project is not None:
-                reap.add([(project, v.action is Action.PARK, 1)], expiry, expiry)
-        if verdicts:
-            keep(
-                "\x1e".join(f"{v.project_id}{canonical_json(v.payload())}" for v in verdicts),
-                recorded,
-            )
-
     def _expired_batch(
-        self,
-        now: datetime,
-        grace_seconds: int,
-        project_id: UUID | None,
-        after: tuple[datetime, str] | None,
+        self, run: LeaseReapRun, after: LeaseKey | None, size: int | None = None
     ) -> list[HeldLease]:
-        found = sorted(self._expired(now, grace_seconds, project_id), key=lambda x: x[:2])
-        return [
-            HeldLease(j.id, j.project_id, j.kind, j.lease_owner, e, j.attempts, j.max_attempts)
-            for e, job_id, j in found
-            if after is None or (e, job_id) > after
-        ][:BATCH]
+        found = sorted(self._expired(run.now, run.grace_seconds, run.project_id), key=_key)
+        return [h for h in found if after is None or _key(h) > after][:size]
 
     async def count_expired_leases(
         self, now: datetime, grace_seconds: int, project_id: UUID | None = None
@@ -147,8 +132,8 @@ class LeaseReaps(Records):
 
     def _expired(
         self, now: datetime, grace_seconds: int, project_id: UUID | None
-    ) -> Iterable[tuple[datetime, str, JobRow]]:
-        """``(expiry, id, job)`` of every lease expired beyond the grace."""
+    ) -> Iterable[HeldLease]:
+        """Every lease expired beyond the grace."""
         cutoff = now - timedelta(seconds=grace_seconds)
         self._open()
         for j in self.jobs.values():
@@ -156,4 +141,20 @@ class LeaseReaps(Records):
             if j.state != "leased" or expiry is None or not expiry < cutoff:
                 continue
             if project_id is None or j.project_id == project_id:
-                yield expiry, str(j.id), j
+                yield HeldLease(
+                    j.id, j.project_id, j.kind, j.lease_owner, expiry, j.attempts, j.max_attempts
+                )
+
+
+def _key(lease: HeldLease) -> LeaseKey:
+    """A lease's key, as the store orders them: by its expiry, then its job (as PostgreSQL
+    orders uuids: by their bytes, as Python's ``UUID`` does)."""
+    return (lease.lease_expires_at, lease.job_id)
+
+
+def _tally(reap: LeaseReap, verdicts: list[Verdict]) -> None:
+    """Count a batch's moves (a dry run's rulings)."""
+    for v in verdicts:
+        if v.lease is not None:
+            expiry = v.lease.lease_expires_at
+            reap.add([(v.lease.project_id, v.action is Action.PARK, 1, expiry, expiry)])

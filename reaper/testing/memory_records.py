@@ -1,48 +1,28 @@
-"""The in-memory double's tables, and what it does with them whatever the method: arranging
-jobs, raising and answering gates (by the rules any store follows, :mod:`reaper.jobqueue.rules`),
-appending to the ledger, starting a dispatch episode. The job queue port's other methods are in
+"""The in-memory double's tables, and the writes and reads its methods share.
+
+Arranging jobs, raising a gate, appending to the ledger and reading it, starting a dispatch
+episode. Gates are answered in :mod:`reaper.testing.memory_gates`, the lease reap runs in
+:mod:`reaper.testing.memory_leases`, and the job queue port's other methods are in
 :mod:`reaper.testing.memory`."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from uuid import UUID, uuid4
 
 from reaper.core.canonical import canonical_json, digest_of
 from reaper.core.dead_letters import DISPATCH_SCHEMA, QuietMark
-from reaper.core.domain import (
-    EVENT_KIND,
-    GATE_BUS_DEAD_LETTERED,
-    GATE_DELIVERY_EXHAUSTED,
-    Dispatch,
-    HeldLease,
-)
+from reaper.core.domain import EVENT_KIND, HeldLease
 from reaper.core.observation import Observation
 from reaper.core.records import Gate, LedgerEvent
 from reaper.core.storable import payload_for_storage
-from reaper.errors import GateError, StoreUnavailable
+from reaper.errors import StoreUnavailable
 from reaper.jobqueue.port import (
-    OPEN_GATES,
     EventFilter,
-    GateChoice,
-    GateCount,
-    GateFilter,
     ParkedDeadLetter,
-    ReplaySender,
-)
-from reaper.jobqueue.rules import (
-    DEAD_LETTER_REPLAY,
-    DEAD_LETTER_SETTLED,
-    DELIVERY_CANCEL,
-    GATE_ANSWERED,
-    REPLAY_NEEDS_BROKER,
-    answered_payload,
-    check_answerable,
-    not_the_latest,
-    replay_parts,
 )
 
 __all__ = ["JobRow", "OutboxRow", "Records"]
@@ -163,144 +143,6 @@ class Records:
             )
         )
 
-    # ----------------------------------------------------------------------- gates
-
-    async def list_gates(self, chosen: GateFilter = OPEN_GATES) -> list[Gate]:
-        c = chosen
-        self._open()
-        found = (
-            g
-            for g in self.gates.values()
-            if (not c.open_only or g.is_open)
-            and (c.kind is None or g.kind == c.kind)
-            and (c.project_id is None or g.project_id == c.project_id)
-            and (c.raised_before is None or g.created_at < c.raised_before)
-            and (c.raised_since is None or g.created_at >= c.raised_since)
-        )
-        return [self._with_latest(g) for g in sorted(found, key=_raised)[: c.limit]]
-
-    async def gates_between(self, low: UUID, high: UUID, limit: int) -> list[Gate]:
-        self._open()
-        found = sorted((g for g in self.gates.values() if low <= g.id <= high), key=lambda g: g.id)
-        return [self._with_latest(g) for g in found[:limit]]
-
-    async def open_gate_counts(self) -> list[GateCount]:
-        self._open()
-        by_kind: dict[str, list[datetime]] = {}
-        for g in self.gates.values():
-            if g.is_open:
-                by_kind.setdefault(g.kind, []).append(g.created_at)
-        return [GateCount(k, len(v), min(v)) for k, v in sorted(by_kind.items())]
-
-    async def open_dead_letter_gates(self) -> dict[str, int]:
-        self._open()
-        waiting: dict[str, int] = {}
-        for g in self.gates.values():
-            if not g.is_open or g.job_id is None:
-                continue
-            for letter in self.letters.values():
-                if letter.job_id == g.job_id:
-                    queue = letter.letter.queue
-                    waiting[queue] = waiting.get(queue, 0) + 1
-        return dict(sorted(waiting.items()))
-
-    async def parked_dead_letters(self, job_ids: Sequence[UUID]) -> dict[UUID, ParkedDeadLetter]:
-        self._open()
-        return {
-            job_id: parked for job_id in job_ids if (parked := self._parked_of(job_id)) is not None
-        }
-
-    async def answer_gate(
-        self, answer: GateChoice, *, dispatch: Dispatch = Dispatch.POLLING
-    ) -> Gate:
-        choice, now = answer.choice, answer.now
-        gate = self._gate_for_answer(answer)
-        job = self.jobs.get(gate.job_id) if gate.job_id else None
-        if gate.kind == GATE_DELIVERY_EXHAUSTED:
-            if choice == DELIVERY_CANCEL:
-                self._settle(job, "cancelled", now)
-            elif job is not None and job.state == "awaiting_human":
-                job.state, job.run_after, job.updated_at = "ready", now, now
-                if dispatch is Dispatch.OUTBOX:
-                    self._dispatch(job, now)
-        elif gate.kind == GATE_BUS_DEAD_LETTERED:
-            if choice == DEAD_LETTER_REPLAY:
-                raise GateError(REPLAY_NEEDS_BROKER.format(gate=gate.id))
-            self._settle(job, DEAD_LETTER_SETTLED[choice], now)
-        else:
-            raise GateError(f"gate {gate.id} is a {gate.kind} gate: this store cannot answer it")
-        return self._answer(gate, answer)
-
-    async def answer_dead_letter_gate(
-        self, answer: GateChoice, *, replay: ReplaySender | None = None
-    ) -> tuple[Gate, ParkedDeadLetter | None]:
-        choice, now = answer.choice, answer.now
-        gate = self._gate_for_answer(answer)
-        if gate.kind != GATE_BUS_DEAD_LETTERED:
-            raise GateError(
-                f"gate {gate.id} is a {gate.kind} gate, not a {GATE_BUS_DEAD_LETTERED} gate"
-            )
-        job = self.jobs.get(gate.job_id) if gate.job_id else None
-        parked = self._parked_of(gate.job_id) if gate.job_id else None
-        published = None
-        if choice == DEAD_LETTER_REPLAY:
-            send, letter = replay_parts(gate, replay, parked)
-            published = (letter.letter.origin_queue or "", await send(gate, letter))
-        self._settle(job, DEAD_LETTER_SETTLED[choice], now)
-        return self._answer(gate, answer, published), parked
-
-    def _parked_of(self, job_id: UUID) -> ParkedDeadLetter | None:
-        job = self.jobs.get(job_id)
-        parked = next(
-            (
-                p
-                for identity, p in self.letters.items()
-                if p.job_id == job_id and self.dispositions.get(identity) == "parked"
-            ),
-            None,
-        )
-        if parked is not None and job is not None:
-            parked = replace(parked, job_state=job.state)
-        return parked
-
-    def _with_latest(self, gate: Gate) -> Gate:
-        if gate.job_id is None:
-            return gate
-        latest = max((g for g in self.gates.values() if g.job_id == gate.job_id), key=_raised)
-        job = self.jobs.get(gate.job_id)
-        return replace(
-            gate,
-            superseded_by=None if latest.id == gate.id else latest.id,
-            job_kind=None if job is None else job.kind,
-        )
-
-    def _gate_for_answer(self, answer: GateChoice) -> Gate:
-        self._open()
-        gate = self.gates.get(answer.gate_id)
-        if gate is None:
-            raise GateError(f"gate {answer.gate_id} does not exist")
-        check_answerable(gate, answer.choice)
-        if gate.job_id is not None:
-            latest = max((g for g in self.gates.values() if g.job_id == gate.job_id), key=_raised)
-            if latest.id != gate.id:
-                raise GateError(not_the_latest(gate, latest.id, latest.kind, latest.created_at))
-        return gate
-
-    def _answer(
-        self, gate: Gate, answer: GateChoice, published: tuple[str, str] | None = None
-    ) -> Gate:
-        choice, now, by = answer.choice, answer.now, answer.answered_by
-        answered = replace(gate, answer=choice, answered_at=now, answered_by=by)
-        self.gates[gate.id] = answered
-        payload = answered_payload(gate, choice, by, answer.reason, published)
-        self._append(gate.project_id, payload, published is None, now, GATE_ANSWERED)
-        return self._with_latest(answered)
-
-    @staticmethod
-    def _settle(job: JobRow | None, state: str, now: datetime) -> None:
-        if job is not None and job.state == "awaiting_human":
-            job.state, job.finished_at, job.updated_at = state, now, now
-
     def _raise_gate(
         self,
         job: JobRow,
@@ -378,8 +220,3 @@ class Records:
     def _open(self) -> None:
         if self.closed:
             raise StoreUnavailable("the in-memory job queue is closed")
-
-
-def _raised(gate: Gate) -> tuple[datetime, str]:
-    """Gates in the order they were raised (ties by id), as the store orders them."""
-    return (gate.created_at, str(gate.id))

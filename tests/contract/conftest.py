@@ -7,19 +7,20 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
 
 import asyncpg
 import pytest
 
-from reaper.jobqueue.port import JobQueue
+from reaper.core.records import Gate
+from reaper.jobqueue.port import GateFilter, JobQueue
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.testing.memory import JobRow, MemoryJobQueue
 from tests.support.host_schema import add_outbox_schema
 from tests.support.services import cloned_database
-from tests.support.store import Job, add_dependency, insert_jobs, query
+from tests.support.store import Job, add_dependency, insert_jobs, leased, query, reap_page
 
 
 @dataclass(frozen=True)
@@ -201,3 +202,14 @@ async def outbox_subject(
     """A job queue whose host dispatches through an outbox (SPEC §3)."""
     async for made in _subject(request.param, pg_template, outbox=True):
         yield made
+
+
+async def park_poison(subject: Subject, project: uuid.UUID, **changes: object) -> Gate:
+    """A job of ``project`` leased on its last attempt (with ``changes``), reaped: parked
+    behind the gate returned."""
+    poison = replace(leased(project, attempts=7, max_attempts=7), **changes)  # type: ignore[arg-type]
+    await subject.add(poison)
+    store = subject.store
+    await reap_page(store, project_id=project)
+    [gate] = await store.list_gates(GateFilter(project_id=project))
+    return gate

@@ -5,7 +5,6 @@ gate is found by a prefix of its id; the open gates are counted; the ledger is r
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -16,26 +15,16 @@ from reaper.core.domain import (
     GATE_DELIVERY_EXHAUSTED,
     Dispatch,
 )
-from reaper.core.records import Gate
 from reaper.errors import GateError
 from reaper.gates.ids import gate_id_range
 from reaper.jobqueue.port import EventFilter, GateChoice, GateCount, GateFilter, ParkedDeadLetter
-from tests.contract.conftest import Subject
+from tests.contract.conftest import Subject, park_poison
 from tests.contract.test_job_queue_contract import RULES, dead_letter
-from tests.support.store import NOW, leased, reap_page
+from tests.support.store import NOW, reap_page
 
 pytestmark = pytest.mark.postgres
 
 LATER = NOW + timedelta(minutes=5)
-
-
-async def park_poison(subject: Subject, project: uuid.UUID, **changes: object) -> Gate:
-    poison = replace(leased(project, attempts=7, max_attempts=7), **changes)  # type: ignore[arg-type]
-    await subject.add(poison)
-    store = subject.store
-    await reap_page(store, project_id=project)
-    [gate] = await store.list_gates(GateFilter(project_id=project))
-    return gate
 
 
 async def test_a_retry_answer_is_one_event_on_the_gates_stream(subject: Subject) -> None:

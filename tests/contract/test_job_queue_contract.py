@@ -13,26 +13,25 @@ from datetime import timedelta
 
 import pytest
 
-from reaper.core.canonical import canonical_json, canonical_payload
+from reaper.core.canonical import canonical_json
 from reaper.core.domain import (
     FLEET_PROJECT_ID,
     GATE_BUS_DEAD_LETTERED,
     GATE_DELIVERY_EXHAUSTED,
     Action,
-    Condition,
     DeadLetter,
     Source,
     Thresholds,
-    Unit,
     Verdict,
 )
 from reaper.core.judge_leases import judge_lease_page
 from reaper.core.sightings import SightingsPass
 from reaper.errors import GateError
 from reaper.jobqueue.port import GateChoice, GateFilter, ParkedDeadLetter, ParkRules
-from tests.contract.conftest import Subject
+from tests.contract.conftest import Subject, park_poison
 from tests.support.dead_letters import got_letter
 from tests.support.store import NOW, Job, Reaped, lease_of, leased, reap_page
+from tests.support.verdicts import broker_finding, stale
 
 pytestmark = pytest.mark.postgres
 
@@ -41,17 +40,9 @@ RULES = ParkRules(
 )
 
 
-def surfaced(project: uuid.UUID, condition: Condition = Condition.STALE_READY) -> Verdict:
-    return Verdict(
-        source=Source.JOB_QUEUE,
-        object=str(uuid.uuid4()),
-        condition=condition,
-        measured=1000,
-        threshold=900,
-        unit=Unit.SECONDS,
-        action=Action.SURFACE,
-        project_id=project,
-    )
+def surfaced(project: uuid.UUID) -> Verdict:
+    """The project's stale head, a job of its own each time."""
+    return stale(project, job=str(uuid.uuid4()))
 
 
 def dead_letter(message_id: str, queue: str = "vibey.jobs.dead") -> DeadLetter:
@@ -203,8 +194,9 @@ async def test_every_lease_moves_with_the_event_its_verdict_gives(subject: Subje
     assert len(written) == len(jobs)
     for verdict in verdicts:
         event = written[verdict.object]
-        assert canonical_json(event.payload) == canonical_payload(verdict)
-        assert event.digest == hashlib.sha256(canonical_payload(verdict).encode()).hexdigest()
+        canonical = canonical_json(verdict.payload())
+        assert canonical_json(event.payload) == canonical
+        assert event.digest == hashlib.sha256(canonical.encode()).hexdigest()
     for project, size in zip(projects, sizes, strict=True):
         assert [e.seq for e in await subject.store.events(project)] == list(range(1, size + 1))
     gates = await subject.store.list_gates()
@@ -299,17 +291,7 @@ async def test_a_dry_run_reads_which_sightings_are_open_and_writes_nothing(
 
 
 async def test_broker_sightings_live_on_the_fleet_stream(subject: Subject) -> None:
-    finding = Verdict(
-        source=Source.BROKER,
-        object="vibey.jobs",
-        condition=Condition.HOLDER_GONE,
-        measured=3,
-        threshold=0,
-        unit=Unit.MESSAGES,
-        action=Action.SURFACE,
-        queue="vibey.jobs",
-        trusted=False,
-    )
+    finding = broker_finding("vibey.jobs")
     await subject.store.record_sightings(
         [finding], SightingsPass(now=NOW, sources_read=frozenset(Source))
     )
@@ -342,12 +324,9 @@ async def test_a_dead_letter_is_parked_once_by_its_identity(subject: Subject) ->
 
 
 async def test_a_retry_answer_readies_the_parked_job_once(subject: Subject) -> None:
-    project = uuid.uuid4()
-    poison = leased(project, attempts=7, max_attempts=7)
-    await subject.add(poison)
+    gate = await park_poison(subject, uuid.uuid4())
     store = subject.store
-    await reap_page(store)
-    [gate] = await store.list_gates()
+    assert gate.job_id is not None
     later = NOW + timedelta(minutes=5)
 
     with pytest.raises(GateError, match="'dismiss' is not an answer"):
@@ -359,7 +338,7 @@ async def test_a_retry_answer_readies_the_parked_job_once(subject: Subject) -> N
     )
 
     assert (answered.answer, answered.answered_at, answered.answered_by) == ("retry", later, "ops")
-    row = await subject.row(poison.id)
+    row = await subject.row(gate.job_id)
     assert (row.state, row.run_after, row.attempts) == ("ready", later, 6)
     with pytest.raises(GateError, match="already answered"):
         await subject.store.answer_gate(GateChoice(gate.id, "retry", later))
@@ -406,16 +385,13 @@ async def test_a_dead_letter_gate_settles_its_job_by_its_answer(subject: Subject
 
 
 async def test_a_gate_answers_only_while_its_job_waits_behind_it(subject: Subject) -> None:
-    project = uuid.uuid4()
-    poison = leased(project, attempts=7, max_attempts=7)
-    await subject.add(poison)
+    first = await park_poison(subject, uuid.uuid4())
     store = subject.store
-    await reap_page(store)
-    [first] = await store.list_gates()
+    assert first.job_id is not None
     # an operator re-readies the job by hand; it is leased again and its holder dies again
     later = NOW + timedelta(minutes=10)
     await subject.update(
-        poison.id,
+        first.job_id,
         state="leased",
         attempts=7,
         lease_owner="worker-2",
@@ -428,9 +404,9 @@ async def test_a_gate_answers_only_while_its_job_waits_behind_it(subject: Subjec
         await subject.store.answer_gate(GateChoice(first.id, "retry", later))
 
     assert {g.id for g in await store.list_gates()} == {first.id, second.id}  # nothing written
-    assert (await subject.row(poison.id)).state == "awaiting_human"
+    assert (await subject.row(first.job_id)).state == "awaiting_human"
     await subject.store.answer_gate(GateChoice(second.id, "retry", later))
-    assert (await subject.row(poison.id)).state == "ready"
+    assert (await subject.row(first.job_id)).state == "ready"
 
 
 # --------------------------------------------------------------------------- the fleet's turn

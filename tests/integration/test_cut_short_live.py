@@ -23,7 +23,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tests.support.cli import reaper_env
+from tests.support.cli import reaper_env, recorded_lease_moves
 from tests.support.services import BrokerUnderTest, on_one_broker
 from tests.support.store import insert_jobs, leased
 
@@ -107,11 +107,7 @@ async def truth(pg_dsn: str) -> tuple[int, int, int]:
 
 
 def recorded_moves(report: dict[str, Any]) -> int:
-    return sum(
-        1
-        for v in report["verdicts"]
-        if v["source"] == "job_queue" and v["action"] in ("requeue", "park") and v["recorded"]
-    )
+    return recorded_lease_moves(report)
 
 
 @on_one_broker

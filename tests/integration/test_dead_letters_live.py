@@ -28,9 +28,9 @@ from tests.support.dead_letters import (
     gate_by_id,
     outcome_of,
     parked_after_passes,
-    read_all,
     wait_for_depth,
 )
+from tests.support.invariants import read_bodies
 from tests.support.services import BrokerUnderTest
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
@@ -83,7 +83,7 @@ async def test_an_owned_quorum_dead_letter_queue_survives_fifty_passes(
     # on 4.0 a pass can only read once the dead-letter policy (delivery-limit -1) is in force
     assert all(n < first_read + 1 for n, _ in blocked)
 
-    messages = read_all(broker, DLQ)
+    messages = read_bodies(broker, DLQ)
     assert sorted(m["payload"] for m in messages) == sorted(bodies)
     gates = await dead_letter_gates(store)
     assert len(gates) == 5 and all(g.is_open for g in gates)
@@ -119,7 +119,7 @@ async def test_a_quorum_dead_letter_queue_with_a_finite_limit_is_never_read(
         assert outcome is not None and outcome.read_blocked is not None, outcome
         assert outcome.parked_new == 0 and not result.ok
 
-    messages = read_all(broker, DLQ)
+    messages = read_bodies(broker, DLQ)
     assert sorted(m["payload"] for m in messages) == sorted(bodies)
     # the passes never read it: this is each letter's first read from the dead-letter queue.
     # 4.3 counts the delivery on the origin queue that dead-lettered it (measured: redelivered,
@@ -158,7 +158,7 @@ async def test_a_foreign_dead_letter_queue_is_surfaced_and_never_read(
         assert [v.action.value for v in surfaced] == ["surface"]
 
     for queue in (foreign, "celery.classic.dlq"):
-        messages = read_all(broker, queue)
+        messages = read_bodies(broker, queue)
         assert len(messages) == 3
         assert [m["redelivered"] for m in messages] == [False, False, False], queue
     assert await dead_letter_gates(store) == []
@@ -219,12 +219,12 @@ async def test_replay_publishes_the_body_back_and_the_dead_letter_stays(
     assert (answers[0].payload["by"], answers[0].payload["reason"]) == ("ana@ops", "consumer fixed")
     assert answers[1].payload["message_id"] is None
     assert "nothing was sent" in dismissal
-    [back] = read_all(broker, ORIGIN)  # exactly one replay, for two answers
+    [back] = read_bodies(broker, ORIGIN)  # exactly one replay, for two answers
     assert back["payload"] == bodies[0]
     assert back["properties"]["message_id"] == message_id
     assert back["properties"]["content_type"] == "application/json"
     # the broker's copies stay on the dead-letter queue, whatever the answers
-    assert sorted(m["payload"] for m in read_all(broker, DLQ)) == sorted(bodies)
+    assert sorted(m["payload"] for m in read_bodies(broker, DLQ)) == sorted(bodies)
     answered = {g.identity: g for g in await dead_letter_gates(store)}
     assert answered[replayed.identity].answer == "replay"
     assert answered[dismissed.identity].answer == "dismiss"
@@ -256,7 +256,7 @@ async def test_an_unrouted_replay_records_nothing(
         await sources.close()
     [still] = await dead_letter_gates(store)
     assert still.is_open
-    assert len(read_all(broker, dlq)) == 1
+    assert len(read_bodies(broker, dlq)) == 1
 
 
 # --------------------------------------------------------------------------- hostile
@@ -297,7 +297,7 @@ async def test_hostile_dead_letters_are_parked_without_crashing_the_pass(
     for gate in gates:
         assert "\x1b" not in gate.prompt and "\u202e" not in gate.prompt
         assert all(len(line) < 400 for line in gate.prompt.splitlines())
-    assert len(read_all(broker, dlq)) == 4
+    assert len(read_bodies(broker, dlq)) == 4
     # none of them may be replayed: refused with the reason, nothing sent
     sources = await open_sources(settings)
     try:

@@ -18,6 +18,7 @@ from reaper.schema.grants import NEEDED
 from tests.support.accounts import (
     README_PERMISSIONS,
     README_TAGS,
+    as_role,
     broker_user,
     set_user,
 )
@@ -162,7 +163,7 @@ async def test_a_role_without_grants(
     bare_role: str,
     cli: Cli,
 ) -> None:
-    dsn = pg_dsn.replace("postgresql://postgres@", f"postgresql://{bare_role}@", 1)
+    dsn = as_role(pg_dsn, bare_role)
     code, report, text = await doctor(cli.on(reaper_env(dsn, broker.management_url, broker.vhost)))
     assert code == 1
     checks = by_name(report)

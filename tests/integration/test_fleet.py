@@ -264,7 +264,8 @@ async def test_a_hook_switched_off_still_reaps_leases_and_reads_no_broker(
         for r in await query(pg_dsn, "SELECT id, state FROM job WHERE project_id = $1", project)
     }
     assert states == {expired.id: "ready", poison.id: "awaiting_human", stale.id: "ready"}
-    conditions = sorted(r.verdict.condition.value for r in run.result.verdicts)
+    read_back = run.result.leases.listing.sample  # the moves the pass read back as it ended
+    conditions = sorted(r.verdict.condition.value for r in (*read_back, *run.result.verdicts))
     assert conditions == ["lease_expired", "poison"]  # no stale_ready, nothing of the broker
 
 
@@ -281,7 +282,7 @@ async def test_the_hook_holds_no_connection_between_passes_and_one_during(
         run = await reaper.run_if_due()
 
     assert run.ran and run.error is None and run.result is not None, run
-    assert len(run.result.verdicts) == 2000
+    assert run.result.verdict_count == 2000
     assert peak.samples > 10 and peak.peak == 1  # [database] hook_connections = 1
     assert await reaper_connections(pg_dsn) == 0
 

@@ -35,10 +35,10 @@ from tests.support.dead_letters import (
     dead_letter_through,
     outcome_of,
     parked_after_passes,
-    read_all,
     wait_for_depth,
 )
 from tests.support.holders import connect
+from tests.support.invariants import read_bodies
 from tests.support.services import STATS_INTERVAL_SECONDS, BrokerUnderTest
 from tests.support.store import insert_jobs, leased, query
 
@@ -103,7 +103,7 @@ async def test_a_thousand_deep_header_ends_no_pass_and_every_letter_is_parked(
     parks = [e for e in await store.events(FLEET_PROJECT_ID) if e.payload["action"] == "park"]
     cut = [e.payload["detail"] for e in parks if "cut on reading" in str(e.payload["detail"])]
     assert len(cut) == 1 and "a value nested past 32 levels" in str(cut[0]), cut
-    assert len(read_all(broker, DLQ)) == 3  # nothing taken from the broker
+    assert len(read_bodies(broker, DLQ)) == 3  # nothing taken from the broker
 
 
 # --------------------------------------------------------------------------- one letter, two queues
@@ -156,7 +156,7 @@ async def test_a_letter_fanned_into_two_queues_makes_neither_safe_to_clear_while
         board = await read_board(settings)
         page = render_page(result, board, page_target(settings))
         assert "Safe to clear" not in page, page
-    assert len(read_all(broker, first)) == 1 and len(read_all(broker, second)) == 1
+    assert len(read_bodies(broker, first)) == 1 and len(read_bodies(broker, second)) == 1
 
 
 # --------------------------------------------------------------------------- the terminal
@@ -341,4 +341,4 @@ async def test_heavy_letters_are_each_parked_as_cut_and_none_can_be_replayed(
     finally:
         await sources.close()
     assert all(g.is_open for g in await dead_letter_gates(store))
-    assert len(read_all(broker, DLQ, 10)) == 10  # nothing taken from the broker
+    assert len(read_bodies(broker, DLQ, 10)) == 10  # nothing taken from the broker

@@ -10,36 +10,26 @@ import json
 import uuid
 from datetime import timedelta
 from typing import Any
+from unittest.mock import ANY
 
 import asyncpg
 import pytest
 
 from reaper.config import load_config
-from reaper.edges.report import render_json, render_text, write_json
+from reaper.edges.report import render_text, to_json, write_json
 from reaper.jobqueue.lease_reap import lease_rulings, statement
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
 from reaper.reap.context import Mode
 from reaper.reap.run import run_pass
 from reaper.reap.sources import Sources
+from tests.support.store import insert_expired_leases
 
 pytestmark = [pytest.mark.postgres]
 
 LEASES = 3000
 POISON_EVERY = 10
 PROJECTS = 7
-
-SEED = """
-INSERT INTO job (id, project_id, kind, phase, state, run_after, attempts, max_attempts,
-                 lease_owner, lease_expires_at, created_at, updated_at)
-SELECT gen_random_uuid(),
-       ('00000000-0000-4000-8000-' || lpad(to_hex(g % $2), 12, '0'))::uuid,
-       'build', 'build', 'leased', $3::timestamptz - interval '2 hours',
-       CASE WHEN g % $4 = 0 THEN 7 ELSE 1 + g % 6 END, 7,
-       'worker-' || (g % 13), $3::timestamptz - (g % 3600 + 1) * interval '1 second',
-       $3::timestamptz - interval '1 day', $3::timestamptz - interval '1 day'
-FROM generate_series(1, $1::int) AS g
-"""
 
 HOST_EVENT = """
 INSERT INTO event (project_id, seq, kind, payload, digest, trusted, created_at)
@@ -57,16 +47,21 @@ async def test_a_paged_pass_moves_each_lease_once_with_one_event_and_lists_every
     conn = await asyncpg.connect(pg_dsn)
     try:
         now = await conn.fetchval("SELECT clock_timestamp()")
-        await conn.execute(SEED, LEASES, PROJECTS, now - timedelta(seconds=5), POISON_EVERY)
+        await insert_expired_leases(
+            conn, LEASES, PROJECTS, now - timedelta(seconds=5), poison_every=POISON_EVERY
+        )
         for n in range(3):  # a host writer got to project 0's stream first
             await conn.execute(HOST_EVENT, project(0), n + 1)
         settings = load_config(None, {"REAPER_DATABASE__DSN": pg_dsn}).settings
         result = await run_pass(settings, Sources(store=store, broker=None), mode=Mode.LEASES_ONLY)
 
         out = io.StringIO()
-        write_json(result, out)
-        assert out.getvalue() == render_json(result) + "\n"  # the same text, streamed
+        await write_json(result, out)  # the moves read back from the ledger, streamed
         report = json.loads(out.getvalue())
+        counted = to_json(result)  # the same report, the moves counted and not listed
+        assert counted == {**report, "verdicts": [], "lease_reap": ANY}
+        assert report["lease_reap"] == {**counted["lease_reap"], "listed": True}  # type: ignore[dict-item]
+        assert report["lease_reap"]["moved"] == LEASES and report["lease_reap"]["recorded"]
         verdicts = report["verdicts"]
         assert len(verdicts) == LEASES == len({v["object"] for v in verdicts})
         assert all(v["recorded"] for v in verdicts)

@@ -11,7 +11,6 @@ import asyncio
 import json
 import random
 import sys
-import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -19,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import reaper.jobqueue.lease_reap as lease_reap
-from reaper.core.domain import Dispatch
-from reaper.jobqueue.port import LeaseReap
+from reaper.core.domain import Dispatch, Verdict
+from reaper.jobqueue.port import LeaseReap, LeaseReapRun
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import load_queries
 from tests.support.store import (
@@ -43,23 +42,15 @@ async def reap(
     now: object = NOW,
     *,
     dispatch: Dispatch = Dispatch.POLLING,
-    kept: list[tuple[str, bool]] | None = None,
+    kept: list[Verdict] | None = None,
     deadline: float = float("inf"),
 ) -> LeaseReap:
-    def keep(moves: str, recorded: bool) -> None:
-        if kept is not None:
-            kept.append((moves, recorded))
-
-    return await store.reap_leases(
-        now,  # type: ignore[arg-type]
-        0,
-        project_id=None,
-        dispatch=dispatch,
-        write=True,
-        deadline=deadline,
-        keep=keep,
-        monotonic=time.monotonic,
-    )
+    """A lease reap; ``kept`` receives its moves, read back from the ledger."""
+    run = LeaseReapRun(now, 0, None, dispatch, True, deadline)  # type: ignore[arg-type]
+    done = await store.reap_leases(run)
+    if kept is not None:
+        kept += [v async for v in store.lease_listing(run, done)]
+    return done
 
 
 async def test_requeues_and_parks_each_with_one_event_and_one_gate_per_episode(
@@ -68,7 +59,7 @@ async def test_requeues_and_parks_each_with_one_event_and_one_gate_per_episode(
     project = uuid.uuid4()
     job, poison = leased(project), leased(project, attempts=7, max_attempts=7)
     await insert_jobs(pg_dsn, [job, poison])
-    kept: list[tuple[str, bool]] = []
+    kept: list[Verdict] = []
     done = await reap(store, kept=kept)
     assert done.moves == {(project, False): 1, (project, True): 1} and not done.failed
     assert done.oldest == done.newest == job.lease_expires_at
@@ -78,11 +69,8 @@ async def test_requeues_and_parks_each_with_one_event_and_one_gate_per_episode(
     assert (parked["state"], parked["attempts"]) == ("awaiting_human", 6)  # one refunded
     events = await store.events(project)
     assert [e.seq for e in events] == [1, 2]
-    [(moves, recorded)] = kept
-    assert recorded and [m[:36] for m in moves.split("\x1e")] == [str(project)] * 2
-    assert {json.loads(m[36:])["object"] for m in moves.split("\x1e")} == {
-        str(e.payload["object"]) for e in events
-    }
+    assert [v.project_id for v in kept] == [project] * 2
+    assert [v.payload() for v in kept] == [e.payload for e in events]  # as the ledger holds them
     assert len(await store.list_gates()) == 1
     # nothing left to reap; the same episode never raises a second gate
     assert (await reap(store)).moved == 0

@@ -10,6 +10,7 @@ import json
 import asyncpg
 import pytest
 
+from tests.support.accounts import as_role
 from tests.support.cli import (
     Cli,
     Seeded,
@@ -37,10 +38,6 @@ EXPECTED_GRANTS = [
     'GRANT SELECT, INSERT, UPDATE ON TABLE "public"."reaper_turn" TO "{role}";',
     'GRANT SELECT ON TABLE "public"."reaper_migration" TO "{role}";',
 ]
-
-
-def as_role(dsn: str, role: str) -> str:
-    return dsn.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
 
 
 async def test_the_grants_printed_are_exactly_what_is_needed(

@@ -25,7 +25,6 @@ import asyncio
 import os
 import random
 import time
-import uuid
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,13 +37,12 @@ from tests.support.invariants import (
     Seeded,
     check_invariants,
     count_expired_leases,
-    dead_letter_through,
-    declare_dead_letter_queues,
+    random_projects,
     reaper_env,
     run_reaper,
+    seed_dead_letter_queues,
     seed_expired_leases,
     seed_scenario,
-    wait_for_depths,
     wait_for_no_reaper_backends,
 )
 from tests.support.services import BrokerUnderTest
@@ -93,14 +91,11 @@ async def test_eight_reapers_at_once_move_each_lease_once_and_park_each_letter_o
     seeded = Seeded()
     now = datetime.now(UTC)
     await seed_scenario(settings, pg_dsn, broker, seeded, now=now, projects=4, dead_letters=6)
-    projects = [uuid.UUID(int=rng.getrandbits(128), version=4) for _ in range(PROJECTS)]
+    projects = random_projects(rng, PROJECTS)
     await seed_expired_leases([pg_dsn], seeded, LEASES, projects, rng, now=now)
     per_queue = [DEAD_LETTERS // DLQS + (1 if i < DEAD_LETTERS % DLQS else 0) for i in range(DLQS)]
-    for i, count in enumerate(per_queue):
-        dlq, origin = f"vibey.load{i:03d}.dead", f"vibey.load{i:03d}"
-        declare_dead_letter_queues(broker, dlq, origin)
-        dead_letter_through(broker, seeded, count, dlq=dlq, origin=origin, tag="load")
-    await wait_for_depths(broker, {q: len(b) for q, b in seeded.dead_letters.items()})
+    origins = {f"vibey.load{i:03d}": count for i, count in enumerate(per_queue)}
+    await seed_dead_letter_queues(broker, seeded, origins, tag="load")
     seeding = time.monotonic() - started
 
     rounds: list[list[Run]] = []

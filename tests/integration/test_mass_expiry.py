@@ -19,23 +19,14 @@ from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.context import Mode
 from reaper.reap.run import run_pass
 from reaper.reap.sources import Sources
+from tests.support.lease_moves import every_verdict
+from tests.support.store import insert_expired_leases
 
 pytestmark = [pytest.mark.postgres]
 
 #: One more than the per-pass cap there was.
 OLD_CAP = 20_000
 PROJECTS = 5
-
-SEED = """
-INSERT INTO job (id, project_id, kind, phase, state, run_after, attempts, max_attempts,
-                 lease_owner, lease_expires_at, created_at, updated_at)
-SELECT gen_random_uuid(),
-       ('00000000-0000-4000-8000-' || lpad(to_hex(g % $2), 12, '0'))::uuid,
-       'build', 'build', 'leased', $3::timestamptz - interval '2 hours', 1 + g % 6, 7,
-       'worker-' || (g % 13), $3::timestamptz - (g % 3600 + 1) * interval '1 second',
-       $3::timestamptz - interval '1 day', $3::timestamptz - interval '1 day'
-FROM generate_series(1, $1::int) AS g
-"""
 
 #: Every job with its number of QueueReaped events about it, and each stream's numbers.
 TALLY = """
@@ -53,7 +44,7 @@ async def seeded(dsn: str, leases: int) -> datetime:
     conn = await asyncpg.connect(dsn)
     try:
         now: datetime = await conn.fetchval("SELECT clock_timestamp()")
-        await conn.execute(SEED, leases, PROJECTS, now - timedelta(seconds=5))
+        await insert_expired_leases(conn, leases, PROJECTS, now - timedelta(seconds=5))
         await conn.execute("ANALYZE job")
         return now
     finally:
@@ -86,7 +77,9 @@ async def test_one_pass_requeues_more_than_the_old_cap_each_with_its_event(
     assert result.ok, result.problems()
     assert result.leases.remaining == 0
     assert not [n for n in result.notes if "expired lease(s) left" in n]
-    assert len(result.verdicts) == leases
+    verdicts = await every_verdict(result)  # the moves read back from the ledger
+    assert len(verdicts) == leases == result.verdict_count
+    assert len({r.verdict.object for r in verdicts if r.recorded}) == leases
     after = await tally(pg_dsn)
     assert (after["leased"], after["events"], after["objects"]) == (0, leases, leases)
     assert after["out_of_place"] == 0
@@ -146,10 +139,12 @@ async def test_two_reapers_paging_at_once_move_each_lease_once(
                 for s in stores
             )
         )
+        read_back = [await every_verdict(result) for result in results]  # each its own moves
     finally:
         for s in stores:
             await s.close()
-    moved = [{r.verdict.object for r in result.verdicts if r.recorded} for result in results]
+    moved = [{r.verdict.object for r in verdicts if r.recorded} for verdicts in read_back]
+    assert [len(m) for m in moved] == [r.leases.listing.reap.moved for r in results]
     assert all(result.ok for result in results), [r.problems() for r in results]
     assert not moved[0] & moved[1], "a lease moved by both reapers"
     assert len(moved[0] | moved[1]) == leases

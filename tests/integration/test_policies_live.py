@@ -150,10 +150,10 @@ async def reconciled(
     return done.outcomes
 
 
+@pytest.mark.usefixtures("queues")
 async def test_one_pass_brings_every_owned_queue_to_its_declared_bounds(
     broker: BrokerUnderTest,
     client: ManagementClient,
-    queues: dict[str, str],
     desired: list[DesiredPolicy],
     facts: BrokerFacts,
 ) -> None:
@@ -205,10 +205,10 @@ async def test_one_pass_brings_every_owned_queue_to_its_declared_bounds(
         assert facts.consumer_timeout_ms == CONSUMER_TIMEOUT_MS
 
 
+@pytest.mark.usefixtures("queues")
 async def test_dead_letter_queues_never_carry_a_finite_limit_of_ours(
     broker: BrokerUnderTest,
     client: ManagementClient,
-    queues: dict[str, str],
     desired: list[DesiredPolicy],
 ) -> None:
     await reconciled(client, desired)
@@ -230,10 +230,10 @@ async def test_dead_letter_queues_never_carry_a_finite_limit_of_ours(
 # --------------------------------------------------------------------------- quiet, drift
 
 
+@pytest.mark.usefixtures("queues")
 async def test_a_second_pass_writes_nothing_and_says_unchanged(
     broker: BrokerUnderTest,
     client: ManagementClient,
-    queues: dict[str, str],
     desired: list[DesiredPolicy],
 ) -> None:
     await reconciled(client, desired)
@@ -255,10 +255,10 @@ async def test_a_second_pass_writes_nothing_and_says_unchanged(
             assert (o.action, o.reason) == ("unchanged", "InSync"), o
 
 
+@pytest.mark.usefixtures("queues")
 async def test_a_policy_changed_by_hand_is_restored(
     broker: BrokerUnderTest,
     client: ManagementClient,
-    queues: dict[str, str],
     desired: list[DesiredPolicy],
 ) -> None:
     await reconciled(client, desired)
@@ -294,9 +294,9 @@ def management_only_user(broker: BrokerUnderTest) -> Iterator[tuple[str, str]]:
         yield name_and_password
 
 
+@pytest.mark.usefixtures("queues")
 async def test_a_user_without_policymaker_is_refused_and_nothing_raises(
     broker: BrokerUnderTest,
-    queues: dict[str, str],
     desired: list[DesiredPolicy],
     management_only_user: tuple[str, str],
 ) -> None:
@@ -342,10 +342,10 @@ async def test_a_user_without_policymaker_is_refused_and_nothing_raises(
 # --------------------------------------------------------------------------- shadows
 
 
+@pytest.mark.usefixtures("queues")
 async def test_a_queue_under_someone_elses_higher_priority_policy_is_named(
     broker: BrokerUnderTest,
     client: ManagementClient,
-    queues: dict[str, str],
     desired: list[DesiredPolicy],
 ) -> None:
     broker.put_policy(
@@ -373,10 +373,10 @@ async def test_a_queue_under_someone_elses_higher_priority_policy_is_named(
 # --------------------------------------------------------------------------- dry run
 
 
+@pytest.mark.usefixtures("queues")
 async def test_a_dry_run_and_a_plan_write_nothing(
     broker: BrokerUnderTest,
     client: ManagementClient,
-    queues: dict[str, str],
     desired: list[DesiredPolicy],
 ) -> None:
     outcomes = (
@@ -461,10 +461,10 @@ async def test_a_policy_of_our_name_this_version_cannot_hold_is_named_stale(
         assert "vibey.jobs.c1" in classic.queues_failing
 
 
+@pytest.mark.usefixtures("queues")
 async def test_a_definition_the_broker_rejects_is_reported_not_raised(
     broker: BrokerUnderTest,
     client: ManagementClient,
-    queues: dict[str, str],
     facts: BrokerFacts,
 ) -> None:
     """Capabilities taken wrongly (4.x's claimed of every broker): 3.10 answers 400."""

@@ -27,10 +27,10 @@ from reaper.reap.run import reap_once, run_pass
 from reaper.reap.sources import open_sources
 from tests.support.dead_letters import (
     outcome_of,
-    read_all,
     settings_for,
     wait_for_depth,
 )
+from tests.support.invariants import read_bodies
 from tests.support.services import POLL_SECONDS, STATS_INTERVAL_SECONDS, BrokerUnderTest
 
 pytestmark = [pytest.mark.broker, pytest.mark.postgres]
@@ -81,7 +81,7 @@ def dead_letter(
 
 def on_queue(broker: BrokerUnderTest, queue: str = DLQ) -> list[str]:
     """Every body on the queue, each put back: the broker's own count of what it holds."""
-    return sorted(m["payload"] for m in read_all(broker, queue, 1000))
+    return sorted(m["payload"] for m in read_bodies(broker, queue, 1000))
 
 
 async def five_letters(broker: BrokerUnderTest) -> None:
@@ -136,7 +136,7 @@ async def test_twins_with_no_message_id_are_each_parked_and_then_quiet(
         declare(broker, origin, dlq)
         dead_letter(broker, [b'{"same": 1}', b'{"same": 1}'], ids=False, origin=origin)
         await wait_for_depth(broker, dlq, 2)
-        messages = read_all(broker, dlq)
+        messages = read_bodies(broker, dlq)
         if envelope(messages[0]) == envelope(messages[1]) is not None:
             break
         # not twins: this attempt's queues go, or the pass below would park their letters too
@@ -275,7 +275,7 @@ async def test_quiet_passes_fetch_nothing_and_a_new_letter_is_parked_on_the_next
     # whose count is lost is made again.
     probes = 0
     while probes < 3:
-        assert len(read_all(broker, DLQ)) == 5
+        assert len(read_bodies(broker, DLQ)) == 5
         probes += 1
         if await counted(broker, (before["deliver_get"] or 0) + 5):
             break
@@ -328,7 +328,7 @@ def delivery_counts(broker: BrokerUnderTest) -> dict[str, int]:
     """Each letter's ``x-delivery-count`` as one read shows it (the read counts as one more)."""
     return {
         m["properties"]["message_id"]: m["properties"].get("headers", {}).get("x-delivery-count", 0)
-        for m in read_all(broker, DLQ)
+        for m in read_bodies(broker, DLQ)
     }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
@@ -18,6 +18,7 @@ from reaper.edges.report import render_text, to_json
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.run import run_pass
 from reaper.reap.sources import Sources
+from tests.support.accounts import as_role, login_role
 from tests.support.store import Job, fetch_job, insert_jobs, leased
 
 pytestmark = [pytest.mark.postgres]
@@ -26,27 +27,16 @@ pytestmark = [pytest.mark.postgres]
 @pytest.fixture
 async def read_only_dsn(pg_dsn: str) -> AsyncIterator[str]:
     """``pg_dsn`` as a role of this test's own that may SELECT every table and write none."""
-    role = f"qr_read_only_{uuid.uuid4().hex[:8]}"
     database = urlsplit(pg_dsn).path.lstrip("/")
-    admin = await asyncpg.connect(pg_dsn)
-    try:
-        await admin.execute(f"CREATE ROLE {role} LOGIN")
-        await admin.execute(f'GRANT CONNECT ON DATABASE "{database}" TO {role}')
-        await admin.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
-        await admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
-        parts = urlsplit(pg_dsn)
-        yield urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port or 5432}"))
-    finally:
-        await admin.execute(f"DROP OWNED BY {role}")
-        await admin.close()
-        outside = await asyncpg.connect(urlunsplit(urlsplit(pg_dsn)._replace(path="/postgres")))
+    async with login_role(pg_dsn, "qr_read_only") as role:
+        admin = await asyncpg.connect(pg_dsn)
         try:
-            await outside.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role
-            )
-            await outside.execute(f"DROP ROLE IF EXISTS {role}")
+            await admin.execute(f'GRANT CONNECT ON DATABASE "{database}" TO "{role}"')
+            await admin.execute(f'GRANT USAGE ON SCHEMA public TO "{role}"')
+            await admin.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
         finally:
-            await outside.close()
+            await admin.close()
+        yield as_role(pg_dsn, role)
 
 
 async def test_a_write_the_database_refuses_is_not_done_never_done_nor_unreadable(

@@ -9,7 +9,6 @@ import asyncio
 import json
 import random
 import sys
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,12 +19,11 @@ from tests.support.invariants import (
     Seeded,
     check_invariants,
     count_expired_leases,
-    dead_letter_through,
-    declare_dead_letter_queues,
+    random_projects,
     reaper_env,
     run_reaper,
+    seed_dead_letter_queues,
     seed_expired_leases,
-    wait_for_depths,
     wait_for_no_reaper_backends,
 )
 from tests.support.services import BrokerUnderTest, on_one_broker
@@ -50,13 +48,9 @@ async def test_four_reapers_and_a_host_writer_share_every_stream(
     config_dir.mkdir()
     env = reaper_env(broker, pg_dsn, config_dir)
     seeded = Seeded()
-    projects = [uuid.UUID(int=rng.getrandbits(128), version=4) for _ in range(PROJECTS)]
+    projects = random_projects(rng, PROJECTS)
     await seed_expired_leases([pg_dsn], seeded, LEASES, projects, rng, now=datetime.now(UTC))
-    declare_dead_letter_queues(broker, "vibey.shared.dead", "vibey.shared")
-    dead_letter_through(
-        broker, seeded, DEAD_LETTERS, dlq="vibey.shared.dead", origin="vibey.shared", tag="host"
-    )
-    await wait_for_depths(broker, {q: len(b) for q, b in seeded.dead_letters.items()})
+    await seed_dead_letter_queues(broker, seeded, {"vibey.shared": DEAD_LETTERS}, tag="host")
 
     host = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -39,6 +39,7 @@ import asyncpg
 import pytest
 
 from reaper.jobqueue.lease_reap import BATCH_MAX
+from tests.support.cli import recorded_lease_moves
 from tests.support.invariants import (
     FOREIGN_DLQ,
     OWNED_DLQ,
@@ -422,11 +423,7 @@ def unknown_moves(run: Run) -> int:
 
 def recorded_moves(run: Run) -> int:
     assert run.report is not None
-    return sum(
-        1
-        for v in run.report["verdicts"]
-        if v["source"] == "job_queue" and v["action"] in ("requeue", "park") and v["recorded"]
-    )
+    return recorded_lease_moves(run.report)
 
 
 # --------------------------------------------------------------------------- PostgreSQL

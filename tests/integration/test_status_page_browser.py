@@ -34,10 +34,10 @@ from tests.support.dead_letters import (
     DLQ,
     dead_letter_through,
     parked_after_passes,
-    read_all,
     settings_for,
     wait_for_depth,
 )
+from tests.support.invariants import read_bodies
 from tests.support.services import BrokerUnderTest, on_one_broker
 from tests.support.store import insert_jobs, leased
 
@@ -198,4 +198,4 @@ async def test_the_status_page_shows_what_waits_in_a_real_browser(
     assert "Last passes" in dom
     assert registry.get_sample_value("reaper_gates_open", {"kind": "bus_dead_lettered"}) == 0
     # the page says the queue may be cleared; the reaper never clears it
-    assert len(read_all(broker, DLQ)) == 2
+    assert len(read_bodies(broker, DLQ)) == 2

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import reaper.jobqueue.lease_reap as lease_reap
-from reaper.core.canonical import canonical_json, canonical_payload
+from reaper.core.canonical import canonical_json
 from reaper.core.domain import (
     EVENT_KIND,
     GATE_DELIVERY_EXHAUSTED,
@@ -264,7 +264,7 @@ _number = st.one_of(
     unit=st.sampled_from(Unit),
     action=st.sampled_from(Action),
 )
-def test_the_fast_canonical_payload_is_the_canonical_json(
+def test_a_verdicts_canonical_json_is_its_payload_sorted_and_compact(
     obj: str,
     queue: str | None,
     detail: str,
@@ -289,7 +289,7 @@ def test_the_fast_canonical_payload_is_the_canonical_json(
     expected = json.dumps(
         verdict.payload(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
-    assert canonical_payload(verdict) == canonical_json(verdict.payload()) == expected
+    assert canonical_json(verdict.payload()) == expected
 
 
 async def test_every_session_of_the_store_plans_each_statement_for_its_own_parameters(

@@ -56,10 +56,16 @@ def broker_user(
             admin.delete(f"/api/users/{quote(name, safe='')}")
 
 
+def as_role(pg_dsn: str, role: str) -> str:
+    """``pg_dsn`` logging in as ``role`` rather than as the tests' superuser."""
+    return pg_dsn.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
+
+
 @asynccontextmanager
 async def login_role(pg_dsn: str, prefix: str) -> AsyncIterator[str]:
     """A login role named ``prefix_<random>`` holding nothing; afterwards what it was granted
-    or came to own in ``pg_dsn``'s database is dropped, then the role."""
+    or came to own in ``pg_dsn``'s database is dropped, its sessions still open are ended,
+    then the role is dropped."""
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(PG_ADMIN_DSN)
     try:
@@ -73,5 +79,8 @@ async def login_role(pg_dsn: str, prefix: str) -> AsyncIterator[str]:
             finally:
                 await conn.close()
     finally:
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", name
+        )
         await admin.execute(f'DROP ROLE IF EXISTS "{name}"')
         await admin.close()

@@ -180,3 +180,24 @@ def assert_ok_but_for_what_the_version_does_not_enforce(
     )
     unbounded = {f["subject"] for f in report["findings"] if f["condition"] == "unbounded"}
     assert set(classic["queues_failing"]) <= unbounded, report["findings"]
+
+
+def recorded_lease_moves(report: Mapping[str, Any]) -> int:
+    """How many lease moves ``report`` counts as recorded (committed with their events): by its
+    counts, which the pass knows even when PostgreSQL is gone and the moves cannot be listed
+    back; when it lists them, the listing agrees, and when it cannot, one line says how many
+    and the ``reaper events`` command that lists them."""
+    counted = report["lease_reap"]
+    recorded = counted["moved"] if counted["recorded"] else 0
+    listed = sum(
+        1
+        for v in report["verdicts"]
+        if v["source"] == "job_queue" and v["action"] in ("requeue", "park") and v["recorded"]
+    )
+    if counted["listed"]:
+        assert listed == recorded and counted["unlisted"] is None, counted
+    else:
+        assert listed <= recorded, counted
+        assert not recorded or f"{recorded} lease move(s) committed" in counted["unlisted"]
+        assert not recorded or "reaper events --kind QueueReaped" in counted["unlisted"]
+    return int(recorded)

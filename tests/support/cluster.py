@@ -20,7 +20,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.support.services import ADMIN_TLS, BROKER_PASSWORD, BROKER_USER, SCRIPTS
+from tests.support.services import ADMIN_TLS, BROKER_PASSWORD, BROKER_USER, SCRIPTS, OnOwnVhost
 
 #: The three-node RabbitMQ 4.3 cluster (``scripts/services`` brings it up, ``scripts/cluster``
 #: stops and starts its nodes): each node's management API and AMQP port. All are required.
@@ -36,7 +36,7 @@ CLUSTER_NODE_SECONDS = 120
 
 
 @dataclass(frozen=True)
-class ClusterUnderTest:
+class ClusterUnderTest(OnOwnVhost):
     """The three-node cluster, with a vhost of this test's own, and the one way a test stops
     a node: :meth:`node_stopped`, which always starts it again and waits for the cluster to be
     whole before it returns."""
@@ -46,10 +46,6 @@ class ClusterUnderTest:
     amqp_ports: dict[str, int]
     username: str = BROKER_USER
     password: str = BROKER_PASSWORD
-
-    @property
-    def vhost_path(self) -> str:
-        return quote(self.vhost, safe="")
 
     @staticmethod
     def node_name(node: str) -> str:

@@ -9,7 +9,6 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 
@@ -22,6 +21,7 @@ from reaper.jobqueue.port import GateFilter
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.reap.result import PassResult
 from reaper.reap.run import reap_once
+from tests.support.invariants.seed_broker import queue_path
 from tests.support.services import STATS_INTERVAL_SECONDS, BrokerUnderTest, poll_until
 
 ORIGIN = "vibey.jobs"
@@ -65,10 +65,6 @@ def settings_for(broker: BrokerUnderTest, pg_dsn: str, config_dir: Path) -> Sett
     return load_config(None, environ=environ).settings
 
 
-def queue_path(broker: BrokerUnderTest, name: str) -> str:
-    return f"/api/queues/{broker.vhost_path}/{quote(name, safe='')}"
-
-
 def dead_letter_through(
     broker: BrokerUnderTest, dlq: str, bodies: list[str], *, origin: str = ORIGIN
 ) -> None:
@@ -87,18 +83,6 @@ def dead_letter_through(
         )
         got.raise_for_status()
         assert len(got.json()) == len(bodies)
-
-
-def read_all(broker: BrokerUnderTest, queue: str, count: int = 100) -> list[dict[str, Any]]:
-    """Every message, put back (``reject_requeue_true``)."""
-    with broker.admin() as admin:
-        r = admin.post(
-            f"{queue_path(broker, queue)}/get",
-            json={"count": count, "ackmode": "reject_requeue_true", "encoding": "auto"},
-        )
-        r.raise_for_status()
-        messages: list[dict[str, Any]] = r.json()
-        return messages
 
 
 def depth(broker: BrokerUnderTest, queue: str) -> int | None:

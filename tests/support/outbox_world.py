@@ -35,6 +35,8 @@ import os
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -393,6 +395,23 @@ class Worker:
         channel.basic_qos(prefetch_count=1)
         return connection, channel
 
+    @contextmanager
+    def _attached(self) -> Iterator[tuple[BlockingConnection, BlockingChannel, _ThreadDatabase]]:
+        """A consumer's connection and channel and its own database connection, each closed
+        afterwards (the database first; closing the broker's connection with a delivery
+        unacknowledged is a death: the broker puts the message back)."""
+        connection, channel = self._open()
+        db = _ThreadDatabase(self.world.dsn)
+        try:
+            yield connection, channel, db
+        finally:
+            db.close()
+            connection.close()
+
+    def _deliveries(self, channel: BlockingChannel) -> Iterator[Any]:
+        """The work queue's deliveries, ``(None, None, None)`` after a quiet moment."""
+        return channel.consume(self.world.queue.name, inactivity_timeout=INACTIVITY_SECONDS)
+
     def _claim(self, db: _ThreadDatabase, d: Delivery) -> Claim | None:
         row = db.fetchrow(
             FENCED_CLAIM, d.job_id, d.project_id, d.dispatch_seq, self.name, self.lease_seconds
@@ -429,13 +448,9 @@ class Worker:
         the job and acks; a miss acks the message unread (a fenced drop); a body that is no
         dispatch pointer is rejected without requeue (ADR-0044 §3). Fails after ``seconds``."""
         handled: list[Delivery] = []
-        connection, channel = self._open()
-        db = _ThreadDatabase(self.world.dsn)
-        try:
+        with self._attached() as (_, channel, db):
             deadline = time.monotonic() + seconds
-            for method, properties, body in channel.consume(
-                self.world.queue.name, inactivity_timeout=INACTIVITY_SECONDS
-            ):
+            for method, properties, body in self._deliveries(channel):
                 if method is not None:
                     d = _delivery(method, properties, body)
                     if d is None:
@@ -456,22 +471,15 @@ class Worker:
                         f"{self.name}: {len(handled)} of {deliveries} deliveries in {seconds} s"
                     )
             channel.cancel()
-        finally:
-            db.close()
-            connection.close()
         return handled
 
     def die_holding_lease(self, seconds: float = 30.0) -> Claim:
         """Take one delivery, claim its job (the claim must hit), hold the lease until the
         database's clock says it has expired, then die: the connection closes with the
         delivery unacknowledged, and the broker puts the message back."""
-        connection, channel = self._open()
-        db = _ThreadDatabase(self.world.dsn)
-        try:
+        with self._attached() as (connection, channel, db):  # closing it dies: no ack, no nack
             deadline = time.monotonic() + seconds
-            for method, properties, body in channel.consume(
-                self.world.queue.name, inactivity_timeout=INACTIVITY_SECONDS
-            ):
+            for method, properties, body in self._deliveries(channel):
                 if time.monotonic() > deadline:
                     raise AssertionError(f"{self.name}: no delivery in {seconds} s")
                 if method is None:
@@ -487,9 +495,6 @@ class Worker:
                 if time.monotonic() > deadline:
                     raise AssertionError(f"{self.name}: lease still live after {seconds} s")
                 connection.sleep(0.1)  # keeps the connection serviced while it holds on
-        finally:
-            db.close()
-            connection.close()  # dies: no ack, no nack
         return claim
 
     def die_on_every_delivery(self, dead_letters: int, seconds: float = 30.0) -> list[Delivery]:
@@ -509,9 +514,7 @@ class Worker:
                 )
             connection, channel = self._open()
             try:
-                method, properties, body = next(
-                    channel.consume(self.world.queue.name, inactivity_timeout=INACTIVITY_SECONDS)
-                )
+                method, properties, body = next(self._deliveries(channel))
                 if method is None:
                     # nothing came back within a moment: has the broker dead-lettered it all?
                     probe = connection.channel()

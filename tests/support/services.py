@@ -95,12 +95,14 @@ on_one_broker = pytest.mark.parametrize(
 
 
 @contextlib.asynccontextmanager
-async def cloned_database(template: str) -> AsyncIterator[str]:
-    """The DSN of a fresh copy of ``template``, dropped afterwards."""
-    name = f"qr_test_{uuid.uuid4().hex[:12]}"
+async def cloned_database(template: str | None, prefix: str = "qr_test") -> AsyncIterator[str]:
+    """The DSN of a fresh copy of ``template`` (of PostgreSQL's empty template if None) named
+    ``prefix_<random>``, dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(PG_ADMIN_DSN)
     try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        copied = "" if template is None else f' TEMPLATE "{template}"'
+        await admin.execute(f'CREATE DATABASE "{name}"{copied}')
         yield dsn_for(name)
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -117,8 +119,19 @@ def open_vhost(admin: httpx.Client, vhost_path: str) -> None:
     ).raise_for_status()
 
 
+class OnOwnVhost:
+    """A broker or a cluster reached on a vhost of the test's own, ``vhost``."""
+
+    vhost: str
+
+    @property
+    def vhost_path(self) -> str:
+        """``vhost`` as it stands in a management API path."""
+        return quote(self.vhost, safe="")
+
+
 @dataclass(frozen=True)
-class BrokerUnderTest:
+class BrokerUnderTest(OnOwnVhost):
     """One real broker, with a vhost of this test's own."""
 
     version: str  # a key of BROKERS: "3.10", "4.0" or "4.3"
@@ -126,10 +139,6 @@ class BrokerUnderTest:
     vhost: str
     username: str = BROKER_USER
     password: str = BROKER_PASSWORD
-
-    @property
-    def vhost_path(self) -> str:
-        return quote(self.vhost, safe="")
 
     @property
     def amqp_port(self) -> int:

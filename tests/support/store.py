@@ -5,8 +5,6 @@ Jobs go in with COPY, so seeding thousands of rows costs milliseconds.
 
 from __future__ import annotations
 
-import json
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -17,7 +15,7 @@ from typing import Any
 import asyncpg
 
 from reaper.core.domain import Dispatch, HeldLease
-from reaper.jobqueue.port import JobQueue
+from reaper.jobqueue.port import JobQueue, LeaseReapRun
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
 
@@ -95,6 +93,35 @@ def leased(
     )
 
 
+#: ``$1`` jobs spread over the projects ``00000000-0000-4000-8000-<n>`` for ``n`` below ``$2``,
+#: each leased by ``worker-<g % 13>`` until up to an hour before ``$3``, with 1 to 6 of its 7
+#: attempts spent; every ``$4``-th has spent all 7 (none when ``$4`` is null).
+_EXPIRED_LEASES = """
+INSERT INTO job (id, project_id, kind, phase, state, run_after, attempts, max_attempts,
+                 lease_owner, lease_expires_at, created_at, updated_at)
+SELECT gen_random_uuid(),
+       ('00000000-0000-4000-8000-' || lpad(to_hex(g % $2), 12, '0'))::uuid,
+       'build', 'build', 'leased', $3::timestamptz - interval '2 hours',
+       CASE WHEN g % $4::int = 0 THEN 7 ELSE 1 + g % 6 END, 7,
+       'worker-' || (g % 13), $3::timestamptz - (g % 3600 + 1) * interval '1 second',
+       $3::timestamptz - interval '1 day', $3::timestamptz - interval '1 day'
+FROM generate_series(1, $1::int) AS g
+"""
+
+
+async def insert_expired_leases(
+    conn: asyncpg.Connection,
+    count: int,
+    projects: int,
+    before: datetime,
+    *,
+    poison_every: int | None = None,
+) -> None:
+    """``count`` expired leases in ``projects`` projects, generated in the database (fast for
+    tens of thousands); every ``poison_every``-th on its last attempt, none if not given."""
+    await conn.execute(_EXPIRED_LEASES, count, projects, before, poison_every)
+
+
 async def insert_jobs(dsn_or_conn: str | asyncpg.Connection, jobs: Iterable[Job]) -> None:
     records = [j.record() for j in jobs]
     conn = await asyncpg.connect(dsn_or_conn) if isinstance(dsn_or_conn, str) else dsn_or_conn
@@ -131,8 +158,8 @@ def lease_of(job: Job) -> HeldLease:
 
 @dataclass(frozen=True)
 class Reaped:
-    """What one lease reap moved, by job, each sorted (read off what the store handed its
-    ``keep``), and the rows it named."""
+    """What one lease reap moved, by job, each sorted (read back from the ledger), and the
+    rows it named."""
 
     requeued: tuple[uuid.UUID, ...] = ()
     parked: tuple[uuid.UUID, ...] = ()
@@ -147,22 +174,15 @@ async def reap_page(
     dispatch: Dispatch = Dispatch.POLLING,
     grace: int = 0,
 ) -> Reaped:
-    """The pass's lease reap, whole, no budget: what it moved and what it named."""
-    kept: list[str] = []
-    done = await store.reap_leases(
-        now,
-        grace,
-        project_id=project_id,
-        dispatch=dispatch,
-        write=True,
-        deadline=float("inf"),
-        keep=lambda moves, _recorded: kept.append(moves),
-        monotonic=time.monotonic,
-    )
-    moves = [json.loads(m[36:]) for batch in kept for m in batch.split("\x1e")]
+    """The pass's lease reap, whole, no budget: what it moved (read back from the ledger by
+    the runs of events it appended, as the pass's report reads them) and what it named."""
+    run = LeaseReapRun(now, grace, project_id, dispatch, True)
+    done = await store.reap_leases(run)
+    moves = [v async for v in store.lease_listing(run, done)]
+    assert len(moves) == done.moved, (len(moves), done.moved)  # each move read back once
     return Reaped(  # sorted: lanes end in no set order
-        requeued=tuple(sorted(uuid.UUID(m["object"]) for m in moves if m["action"] == "requeue")),
-        parked=tuple(sorted(uuid.UUID(m["object"]) for m in moves if m["action"] == "park")),
+        requeued=tuple(sorted(uuid.UUID(m.object) for m in moves if m.action == "requeue")),
+        parked=tuple(sorted(uuid.UUID(m.object) for m in moves if m.action == "park")),
         failed=tuple(done.failed),
     )
 

@@ -1,8 +1,9 @@
 """The package's rooms keep their doors (``docs/architecture.md``): what each may import, no
 import cycle, no import hidden inside a function, each driver imported in one module only, and
-no ``Any`` in the ports. Its prose stays short and current: no module, function or docstring
-too long to read in one sitting, no reference to a module that does not exist, and every module
-named in ``docs/architecture.md``."""
+no ``Any`` in the ports. Each module says in one sentence what it is, and no two say the same;
+its prose stays short and current: no function or docstring too long to read in one sitting,
+no reference to a module that does not exist, and every room named in ``docs/architecture.md``.
+"""
 
 from __future__ import annotations
 
@@ -18,20 +19,15 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "reaper"
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
-#: What a newcomer reads in one sitting: a module, a function, a docstring (the why, once; the
-#: rest is prose in ``docs/``).
-MODULE_LINES = 450
+#: What a newcomer reads in one sitting: a function, a docstring (the why, once; the rest is
+#: prose in ``docs/``).
 FUNCTION_LINES = 80
 DOCSTRING_LINES = 12
-#: The job-queue room keeps what a pass reads and writes: this many lines at most, its SQL too.
-#: 3,000 until the database seam gained ``-v``'s session lines and the names of unreadable TLS
-#: files; a count is a stand-in for the concept check the rooms are meant to have.
-#: 3,050 as well once the lease reap became PostgreSQL's (lease_reap.py and its SQL) and the
-#: per-lease path it replaced went (issue 39): 2,985 then. 3,450 once the store answers gates
-#: itself (the desk's answers and reads, about 600 lines with their SQL, moved in, and the desk
-#: room and the store's binding layer went; which dispatch is in force moved down from the
-#: pass, for the gates' answers too): 3,432 then.
-JOBQUEUE_LINES = 3_450
+#: A module is cut where its concept ends, which its docstring's first line names; past this
+#: many lines it likely holds two. A backstop for the concept check, not a size to trim to.
+CONCEPT_LINES = 500
+#: The first line of a module's docstring as written (``"""`` included), like any line.
+FIRST_LINE_CHARS = 100
 
 #: Each room, and the rooms it may import (itself always). The pure core imports nothing of
 #: the package; the adapters import the core; the pass imports the adapters; the demo is a use
@@ -236,17 +232,100 @@ def docstrings(tree: ast.Module) -> Iterator[tuple[str, ast.Expr, str]]:
                 yield getattr(node, "name", "<module>"), first, first.value.value
 
 
-def test_no_module_is_too_long_to_read_in_one_sitting() -> None:
-    long = {path: n for path, text, _ in sources() if (n := len(text.splitlines())) > MODULE_LINES}
+def first_line(tree: ast.Module) -> tuple[str | None, str | None]:
+    """A module's docstring's first line, and what is wrong with it as the one sentence that
+    names what the module is (None when nothing is)."""
+    doc = ast.get_docstring(tree, clean=False)
+    if not doc or not doc.strip():
+        return None, "no docstring"
+    lines = doc.lstrip("\n").splitlines()
+    first = lines[0].strip()
+    if not first.endswith("."):
+        return first, "its first line is not a sentence ending with a period"
+    if re.search(r"(?<!\be\.g)(?<!\bi\.e)[.?!]\s", first):
+        return first, "its first line holds more than one sentence"
+    if len(lines) > 1 and lines[1].strip():
+        return first, "its first sentence runs past its first line (a blank line follows it)"
+    if len('"""' + first) > FIRST_LINE_CHARS:
+        return first, f"its first line is over {FIRST_LINE_CHARS} characters"
+    return first, None
+
+
+def test_every_module_says_in_one_sentence_what_it_is() -> None:
+    wrong = {
+        path: f"{why}: {first!r}"
+        for path, _, tree in sources()
+        for first, why in [first_line(tree)]
+        if why is not None
+    }
+    assert wrong == {}
+
+
+def test_no_two_modules_say_they_are_the_same_thing() -> None:
+    said: dict[str, list[str]] = {}
+    for path, _, tree in sources():
+        first, _ = first_line(tree)
+        if first is not None:
+            said.setdefault(first, []).append(path)
+    assert {first: paths for first, paths in said.items() if len(paths) > 1} == {}
+
+
+def test_no_module_is_likely_to_hold_two_concepts() -> None:
+    long = {
+        path: (
+            f"{n} lines: over {CONCEPT_LINES}, it likely holds two concepts; split it where one "
+            "ends, each part named by its docstring's first line (a backstop, not a size to "
+            "trim to)"
+        )
+        for path, text, _ in sources()
+        if (n := len(text.splitlines())) > CONCEPT_LINES
+    }
     assert long == {}
 
 
-def test_the_job_queue_room_holds_only_what_a_pass_reads_and_writes() -> None:
-    room = PACKAGE / "jobqueue"
-    files = [p for p in room.rglob("*") if p.suffix in (".py", ".sql")]
-    lines = sum(len(p.read_text().splitlines()) for p in files)
-    assert any(p.suffix == ".sql" for p in files)
-    assert lines <= JOBQUEUE_LINES, f"reaper/jobqueue/ is {lines} lines with its SQL"
+#: Public names that nothing of the package uses, on purpose: entry points and what a host's
+#: code or tests import (``reaper``'s public face is imported under ``TYPE_CHECKING`` and needs
+#: no entry).
+USED_FROM_OUTSIDE = {
+    # the in-memory job queue a host's tests, and this project's, run above the store
+    "reaper/testing/memory.py: MemoryJobQueue",
+    # the lease reap's rulings read without a write, which only its integration tests ask
+    # (tests/integration/test_store_leases.py, test_lease_pages.py): to leave the package
+    "reaper/jobqueue/lease_reap.py: lease_rulings",
+}
+
+
+def test_every_public_function_and_class_is_used_in_the_package() -> None:
+    """Dead code goes: a public top-level function or class that nothing of ``reaper/`` uses
+    but its own definition (tests alone do not count) is flagged. A use is a name or an
+    attribute of that name anywhere else in the package, so a name shared with another is
+    taken as used: the check never flags what lives."""
+    trees = [(path, tree) for path, _, tree in sources()]
+    used: dict[str, list[tuple[str, int]]] = {}
+    for path, tree in trees:
+        for node in ast.walk(tree):
+            name = (
+                node.id
+                if isinstance(node, ast.Name)
+                else node.attr
+                if isinstance(node, ast.Attribute)
+                else None
+            )
+            if name is not None:
+                used.setdefault(name, []).append((path, node.lineno))
+    unused = sorted(
+        f"{path}: {node.name}"
+        for path, tree in trees
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        and not node.name.startswith("_")
+        and not any(
+            not (where == path and node.lineno <= line <= (node.end_lineno or node.lineno))
+            for where, line in used.get(node.name, ())
+        )
+    )
+    assert [u for u in unused if u not in USED_FROM_OUTSIDE] == []
+    assert sorted(USED_FROM_OUTSIDE - set(unused)) == []  # an entry no longer needed goes
 
 
 def test_no_function_is_too_long_to_read_in_one_sitting() -> None:
@@ -339,45 +418,28 @@ def test_no_docstring_or_comment_names_a_module_that_does_not_exist() -> None:
     assert dangling == []
 
 
-def rooms_in_the_doc() -> dict[str, str]:
-    """The table of ``docs/architecture.md``'s rooms: each room (``reaper/core/``, and
-    ``reaper/`` for the top level) and the text of its row."""
-    rows: dict[str, str] = {}
-    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
-        match = re.match(r"\| `(reaper/(?:\w+/)?)` \|(.*)", line)
-        if match:
-            rows[match.group(1)] = match.group(2)
-    return rows
-
-
-def room_and_name(path: Path) -> tuple[str, str | None]:
-    """How the doc names a module: in its room's row, by its path from the room (a package by
-    its folder, ``dead_letters/``); a room's own ``__init__.py`` is the row itself (None)."""
-    parts = path.relative_to(PACKAGE).parts
-    if len(parts) == 1:
-        return "reaper/", parts[0]
-    room, inner = f"reaper/{parts[0]}/", Path(*parts[1:])
-    if inner.name != "__init__.py":
-        return room, inner.as_posix()
-    return room, None if inner.parent == Path(".") else f"{inner.parent.as_posix()}/"
-
-
-def test_the_architecture_names_every_module_in_its_room() -> None:
-    rows = rooms_in_the_doc()
+def test_the_architecture_names_every_room() -> None:
+    doc = ARCHITECTURE.read_text(encoding="utf-8")
     unnamed = sorted(
-        path.relative_to(PACKAGE.parent).as_posix()
-        for path in PACKAGE.rglob("*.py")
-        for room, name in [room_and_name(path)]
-        if room not in rows or (name is not None and f"`{name}`" not in rows[room])
+        room
+        for room in ROOMS
+        for name in [room.removeprefix("reaper.")]
+        if f"`{name}/`" not in doc and f"`{name}.py`" not in doc
     )
     assert unnamed == []
 
 
+#: A path the doc gives to something of the package: ``reaper/x/y.py``, or from its room,
+#: ``jobqueue/port.py``, ``core/dead_letters/`` (a path with a wildcard names a pattern).
+_DOC_PATH = re.compile(r"(?<![\w/.*-])((?:[a-z_]+/)+(?:[a-z_0-9]+\.(?:py|sql)\b)?)(?![\w*])")
+
+
 def test_the_architecture_names_no_module_that_does_not_exist() -> None:
+    rooms = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     missing = sorted(
-        f"{room}{name}"
-        for room, row in rooms_in_the_doc().items()
-        for name in re.findall(r"`([\w/]+\.py)`", row)
-        if not (PACKAGE.parent / room / name).is_file()
+        found
+        for found in set(_DOC_PATH.findall(ARCHITECTURE.read_text(encoding="utf-8")))
+        for inside in [found.removeprefix("reaper/")]
+        if inside.split("/")[0] in rooms and not (PACKAGE / inside).exists()
     )
     assert missing == []

@@ -20,6 +20,7 @@ from reaper.edges.arguments import _subcommands, build_parser
 from reaper.edges.cli import main
 from reaper.gates.ids import gate_kind
 from tests.support.cli import Cli
+from tests.support.verdicts import stale_queue
 
 
 @pytest.fixture(autouse=True)
@@ -197,31 +198,14 @@ def test_a_worker_logging_at_info_gets_one_reaper_line_per_pass(
 ) -> None:
     from datetime import UTC, datetime
 
-    from reaper.core.domain import Action, Condition, Source, Unit, Verdict
     from reaper.edges import hook
-    from reaper.reap.lease_log import VerdictLog
     from reaper.reap.progress import RecordedVerdict, Unreadable
     from reaper.reap.result import PassResult
 
     now = datetime(2026, 12, 1, tzinfo=UTC)
-    stuck = [
-        RecordedVerdict(
-            Verdict(
-                Source.BROKER,
-                f"q{n}",
-                Condition.STALE_READY,
-                2000,
-                900,
-                Unit.SECONDS,
-                Action.SURFACE,
-                queue=f"q{n}",
-            ),
-            True,
-        )
-        for n in range(5)
-    ]
+    stuck = [RecordedVerdict(stale_queue(f"q{n}", trusted=True), True) for n in range(5)]
     result = PassResult(
-        False, now, now, None, VerdictLog(others=stuck), unreadable=(Unreadable("broker", "down"),)
+        False, now, now, None, tuple(stuck), unreadable=(Unreadable("broker", "down"),)
     )
     caplog.set_level(logging.INFO)
     hook.QueueReaper._log(result, None)

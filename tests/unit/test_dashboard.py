@@ -29,7 +29,6 @@ from reaper.gates.board import GateBoard
 from reaper.jobqueue.port import GateCount
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome, DeadLettersOutcome
-from reaper.reap.lease_log import VerdictLog
 from reaper.reap.policies import PoliciesOutcome
 from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
@@ -70,8 +69,8 @@ def every_series_pass() -> PassResult:
             20,
             nodes=(BrokerNode("qr1@h", True), BrokerNode("qr2@h", False)),
         ),
-        verdicts=VerdictLog(
-            others=(
+        verdicts=(
+            (
                 rv(Action.REQUEUE, Condition.LEASE_EXPIRED),
                 rv(Action.PARK, Condition.POISON),
                 rv(Action.SURFACE, Condition.STALE_READY),

@@ -51,7 +51,7 @@ def test_a_dead_letter_exchange_policy_key_counts_and_a_foreign_or_classic_queue
         quorum("vibey.jobs.c"), policy="ops-dlx", effective_policy={"dead-letter-exchange": "dlx"}
     )
     foreign = quorum("celery")
-    classic = QueueStats("/", "vibey.webhooks", "classic", 0, 0, 1)
+    classic = queue_stats("vibey.webhooks", "classic", consumers=1)
     got = quorum_policy("4.0.5", [by_policy, foreign, classic])
     assert got["definition"].get("delivery-limit") == 20 and got["withheld"] == ()
 

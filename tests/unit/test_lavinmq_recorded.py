@@ -26,9 +26,7 @@ from reaper.core.domain import (
     Condition,
     Measurements,
     QueueStats,
-    Source,
     Thresholds,
-    Unit,
     Verdict,
 )
 from reaper.core.judge import judge
@@ -41,12 +39,12 @@ from reaper.policies.reconcile import plan
 from reaper.policies.render import render
 from reaper.policies.verify import PolicyReason
 from reaper.reap.dead_letters import DeadLetterOutcome, _remainder
-from reaper.reap.lease_log import VerdictLog
 from reaper.reap.pass_config import PassConfig
 from reaper.reap.policies import PoliciesOutcome
 from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
 from tests.support.lavinmq_recorded import VHOST, RecordedLavinMQ, load, project
+from tests.support.verdicts import broker_finding
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 12, 1, 20, 33, tzinfo=UTC)
@@ -499,15 +497,8 @@ async def test_the_limited_queues_unread_letters_are_never_promised_to_the_next_
     listed = {q.name: q for q in await client.list_queues()}
     limited = read_plan(listed["vibey.lim"], FACTS, 100)
     assert limited.blocked is not None
-    found = Verdict(
-        source=Source.BROKER,
-        object="vibey.lim",
-        condition=Condition.DEAD_LETTER,
-        measured=0,
-        threshold=1,
-        unit=Unit.MESSAGES,
-        action=Action.PARK,
-        queue="vibey.lim",
+    found = broker_finding(
+        "vibey.lim", Condition.DEAD_LETTER, 0, threshold=1, action=Action.PARK, trusted=True
     )
     outcome = DeadLetterOutcome("vibey.lim", 1, 0, 0, 1, limited.blocked)
     (remainder,) = _remainder(found, outcome, PassConfig.of(Settings()))
@@ -561,7 +552,7 @@ async def test_the_report_says_how_many_queues_the_policy_bounds_and_groups_one_
         started_at=T0,
         finished_at=T0,
         broker=FACTS,
-        verdicts=VerdictLog(others=tuple(RecordedVerdict(v, True) for v in verdicts)),
+        verdicts=tuple(tuple(RecordedVerdict(v, True) for v in verdicts)),
         policies=PoliciesOutcome(tuple(planned.outcomes)),
     )
     lines = render_text(result).splitlines()

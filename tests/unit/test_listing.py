@@ -3,9 +3,12 @@ the same verdicts and notes, the same inventory, the same policy outcomes, whate
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -19,10 +22,35 @@ from reaper.policies.outcome import PolicyState, outcome
 from reaper.policies.reconcile import QueuesRead
 from reaper.policies.render import DesiredPolicy, render
 from reaper.policies.verify import check_queues
-from reaper.reap.listing import Listing, fold_pages
+from reaper.reap.listing import Listing, read_listing
 from tests.support.brokers import RABBITMQ_40, RABBITMQ_43, RABBITMQ_310
+from tests.support.queues import queue_stats
 
 folded = settings(deadline=None, max_examples=150)
+
+
+class _Paged:
+    """A broker's queue listing in these pages, as a pass reads them a page at a time."""
+
+    def __init__(self, pages: Sequence[list[QueueStats]]) -> None:
+        self.pages = pages
+
+    async def queue_pages(self, vhost: str | None = None) -> AsyncIterator[list[QueueStats]]:
+        for page in self.pages:
+            yield page
+
+
+def fold_pages(
+    pages: Sequence[list[QueueStats]],
+    facts: BrokerFacts,
+    thresholds: Thresholds,
+    *,
+    desired: list[DesiredPolicy] | None,
+) -> Listing:
+    """The listing a pass reads from a broker that lists ``pages``."""
+    broker: Any = _Paged(pages)
+    return asyncio.run(read_listing(broker, None, facts, thresholds, desired=desired))
+
 
 THRESHOLDS = Thresholds()
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
@@ -150,13 +178,8 @@ def test_a_quiet_queue_is_counted_and_not_kept() -> None:
     facts = RABBITMQ_40
     desired = render(load_declarations(), PARAMS, facts, None)
     (quorum,) = [d for d in desired if d.queue_type == "quorum" and "dead" not in d.name]
-    quiet = QueueStats(
-        vhost="/",
-        name="vibey.jobs.p1",
-        type="quorum",
-        messages_ready=0,
-        messages_unacknowledged=0,
-        consumers=0,
+    quiet = queue_stats(
+        "vibey.jobs.p1",
         policy=quorum.name,
         effective_policy=dict(quorum.definition),
         arguments={"x-dead-letter-exchange": "vibey.dlx"},

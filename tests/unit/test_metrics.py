@@ -16,16 +16,16 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from reaper.core.domain import Action, ClaimableHead, Condition, QueueStats, Source, Unit, Verdict
+from reaper.core.domain import Action, ClaimableHead, Condition, Source, Unit, Verdict
 from reaper.edges.metrics import MetricsExportError, ReaperMetrics
 from reaper.policies.reconcile import PolicyOutcome
 from reaper.reap.dead_letters import DeadLetterOutcome, DeadLettersOutcome
-from reaper.reap.lease_log import VerdictLog
 from reaper.reap.policies import PoliciesOutcome
 from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
 from reaper.version import __version__
 from tests.support.brokers import RABBITMQ_40
+from tests.support.queues import queue_stats
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 PROJECT_A = UUID("11111111-1111-1111-1111-111111111111")
@@ -69,8 +69,8 @@ def a_pass(**changes: object) -> PassResult:
         started_at=NOW,
         finished_at=NOW + timedelta(seconds=1.5),
         broker=RABBITMQ_40,
-        verdicts=VerdictLog(
-            others=(
+        verdicts=(
+            (
                 verdict(
                     jq,
                     Condition.LEASE_EXPIRED,
@@ -118,7 +118,7 @@ def a_pass(**changes: object) -> PassResult:
                 DeadLetterOutcome("vibey.q.dlq", 7, 0, 0, 7, "delivery limit would drop"),
             )
         ),
-        queues=(QueueStats("/", "vibey.work", "quorum", 0, 3, 0),),
+        queues=(queue_stats("vibey.work", unacked=3),),
         claimable=(
             ClaimableHead(PROJECT_A, JOB_IDS[3], "build", NOW - timedelta(seconds=1200)),
             ClaimableHead(PROJECT_B, uuid4(), "test", NOW - timedelta(seconds=30)),
@@ -296,7 +296,7 @@ def test_an_unreadable_source_is_down_and_concludes_nothing(
     metrics.observe(
         a_pass(
             unreadable=(Unreadable("broker", "connection refused"),),
-            verdicts=VerdictLog(others=a_pass().verdicts[:5]),
+            verdicts=tuple(a_pass().verdicts[:5]),
             broker=None,
         )
     )

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reaper.core.domain import Condition, Measurements, QueueStats, Thresholds
+from reaper.core.domain import Condition, Measurements, Thresholds
 from reaper.core.judge import judge
 from reaper.core.observation import (
     ChannelStats,
@@ -19,6 +19,7 @@ from reaper.core.observation import (
     Watch,
     observe,
 )
+from tests.support.queues import queue_stats
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 OWNED = frozenset({"vibey.jobs"})
@@ -140,7 +141,7 @@ def test_the_judge_surfaces_a_hold_past_the_longest_lease_on_each_owned_queue() 
         unacked=1,
         at=T0 + timedelta(seconds=7201),
     )
-    queue = QueueStats("/", "vibey.jobs", "classic", 0, 1, 1)
+    queue = queue_stats("vibey.jobs", "classic", unacked=1, consumers=1)
     verdicts = judge(
         Measurements(queues=(queue,), observed=seen),
         Thresholds(),
@@ -162,7 +163,7 @@ def test_the_judge_surfaces_a_hold_past_the_longest_lease_on_each_owned_queue() 
 
 
 def test_the_judge_calls_a_queue_with_consumers_and_nothing_delivered_wedged() -> None:
-    queue = QueueStats("/", "vibey.jobs", "quorum", 3, 1, 1, deliveries=1)
+    queue = queue_stats("vibey.jobs", ready=3, unacked=1, consumers=1, deliveries=1)
     previous = [Observation(Watch.STALLED, "vibey.jobs", T0, 1, 3)]
     now = T0 + timedelta(seconds=901)
     seen = observe(

@@ -3,6 +3,7 @@ problems first."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from dataclasses import replace
@@ -13,19 +14,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reaper.broker.port import BrokerPolicy
-from reaper.core.domain import Action, BrokerFacts, Condition, QueueStats, Source, Unit, Verdict
+from reaper.core.domain import Action, BrokerFacts, Condition, Source, Unit, Verdict
 from reaper.edges.report import render_text, to_json
 from reaper.policies.declarations import PolicyParameters, load_declarations
 from reaper.policies.reconcile import PolicyOutcome, reconcile
 from reaper.policies.render import render
 from reaper.reap.dead_letters import DeadLetterOutcome, DeadLettersOutcome
-from reaper.reap.lease_log import VerdictLog
 from reaper.reap.policies import PoliciesOutcome
 from reaper.reap.progress import RecordedVerdict, RowNotMoved, Unreadable
 from reaper.reap.result import PassResult
 from reaper.reap.sightings import GatesOutcome
 from tests.support.cli import validate_report
 from tests.support.fake_broker import FakeBroker
+from tests.support.lease_moves import every_move
+from tests.support.queues import queue_stats
+from tests.support.verdicts import broker_finding
+from tests.support.verdicts import stale as stale_job
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 FACTS = BrokerFacts("RabbitMQ", "4.0.5", True, True, True, 20, 21600000, "test")
@@ -52,7 +56,7 @@ def result(**kwargs: object) -> PassResult:
         "started_at": T0,
         "finished_at": T0 + timedelta(seconds=1),
         "broker": FACTS,
-        "verdicts": VerdictLog(),
+        "verdicts": (),
     }
     base.update(kwargs)
     return PassResult(**base)  # type: ignore[arg-type]
@@ -70,7 +74,7 @@ def test_every_report_validates_against_the_schema(
     r = result(
         dry_run=dry_run,
         broker=FACTS if broker_known else None,
-        verdicts=VerdictLog(others=tuple(RecordedVerdict(v, rec) for v, rec in items)),
+        verdicts=tuple(tuple(RecordedVerdict(v, rec) for v, rec in items)),
         policies=PoliciesOutcome(
             (PolicyOutcome("vibey-reap-quorum", "updated", True, 3, (), "restored"),)
         ),
@@ -85,16 +89,7 @@ def test_every_report_validates_against_the_schema(
 
 
 def test_problems_come_first_and_name_numbers_against_thresholds() -> None:
-    stale = Verdict(
-        Source.JOB_QUEUE,
-        "job-1",
-        Condition.STALE_READY,
-        1200.5,
-        900,
-        Unit.SECONDS,
-        Action.SURFACE,
-        project_id=UUID(int=7),
-    )
+    stale = stale_job(UUID(int=7), "job-1", 1200.5)
     moved = Verdict(
         Source.JOB_QUEUE,
         "job-2",
@@ -107,9 +102,7 @@ def test_problems_come_first_and_name_numbers_against_thresholds() -> None:
     )
     text = render_text(
         result(
-            verdicts=VerdictLog(
-                others=(RecordedVerdict(moved, True), RecordedVerdict(stale, True))
-            ),
+            verdicts=((RecordedVerdict(moved, True), RecordedVerdict(stale, True))),
             unreadable=(Unreadable("job_queue", "connection refused"),),
         )
     )
@@ -140,8 +133,8 @@ def test_a_dry_run_says_it_wrote_nothing() -> None:
 async def test_a_policy_write_is_listed_whole_under_would_do_and_under_done() -> None:
     # drifted on both its keys: the line names both, before the write and after it
     broker = FakeBroker(version="4.0.5")
-    broker.queues["vibey.jobs.main"] = QueueStats(
-        "/", "vibey.jobs.main", "quorum", 0, 0, 1, arguments={"x-dead-letter-exchange": "dlx"}
+    broker.queues["vibey.jobs.main"] = queue_stats(
+        "vibey.jobs.main", consumers=1, arguments={"x-dead-letter-exchange": "dlx"}
     )
     broker.policies["vibey-reap-quorum"] = BrokerPolicy(
         "vibey-reap-quorum",
@@ -179,9 +172,7 @@ def _lease_result(expired: int, poison: int) -> PassResult:
     """A pass that moved ``expired`` leases over three projects and parked ``poison``."""
     from reaper.core.domain import HeldLease, Thresholds
     from reaper.core.judge_leases import judge_lease_page
-    from reaper.jobqueue.port import LeaseReap
-    from reaper.reap.lease_log import LeaseLog
-    from tests.unit.test_lease_log import kept
+    from tests.support.lease_moves import lease_outcome
 
     projects = [UUID(int=p + 1) for p in range(3)]
     rows = [
@@ -197,11 +188,7 @@ def _lease_result(expired: int, poison: int) -> PassResult:
         for n in range(expired + poison)
     ]
     verdicts = judge_lease_page(rows, Thresholds(), T0)
-    log, reap = LeaseLog(), LeaseReap()
-    log.keep(kept(verdicts), True)
-    reap.add([(v.project_id, v.action is Action.PARK, 1) for v in verdicts], None, None)  # type: ignore[misc]
-    log.count(reap, True)
-    return result(verdicts=VerdictLog(log))
+    return result(leases=lease_outcome(verdicts, T0))
 
 
 def test_many_lease_moves_are_summarised_and_the_summary_says_what_it_left_out() -> None:
@@ -226,7 +213,7 @@ def test_many_lease_moves_are_summarised_and_the_summary_says_what_it_left_out()
         "reaper events --condition lease_expired --limit 40"
     )
     # -o wide: every move on a line of its own, whole ids, nothing "not listed"
-    wide = render_text(r, wide=True)
+    wide = render_text(r, wide=True, listed=every_move(r.leases.listing))
     assert "not listed" not in wide
     listed = [
         line for line in wide.splitlines() if line.split()[:2] == ["requeue", "lease_expired"]
@@ -263,8 +250,9 @@ def test_a_pass_that_parks_more_than_it_lists_names_the_command_that_lists_every
         "--choice retry (or cancel)",
     ]
     # -o wide: every park on its own line with its whole gate id and the command
-    wide = [line for line in render_text(r, wide=True).splitlines() if " park " in line]
-    assert len(wide) == 20 and "not listed" not in render_text(r, wide=True)
+    whole = render_text(r, wide=True, listed=every_move(r.leases.listing))
+    wide = [line for line in whole.splitlines() if " park " in line]
+    assert len(wide) == 20 and "not listed" not in whole
     for n, line in enumerate(wide):
         gate = gates[str(UUID(int=1000 + n))]
         command = f"reaper gates answer {gate} --choice retry (or cancel)"
@@ -274,42 +262,49 @@ def test_a_pass_that_parks_more_than_it_lists_names_the_command_that_lists_every
 def test_the_json_report_lists_every_lease_verdict_and_streams_the_same_text() -> None:
     import io
 
-    from reaper.edges.report import render_json, write_json
+    from reaper.edges.report import verdict_json, write_json
 
     r = _lease_result(expired=40, poison=3)
     out = io.StringIO()
-    write_json(r, out)
-    assert out.getvalue() == render_json(r) + "\n"
+    asyncio.run(write_json(r, out))
     report = json.loads(out.getvalue())
     validate_report(report)
+    # the same text as the whole object encoded at once, the moves read back listed first
+    whole = to_json(r)
+    moves = [verdict_json(m.verdict, m.recorded, m.applied) for m in every_move(r.leases.listing)]
+    whole["verdicts"] = moves + whole["verdicts"]  # type: ignore[operator]
+    whole["lease_reap"] = {**whole["lease_reap"], "listed": True}  # type: ignore[dict-item]
+    assert out.getvalue() == json.dumps(whole, indent=2) + "\n"
     assert len(report["verdicts"]) == 43
     assert [v["object"] for v in report["verdicts"]] == [str(UUID(int=1000 + n)) for n in range(43)]
     assert all(v["recorded"] for v in report["verdicts"])
+    counted = report["lease_reap"]
+    assert (counted["moved"], counted["lease_expired"], counted["poison"]) == (43, 40, 3)
+    assert counted["recorded"] and counted["listed"] and counted["unlisted"] is None
+    assert sum(p["lease_expired"] + p["poison"] for p in counted["projects"]) == 43
+    assert counted["oldest_expiry"] == "2026-11-29T11:59:17.000Z"
+    assert counted["newest_expiry"] == "2026-11-29T11:59:59.000Z"
 
 
 def test_text_and_json_list_the_same_findings_worst_first_and_a_drop_is_not_ok() -> None:
     def broker(queue: str, condition: Condition, measured: int, **kw: object) -> RecordedVerdict:
         unit = Unit.SECONDS if condition is Condition.STALE_READY else Unit.MESSAGES
-        v = Verdict(
-            Source.BROKER, queue, condition, measured, 900, unit, Action.SURFACE, queue=queue, **kw
-        )
+        v = broker_finding(queue, condition, measured, threshold=900, unit=unit, trusted=True, **kw)
         return RecordedVerdict(v, False)
 
-    drops = Verdict(
-        Source.BROKER,
+    drops = broker_finding(
         "vibey.jobs.main",
         Condition.UNBOUNDED,
         20,
-        None,
-        Unit.ATTEMPTS,
-        Action.SURFACE,
-        queue="vibey.jobs.main",
+        threshold=None,
+        unit=Unit.ATTEMPTS,
         detail="a delivery limit of 20 would drop, not dead-letter; fix: declare it",
         drops=True,
+        trusted=True,
     )
     r = result(
-        verdicts=VerdictLog(
-            others=(
+        verdicts=(
+            (
                 broker("vibey.a", Condition.STALE_READY, 1000),
                 broker("vibey.b", Condition.STALE_READY, 5000),
                 broker("vibey.c", Condition.HOLDER_GONE, 3),

@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 from reaper.core.domain import Action, BrokerFacts, Condition, Source, Unit, Verdict
 from reaper.edges.report import render_text, to_json
 from reaper.reap.dead_letters import DeadLetterOutcome, DeadLettersOutcome
-from reaper.reap.lease_log import VerdictLog
 from reaper.reap.leases import LeaseReapOutcome
 from reaper.reap.progress import RecordedVerdict
 from reaper.reap.result import PassResult
 from reaper.reap.sightings import SightingsOutcome
+from tests.support.verdicts import broker_finding, stale_queue
 
 T0 = datetime(2026, 12, 1, 22, 0, tzinfo=UTC)
 FACTS = BrokerFacts("LavinMQ", "2.9.1", False, True, False, None)
@@ -26,7 +26,7 @@ def _result(*verdicts: Verdict, dry_run: bool = False, **extra: object) -> PassR
         started_at=T0,
         finished_at=T0 + timedelta(seconds=1),
         broker=FACTS,
-        verdicts=VerdictLog(others=[RecordedVerdict(v, True) for v in verdicts]),
+        verdicts=tuple([RecordedVerdict(v, True) for v in verdicts]),
         **extra,  # type: ignore[arg-type]
     )
 
@@ -37,15 +37,8 @@ def _line(text: str, needle: str) -> str:
 
 
 def test_a_cleared_finding_ends_with_its_queue_not_a_colon() -> None:
-    cleared = Verdict(
-        Source.BROKER,
-        "vibey.jobs.got",
-        Condition.HOLDER_GONE,
-        None,
-        None,
-        Unit.MESSAGES,
-        Action.CLEARED,
-        queue="vibey.jobs.got",
+    cleared = broker_finding(
+        "vibey.jobs.got", measured=None, threshold=None, action=Action.CLEARED, trusted=True
     )
     line = _line(render_text(_result(cleared)), "cleared")
     assert line.rstrip().endswith("queue vibey.jobs.got"), line
@@ -68,17 +61,13 @@ def test_a_parked_letter_does_not_quote_its_queues_depth() -> None:
 
 
 def test_letters_left_unparked_are_counted_without_a_threshold() -> None:
-    remainder = Verdict(
-        Source.BROKER,
+    remainder = broker_finding(
         "vibey.lim.dead",
         Condition.DEAD_LETTER,
         2,
-        0,
-        Unit.MESSAGES,
-        Action.SURFACE,
-        queue="vibey.lim.dead",
         detail="2 dead letter(s) not parked (at least 1): reading it would spend a delivery",
         bucket=1,
+        trusted=True,
     )
     line = _line(render_text(_result(remainder)), "vibey.lim.dead")
     assert "queue vibey.lim.dead: 2 messages" in line
@@ -106,16 +95,7 @@ def test_a_dry_runs_dead_letter_line_says_nothing_was_read() -> None:
 
 
 def test_a_finding_already_on_record_says_since_when_in_text_and_json() -> None:
-    stale = Verdict(
-        Source.BROKER,
-        "vibey.webhooks",
-        Condition.STALE_READY,
-        3600,
-        900,
-        Unit.SECONDS,
-        Action.SURFACE,
-        queue="vibey.webhooks",
-    )
+    stale = stale_queue("vibey.webhooks", 3600, trusted=True)
     older = replace(stale, object="vibey.old", queue="vibey.old")
     fresh = replace(stale, object="vibey.new", queue="vibey.new")
     since = {
@@ -127,8 +107,8 @@ def test_a_finding_already_on_record_says_since_when_in_text_and_json() -> None:
         started_at=T0,
         finished_at=T0 + timedelta(seconds=1),
         broker=FACTS,
-        verdicts=VerdictLog(
-            others=(
+        verdicts=(
+            (
                 RecordedVerdict(stale, False),
                 RecordedVerdict(older, False),
                 RecordedVerdict(fresh, True),

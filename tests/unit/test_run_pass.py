@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 import pytest
 
@@ -22,9 +23,11 @@ from reaper.reap.sources import Sources
 from reaper.reap.stopping import StopRequest
 from reaper.testing.memory import JobRow, MemoryJobQueue
 from tests.support.fake_broker import FakeBroker
+from tests.support.lease_moves import every_verdict
 from tests.support.leases import add_expired_leases, lease_row
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+ISO_NOW = "2026-11-30T12:00:00.000Z"
 
 
 def settings() -> Settings:
@@ -45,6 +48,9 @@ def world() -> tuple[MemoryJobQueue, dict[str, uuid.UUID], uuid.UUID]:
     return store, {name: store.add_job(row) for name, row in jobs.items()}, project
 
 
+B = TypeVar("B", bound=FakeBroker)
+
+
 def letter(message_id: str) -> dict[str, object]:
     body = json.dumps({"n": message_id})
     return {
@@ -55,12 +61,19 @@ def letter(message_id: str) -> dict[str, object]:
     }
 
 
+def with_dead_letters(broker: B, *message_ids: str) -> B:
+    """``broker`` with a quorum queue ``vibey.jobs.dead`` holding a letter of each id."""
+    broker.declare("vibey.jobs.dead", "quorum")
+    broker.put_letters("vibey.jobs.dead", [letter(m) for m in message_ids])
+    return broker
+
+
 async def test_a_pass_requeues_parks_and_surfaces_each_once_with_its_event() -> None:
     store, ids, project = world()
 
     result = await run_pass(settings(), Sources(store=store, broker=None), clock=lambda: NOW)
 
-    by_action = {(r.verdict.condition, r.verdict.action): r for r in result.verdicts}
+    by_action = {(r.verdict.condition, r.verdict.action): r for r in await every_verdict(result)}
     assert by_action[(Condition.LEASE_EXPIRED, Action.REQUEUE)].recorded
     assert by_action[(Condition.POISON, Action.PARK)].recorded
     assert by_action[(Condition.STALE_READY, Action.SURFACE)].recorded
@@ -78,26 +91,26 @@ async def test_a_pass_requeues_parks_and_surfaces_each_once_with_its_event() -> 
     ]
 
     again = await run_pass(settings(), Sources(store=store, broker=None), clock=lambda: NOW)
-    assert [r.recorded for r in again.verdicts] == [False]  # the stale sighting, still open
+    assert [r.recorded for r in await every_verdict(again)] == [False]  # the stale sighting
     assert len(await store.events(project)) == 3
 
 
 async def test_a_dry_run_judges_everything_and_writes_nothing() -> None:
     store, ids, _ = world()
-    broker = FakeBroker()
-    broker.declare("vibey.jobs.dead", "quorum")
-    broker.put_letters("vibey.jobs.dead", [letter("m-1")])
+    broker = with_dead_letters(FakeBroker(), "m-1")
 
     result = await run_pass(
         settings(), Sources(store=store, broker=broker), mode=Mode.AUDIT, clock=lambda: NOW
     )
 
-    assert {r.verdict.condition for r in result.verdicts} >= {
+    verdicts = await every_verdict(result)
+    assert {r.verdict.condition for r in verdicts} >= {
         Condition.LEASE_EXPIRED,
         Condition.POISON,
         Condition.STALE_READY,
     }
-    assert not any(r.recorded for r in result.verdicts)
+    assert not any(r.recorded for r in verdicts)
+    assert result.leases.listing.changed() is None  # listed as counted
     assert store.jobs[ids["expired"]].state == "leased" and store.gates == {}
     assert store.ledger == {} and broker.policies == {} and broker.reads == []
     assert {p.action for p in result.policies.outcomes} == {"planned"}
@@ -129,9 +142,7 @@ async def test_a_dry_run_says_which_findings_are_on_record_and_since_when() -> N
 
 async def test_a_pass_parks_each_owned_dead_letter_once_and_never_reads_a_foreign_queue() -> None:
     store = MemoryJobQueue(clock=lambda: NOW)
-    broker = FakeBroker()
-    broker.declare("vibey.jobs.dead", "quorum")
-    broker.put_letters("vibey.jobs.dead", [letter("m-1"), letter("m-2")])
+    broker = with_dead_letters(FakeBroker(), "m-1", "m-2")
     broker.declare("celery.dead")
     broker.put_letters("celery.dead", [letter("theirs")])
 
@@ -154,9 +165,7 @@ async def test_a_pass_parks_each_owned_dead_letter_once_and_never_reads_a_foreig
 
 async def test_the_pass_returns_the_board_it_read_and_the_notes_come_from_it() -> None:
     store = MemoryJobQueue(clock=lambda: NOW)
-    broker = FakeBroker()
-    broker.declare("vibey.jobs.dead", "quorum")
-    broker.put_letters("vibey.jobs.dead", [letter("m-1"), letter("m-2")])
+    broker = with_dead_letters(FakeBroker(), "m-1", "m-2")
     parking = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
     board = parking.gates.board
     assert board is not None and board.total_open == 2 and board.waiting == {"vibey.jobs.dead": 2}
@@ -172,9 +181,7 @@ async def test_the_pass_returns_the_board_it_read_and_the_notes_come_from_it() -
 
 
 async def test_the_ledger_unread_means_nothing_is_written_and_nothing_is_cleared() -> None:
-    broker = FakeBroker()
-    broker.declare("vibey.jobs.dead", "quorum")
-    broker.put_letters("vibey.jobs.dead", [letter("m-1")])
+    broker = with_dead_letters(FakeBroker(), "m-1")
 
     result = await run_pass(
         settings(), Sources(store=None, broker=broker, store_error="refused"), clock=lambda: NOW
@@ -205,11 +212,17 @@ async def test_moves_cut_short_are_reported_as_far_as_they_are_known() -> None:
 
     result = await run_pass(settings(), Sources(store=store, broker=None), clock=lambda: NOW)
 
-    moves = [r for r in result.verdicts if r.verdict.action is Action.REQUEUE]
-    assert [r.recorded for r in moves].count(True) == 1
+    listing = result.leases.listing  # counted as committed; not read back, the store gone
+    assert listing.recorded and listing.reap.moves == {(project, False): 1}
     kinds = [p.kind for p in result.problems()]
     assert kinds == ["unreadable", "unreadable", "outcome_unknown"]
-    assert "2 lease move(s)" in render_text(result)
+    text = render_text(result)
+    assert "2 lease move(s)" in text
+    assert (
+        "1 lease move(s) committed, each with its QueueReaped event; they could not be read back"
+        in text
+    )
+    assert f"reaper events --kind QueueReaped --source job_queue --since {ISO_NOW}" in text
 
 
 async def test_a_failed_row_is_named_in_the_json_report_as_in_the_human_one() -> None:
@@ -289,9 +302,7 @@ async def test_a_pass_asked_to_stop_ends_its_moves_in_flight_and_runs_no_later_s
     monkeypatch.setattr("reaper.testing.memory_leases.BATCH", 2)
     store = MemoryJobQueue(clock=lambda: NOW)
     expired_leases(store, 5)
-    broker = FakeBroker()
-    broker.declare("vibey.jobs.dead", "quorum")
-    broker.put_letters("vibey.jobs.dead", [letter("m-1")])
+    broker = with_dead_letters(FakeBroker(), "m-1")
     stop = StopRequest()
     stop.request("SIGTERM")
 
@@ -299,7 +310,8 @@ async def test_a_pass_asked_to_stop_ends_its_moves_in_flight_and_runs_no_later_s
         settings(), Sources(store=store, broker=broker), clock=lambda: NOW, stop=stop
     )
 
-    moved = [r for r in result.verdicts if r.verdict.action is Action.REQUEUE and r.recorded]
+    verdicts = await every_verdict(result)
+    moved = [r for r in verdicts if r.verdict.action is Action.REQUEUE and r.recorded]
     assert len(moved) == 2  # the batch in flight, and no more
     assert result.leases.remaining == 3 and result.leases.expired == 5
     assert (
@@ -324,9 +336,7 @@ class SlowToRead(FakeBroker):
 
 async def test_a_dead_letter_read_that_times_out_is_that_queues_problem_with_its_fix() -> None:
     store = MemoryJobQueue(clock=lambda: NOW)
-    broker = SlowToRead()
-    broker.declare("vibey.jobs.dead", "quorum")
-    broker.put_letters("vibey.jobs.dead", [letter("m-1"), letter("m-2")])
+    broker = with_dead_letters(SlowToRead(), "m-1", "m-2")
 
     result = await run_pass(settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
 

@@ -20,39 +20,29 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reaper.core.domain import Action, Condition, Source, Unit, Verdict
 from reaper.core.records import Gate
 from reaper.edges.metrics import ReaperMetrics
 from reaper.edges.serve import ListenError, parse_listen, serve
 from reaper.edges.status_page import PageTarget
 from reaper.gates.board import GateBoard
 from reaper.jobqueue.port import GateCount
-from reaper.reap.lease_log import VerdictLog
 from reaper.reap.leases import LeaseReapOutcome
 from reaper.reap.progress import RecordedVerdict, Unreadable
 from reaper.reap.result import PassResult
+from tests.support.verdicts import broker_finding
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def a_pass() -> PassResult:
     now = datetime.now(UTC)
-    surfaced = Verdict(
-        source=Source.BROKER,
-        object="vibey.work",
-        condition=Condition.HOLDER_GONE,
-        measured=3,
-        threshold=0,
-        unit=Unit.MESSAGES,
-        action=Action.SURFACE,
-        queue="vibey.work",
-    )
+    surfaced = broker_finding("vibey.work", trusted=True)
     return PassResult(
         dry_run=False,
         started_at=now,
         finished_at=now,
         broker=None,
-        verdicts=VerdictLog(others=(RecordedVerdict(surfaced, True),)),
+        verdicts=tuple((RecordedVerdict(surfaced, True),)),
     )
 
 
@@ -363,7 +353,6 @@ SERVE_SCRIPT = textwrap.dedent(
     from prometheus_client import CollectorRegistry
     from reaper.edges.metrics import ReaperMetrics
     from reaper.edges.serve import serve
-    from reaper.reap.lease_log import VerdictLog
     from reaper.reap.result import PassResult
 
     async def run_once():
@@ -372,7 +361,7 @@ SERVE_SCRIPT = textwrap.dedent(
         now = datetime.now(UTC)
         print("pass finished", flush=True)
         return PassResult(
-            dry_run=False, started_at=now, finished_at=now, broker=None, verdicts=VerdictLog()
+            dry_run=False, started_at=now, finished_at=now, broker=None, verdicts=()
         )
 
     def listening(host, port):

@@ -6,13 +6,13 @@ import logging
 from datetime import UTC, datetime
 from uuid import uuid4
 
-from reaper.core.domain import Action, Condition, Source, Unit, Verdict
 from reaper.core.records import LedgerEvent
 from reaper.core.terminal import for_terminal, one_line
 from reaper.edges.events import event_line
 from reaper.edges.logs import TextFormatter
 from reaper.edges.status_queues import escape
 from reaper.edges.wording import where
+from tests.support.verdicts import stale_queue
 
 FORGED = "NOT OK: forged"
 
@@ -26,16 +26,7 @@ def test_one_line_shows_each_newline_and_for_terminal_the_carriage_return() -> N
 
 def test_a_name_with_a_newline_is_one_line_where_a_finding_names_it() -> None:
     name = f"lavin\n{FORGED}"
-    verdict = Verdict(
-        Source.BROKER,
-        name,
-        Condition.STALE_READY,
-        2000,
-        900,
-        Unit.SECONDS,
-        Action.SURFACE,
-        queue=name,
-    )
+    verdict = stale_queue(name)
     assert where(verdict) == f"queue lavin\\n{FORGED}"
     assert verdict.queue == name  # what is stored and shown in JSON stays exact
 

@@ -1,5 +1,4 @@
-"""Dead letters, the pure half (SPEC §1 (e), §4): decoding and identity, untrusted text,
-reading a dead-letter queue without losing a letter, and parking one for a person.
+"""Dead letters, the pure half: decoding, untrusted text, reading safely, and parking.
 
 No I/O, no clock, no logging. The pass asks :func:`read_plan` what it may read,
 :func:`quiet_decision` whether the listing proves nothing arrived since a pass left its

@@ -1,4 +1,6 @@
-"""A dead letter parked for a person (SPEC §1 (e)): what the park keeps, the gate's question,
+"""A dead letter parked for a person: what the park keeps, its gate, its event, its replay.
+
+A dead letter parked for a person (SPEC §1 (e)): what the park keeps, the gate's question,
 the event it records, and whether ``replay`` may publish its body back. Pure.
 """
 

@@ -1,4 +1,6 @@
-"""A dead-lettered dispatch message (ADR-0044 §3, §8): where the host dispatches through
+"""A dead-lettered dispatch message: the pointer to a job row that names the job to park.
+
+A dead-lettered dispatch message (ADR-0044 §3, §8): where the host dispatches through
 RabbitMQ, a dispatch message is a pointer to a job row, and a pointer the broker dead-lettered
 (its delivery limit spent by consumers that died) names the job to park. Pure.
 

@@ -1,14 +1,14 @@
-"""Whether a quiet pass may leave an owned dead-letter queue unread (SPEC §8 "Quiet passes
-touch nothing"): decided from what the broker lists, never from a read. Pure.
+"""Whether a quiet pass may leave an owned dead-letter queue unread.
 
-Even a read without bodies is a delivery (on a quorum queue a replicated log write that raises
-the letter's delivery count; on 3.x it moves the letter to the back). So a pass that proves
-every letter on a queue parked keeps a :class:`QuietMark`: the queue's listing just before that
-read, its own gets added. A later pass leaves the queue unread only while its listing matches
-the mark in every respect (:func:`quiet_decision`); anything missing, lower, higher or different
-is read. What each part of the mark rules out, measured on RabbitMQ 3.10, 4.0 and 4.3, is in
-``docs/architecture.md`` ("The quiet mark"); the one change no counter shows (a purge refilled
-alike) is why a queue is read again at least every :data:`QUIET_PROOF_SECONDS`.
+Decided from what the broker lists, never from a read (SPEC §8): even a read without bodies is
+a delivery (on a quorum queue a replicated log write that raises the letter's delivery count;
+on 3.x it moves the letter to the back). So a pass that proves every letter on a queue parked
+keeps a :class:`QuietMark`: the queue's listing just before that read, its own gets added. A
+later pass leaves the queue unread only while its listing matches the mark in every respect
+(:func:`quiet_decision`); anything missing, lower, higher or different is read. What each part
+of the mark rules out, measured on RabbitMQ 3.10, 4.0 and 4.3, is in ``docs/architecture.md``
+("The quiet mark"); the one change no counter shows (a purge refilled alike) is why a queue is
+read again at least every :data:`QUIET_PROOF_SECONDS`. Pure.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Reading a dead-letter queue without losing a letter (SPEC §1 (e), §4): whether a
+"""Reading a dead-letter queue without losing a letter: whether, how much, and what is new.
+
+Reading a dead-letter queue without losing a letter (SPEC §1 (e), §4): whether a
 requeueing read is proven safe and how much to read (:func:`read_plan`), which letters read are
 new (:func:`select_new`), and what stays unread (:func:`unread_count`). Pure.
 """

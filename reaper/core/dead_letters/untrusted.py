@@ -1,4 +1,6 @@
-"""Untrusted text shown to a person: a dead letter's headers and body, a broker's queue
+"""Untrusted text shown to a person: quoted, escaped and cut.
+
+Untrusted text shown to a person: a dead letter's headers and body, a broker's queue
 names. Quoted, escaped, cut: no value a publisher wrote can forge a line of a report, move a
 terminal's cursor or run past its allowance. Pure.
 """

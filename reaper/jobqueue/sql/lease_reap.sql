@@ -88,9 +88,9 @@ LIMIT $8::int;
 -- append in the same transaction, under the stream's lock, after every other writer's. The
 -- outbox variant (see lease_reap.py) also starts each requeue's dispatch episode. Returns how
 -- many leases were locked and the key of the last (where the next batch starts), the moves per
--- project and condition, the oldest and newest expiry, and `recorded`: each move's stream (36
--- characters) and payload, between U+001E separators (canonical JSON escapes it, so never holds
--- it raw), for the pass's report.
+-- project and condition with their oldest and newest expiry, and the runs of consecutive
+-- numbers its events took on each stream (the first and last of each run: a few numbers a
+-- batch, by which the pass's report reads its moves back from the ledger). No value per lease.
 WITH candidates AS (
     SELECT j.ctid AS row_ctid, j.id, j.project_id, j.kind, j.lease_owner, j.lease_expires_at,
            j.attempts, j.max_attempts,
@@ -159,6 +159,13 @@ tally AS (
     FROM moved
     GROUP BY project_id, poison
 ),
+runs AS (  -- the events written, as runs of consecutive numbers on each stream
+    SELECT project_id, min(seq) AS first_seq, max(seq) AS last_seq
+    FROM (SELECT project_id, seq,
+                 seq - row_number() OVER (PARTITION BY project_id ORDER BY seq) AS run
+          FROM events) AS e
+    GROUP BY project_id, run
+),
 unwritten AS (
     SELECT m.project_id, m.payload, m.digest, m.lease_expires_at, m.id
     FROM moved AS m
@@ -172,13 +179,14 @@ SELECT (SELECT count(*) FROM candidates) AS picked,
        (SELECT array_agg(project_id ORDER BY project_id, poison) FROM tally) AS projects,
        (SELECT array_agg(poison ORDER BY project_id, poison) FROM tally) AS parks,
        (SELECT array_agg(n ORDER BY project_id, poison) FROM tally) AS moves,
-       (SELECT min(oldest) FROM tally) AS oldest,
-       (SELECT max(newest) FROM tally) AS newest,
+       (SELECT array_agg(oldest ORDER BY project_id, poison) FROM tally) AS oldest,
+       (SELECT array_agg(newest ORDER BY project_id, poison) FROM tally) AS newest,
+       (SELECT array_agg(project_id ORDER BY project_id, first_seq) FROM runs) AS run_streams,
+       (SELECT array_agg(first_seq ORDER BY project_id, first_seq) FROM runs) AS run_firsts,
+       (SELECT array_agg(last_seq ORDER BY project_id, first_seq) FROM runs) AS run_lasts,
        (SELECT array_agg(project_id ORDER BY lease_expires_at, id) FROM unwritten) AS streams,
        (SELECT array_agg(payload ORDER BY lease_expires_at, id) FROM unwritten) AS payloads,
-       (SELECT array_agg(digest ORDER BY lease_expires_at, id) FROM unwritten) AS digests,
-       (SELECT string_agg(project_id::text || payload, E'\x1e' ORDER BY lease_expires_at, id)
-        FROM moved) AS recorded
+       (SELECT array_agg(digest ORDER BY lease_expires_at, id) FROM unwritten) AS digests
 FROM (SELECT 1) AS one
 LEFT JOIN (SELECT lease_expires_at, id FROM candidates ORDER BY lease_expires_at DESC, id DESC
            LIMIT 1) AS last ON true;
@@ -210,10 +218,8 @@ tally AS (
 SELECT (SELECT array_agg(project_id ORDER BY project_id, poison) FROM tally) AS projects,
        (SELECT array_agg(poison ORDER BY project_id, poison) FROM tally) AS parks,
        (SELECT array_agg(n ORDER BY project_id, poison) FROM tally) AS moves,
-       (SELECT min(oldest) FROM tally) AS oldest,
-       (SELECT max(newest) FROM tally) AS newest,
-       (SELECT string_agg(project_id::text || payload, E'\x1e' ORDER BY lease_expires_at, id)
-        FROM ruled) AS recorded,
+       (SELECT array_agg(oldest ORDER BY project_id, poison) FROM tally) AS oldest,
+       (SELECT array_agg(newest ORDER BY project_id, poison) FROM tally) AS newest,
        last.lease_expires_at AS last_expiry, last.id AS last_id
 FROM (SELECT 1) AS one
 LEFT JOIN (SELECT lease_expires_at, id FROM ruled ORDER BY lease_expires_at DESC, id DESC
@@ -228,14 +234,17 @@ LEFT JOIN (SELECT lease_expires_at, id FROM ruled ORDER BY lease_expires_at DESC
 , j.kind, j.dispatch_seq, j.run_after
 
 -- name: lease_outbox_rows --
--- One outbox row per requeue, as dispatch_jobs writes it (idempotent by its key).
-outbox AS (
-    INSERT INTO job_outbox (key, job_id, project_id, payload, not_before, created_at)
-    SELECT 'dispatch:' || b.id || ':' || b.dispatch_seq, b.id, b.project_id,
-           jsonb_build_object('schema', 'vibey.job.dispatch/1', 'job_id', b.id,
-                              'project_id', b.project_id, 'dispatch_seq', b.dispatch_seq,
-                              'kind', b.kind, 'not_before', b.run_after),
-           b.run_after, $1::timestamptz
-    FROM requeued AS b
-    ON CONFLICT (key) DO NOTHING
-),
+-- One outbox row per requeue, as dispatch_jobs writes it (dispatch_outbox, queries.sql).
+dispatched AS (SELECT id, project_id, kind, dispatch_seq, run_after FROM requeued),
+outbox AS ({dispatch_outbox}),
+
+-- name: reaped_events --
+-- A lease reap's moves read back from the ledger, for the pass's report: the events of the runs
+-- of numbers it appended ($1 streams, $2 first and $3 last number of each run), run by run in
+-- the order given, each run in sequence order.
+SELECT e.project_id, e.payload::text AS payload, e.trusted
+FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) WITH ORDINALITY
+     AS r (project_id, first_seq, last_seq, ord)
+JOIN event AS e ON e.project_id = r.project_id AND e.seq BETWEEN r.first_seq AND r.last_seq
+WHERE e.kind = 'QueueReaped'
+ORDER BY r.ord, e.seq;

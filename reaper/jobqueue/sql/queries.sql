@@ -138,7 +138,7 @@ FROM (SELECT DISTINCT s FROM unnest($1::uuid[]) AS u (s) ORDER BY s) AS sorted;
 -- QueueReaped or GateAnswered), in order, each stream continuing after its last event,
 -- whoever wrote it. The caller holds the streams' locks; an event whose number a host writer
 -- took first is not written: the positions (1-based) of those come back, for the caller to
--- append again.
+-- append again, with the streams and numbers of those written.
 WITH input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bool[], $6::text[]) WITH ORDINALITY
@@ -163,11 +163,14 @@ written AS (
     ON CONFLICT DO NOTHING
     RETURNING project_id, seq
 )
-SELECT array_agg(nb.ord ORDER BY nb.ord) AS unwritten
-FROM numbered AS nb
-JOIN last_seqs AS ls USING (project_id)
-WHERE NOT EXISTS (SELECT 1 FROM written AS w
-                  WHERE w.project_id = nb.project_id AND w.seq = ls.last_seq + nb.n);
+SELECT (SELECT array_agg(nb.ord ORDER BY nb.ord)
+        FROM numbered AS nb
+        JOIN last_seqs AS ls USING (project_id)
+        WHERE NOT EXISTS (SELECT 1 FROM written AS w
+                          WHERE w.project_id = nb.project_id AND w.seq = ls.last_seq + nb.n))
+           AS unwritten,
+       (SELECT array_agg(project_id ORDER BY project_id, seq) FROM written) AS streams,
+       (SELECT array_agg(seq ORDER BY project_id, seq) FROM written) AS seqs;
 
 -- name: lock_sightings --
 -- Take the transaction's advisory locks on sighting keys, in ascending order (no deadlock).
@@ -402,23 +405,28 @@ SELECT EXISTS (SELECT 1 FROM pg_attribute
 
 -- name: dispatch_jobs --
 -- Start a new dispatch episode for jobs just made ready ($2), in the caller's transaction:
--- dispatch_seq + 1 and one outbox row each, carrying the dispatch body (vibey.job.dispatch/1,
--- due at the job's run_after). Idempotent by the row's key. Returns the jobs dispatched.
-WITH bumped AS (
+-- dispatch_seq + 1 and one outbox row each (dispatch_outbox). Returns the jobs dispatched.
+WITH dispatched AS (
     UPDATE job
     SET dispatch_seq = dispatch_seq + 1
     WHERE id = ANY ($2::uuid[])
     RETURNING id, project_id, kind, dispatch_seq, run_after
 )
+{dispatch_outbox}
+RETURNING job_id;
+
+-- name: dispatch_outbox --
+-- Not a query: one outbox row per job of `dispatched` (id, project_id, kind, dispatch_seq,
+-- run_after), carrying the dispatch body (vibey.job.dispatch/1, due at the job's run_after),
+-- idempotent by its key ($1 now); spliced into dispatch_jobs and reap_lease_batch.
 INSERT INTO job_outbox (key, job_id, project_id, payload, not_before, created_at)
 SELECT 'dispatch:' || b.id || ':' || b.dispatch_seq, b.id, b.project_id,
        jsonb_build_object('schema', 'vibey.job.dispatch/1', 'job_id', b.id,
                           'project_id', b.project_id, 'dispatch_seq', b.dispatch_seq,
                           'kind', b.kind, 'not_before', b.run_after),
        b.run_after, $1::timestamptz
-FROM bumped AS b
+FROM dispatched AS b
 ON CONFLICT (key) DO NOTHING
-RETURNING job_id;
 
 -- name: unsent_dispatches --
 -- Per project, the oldest outbox row of a ready job's current episode that was never sent
@@ -574,14 +582,6 @@ WHERE job_id = $1::uuid
 ORDER BY created_at DESC, id DESC
 LIMIT 1;
 
--- name: cancel_parked_job --
--- Give up a parked job: cancelled, finished, never delivered again; only if it is still
--- awaiting a human. No dispatch episode starts, so no outbox row.
-UPDATE job
-SET state = 'cancelled', finished_at = $1::timestamptz, updated_at = $1::timestamptz
-WHERE id = $2::uuid AND state = 'awaiting_human'
-RETURNING id;
-
 -- name: ready_parked_job --
 -- Re-ready a parked job for one more delivery, only if it is still awaiting a human.
 UPDATE job
@@ -589,22 +589,11 @@ SET state = 'ready', run_after = $1::timestamptz, updated_at = $1::timestamptz
 WHERE id = $2::uuid AND state = 'awaiting_human'
 RETURNING id;
 
--- ----------------------------------------------------------------------- dead letters --
--- A parked `bus.dead_letter` job (reaper/jobqueue/sql/queries.sql parks it) settles with
--- its gate's answer: `succeeded` once replayed, `cancelled` once dismissed.
-
--- name: dead_letter_of_job --
--- What a parked dead-letter job keeps of its letter, and the job's state.
-SELECT d.identity, d.job_id, d.queue, d.message_id, d.origin_queue, d.reason, d.body,
-       d.body_encoding, d.body_bytes, d.body_truncated, d.is_json_object, d.parked_at,
-       j.state AS job_state
-FROM dead_letter AS d
-JOIN job AS j ON j.id = d.job_id
-WHERE d.job_id = $1::uuid AND d.disposition = 'parked';
-
 -- name: settle_parked_job --
--- Settle a parked job ($3: cancelled or succeeded), only if it is still awaiting a human. $3
--- takes the state column's own type (text, or the host's enum).
+-- Settle a parked job ($3), only if it is still awaiting a human: a poison job given up
+-- (`cancelled`: never delivered again, no dispatch episode, no outbox row), a parked
+-- `bus.dead_letter` job `succeeded` once replayed or `cancelled` once dismissed. $3 takes the
+-- state column's own type (text, or the host's enum).
 UPDATE job
 SET state = $3, finished_at = $1::timestamptz, updated_at = $1::timestamptz
 WHERE id = $2::uuid AND state = 'awaiting_human'

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
@@ -123,6 +124,19 @@ def listed(broker: BrokerUnderTest, queue: str) -> dict[str, Any] | None:
         return result
 
 
+async def seed_dead_letter_queues(
+    broker: BrokerUnderTest, seeded: Seeded, counts: Mapping[str, int], *, tag: str
+) -> None:
+    """For each ``origin: count``: ``origin`` and its dead-letter queue ``<origin>.dead``
+    declared and ``count`` letters tagged ``tag`` dead-lettered through them; back once the
+    broker shows every dead-letter queue of ``seeded`` at its depth."""
+    for origin, count in counts.items():
+        dlq = f"{origin}.dead"
+        declare_dead_letter_queues(broker, dlq, origin)
+        dead_letter_through(broker, seeded, count, dlq=dlq, origin=origin, tag=tag)
+    await wait_for_depths(broker, {q: len(b) for q, b in seeded.dead_letters.items()})
+
+
 async def wait_for_depth(
     broker: BrokerUnderTest, queue: str, expected: int, seconds: float = STATS_WAIT_SECONDS
 ) -> None:
@@ -191,7 +205,7 @@ def read_is_safe(broker: BrokerUnderTest, queue: dict[str, Any]) -> str | None:
     return f"delivery limit in force: policy {limit!r}, reported {reported!r}"
 
 
-def read_bodies(broker: BrokerUnderTest, queue: str, at_most: int) -> list[dict[str, Any]]:
+def read_bodies(broker: BrokerUnderTest, queue: str, at_most: int = 100) -> list[dict[str, Any]]:
     """Every message of ``queue`` (up to ``at_most``), put back: ``reject_requeue_true``."""
     with broker.admin() as admin:
         r = admin.post(

@@ -20,6 +20,11 @@ from tests.support.services import BrokerUnderTest
 from tests.support.store import Job, insert_jobs, query
 
 
+def random_projects(rng: random.Random, count: int) -> list[uuid.UUID]:
+    """``count`` project ids drawn from ``rng``: the same ones for the same seed."""
+    return [uuid.UUID(int=rng.getrandbits(128), version=4) for _ in range(count)]
+
+
 async def seed_expired_leases(
     dsns: Sequence[str],
     seeded: Seeded,
