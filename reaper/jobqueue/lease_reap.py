@@ -175,12 +175,12 @@ async def lease_listing(
     runs = [(stream, first, last) for stream, kept in reap.runs.items() for first, last in kept]
     if not runs:
         return
-    streams, firsts, lasts = (list(column) for column in zip(*runs, strict=True))
     doing = "reading the lease reap's events"
     async with db.session(doing) as conn, conn.transaction(readonly=True):
         query = QUERIES["reaped_events"]
-        async for row in conn.cursor(query, streams, firsts, lasts, prefetch=LISTING_PAGE):
-            yield _verdict(row["project_id"], row["payload"], row["trusted"])
+        for stream, first, final in runs:  # run by run: no sort of every move before the first
+            async for row in conn.cursor(query, stream, first, final, prefetch=LISTING_PAGE):
+                yield _verdict(stream, row["payload"], row["trusted"])
 
 
 async def _ruled_again(db: Database, lane: _Lane, last: LeaseKey) -> AsyncGenerator[Verdict, None]:

@@ -190,10 +190,14 @@ async def _read_back_agrees(
     runs = list(zip(*columns, strict=True))
     named = {(s, n) for s, first, last in runs for n in range(first, last + 1)}
     assert named == {(s, n) for s, seqs in by_stream.items() for n in seqs}
-    read = await conn.fetch(QUERIES["reaped_events"], *columns)
+    read = [
+        (stream, event)
+        for stream, first, last in runs
+        for event in await conn.fetch(QUERIES["reaped_events"], stream, first, last)
+    ]
     assert len(read) == len(verdicts)
-    for event in read:
-        back = verdict_from_record(event["project_id"], json.loads(event["payload"]), True)
+    for stream, event in read:
+        back = verdict_from_record(stream, json.loads(event["payload"]), True)
         verdict = verdicts[uuid.UUID(back.object)]
         assert canonical_json(back.payload()) == canonical_json(verdict.payload())
         assert back.project_id == verdict.project_id and event["trusted"]

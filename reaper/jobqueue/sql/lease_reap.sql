@@ -239,12 +239,11 @@ dispatched AS (SELECT id, project_id, kind, dispatch_seq, run_after FROM requeue
 outbox AS ({dispatch_outbox}),
 
 -- name: reaped_events --
--- A lease reap's moves read back from the ledger, for the pass's report: the events of the runs
--- of numbers it appended ($1 streams, $2 first and $3 last number of each run), run by run in
--- the order given, each run in sequence order.
-SELECT e.project_id, e.payload::text AS payload, e.trusted
-FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) WITH ORDINALITY
-     AS r (project_id, first_seq, last_seq, ord)
-JOIN event AS e ON e.project_id = r.project_id AND e.seq BETWEEN r.first_seq AND r.last_seq
-WHERE e.kind = 'QueueReaped'
-ORDER BY r.ord, e.seq;
+-- One run of a lease reap's moves read back from the ledger, for the pass's report: the
+-- QueueReaped events of stream $1 numbered $2 to $3, in sequence order. Asked run by run, each
+-- is one scan of the primary key in its order: rows stream as they are read, none sorted.
+SELECT e.payload::text AS payload, e.trusted
+FROM event AS e
+WHERE e.project_id = $1::uuid AND e.seq BETWEEN $2::bigint AND $3::bigint
+  AND e.kind = 'QueueReaped'
+ORDER BY e.seq;
