@@ -122,15 +122,22 @@ def _stop(tree: Path, ids: tuple[int, int], inside: str, node: subprocess.Popen[
         with contextlib.suppress(ProcessLookupError):
             os.killpg(node.pid, signal.SIGKILL)  # its own session: the script and the VM
         node.wait(timeout=10)
-    with contextlib.suppress(subprocess.TimeoutExpired, OSError):
-        subprocess.run(
-            _in_tree(tree, *ids, "/usr/bin/epmd", "-kill"),
-            env=env,
-            timeout=STOP_SECONDS,
-            capture_output=True,
-            check=False,
-            cwd="/",
-        )
+    # epmd refuses -kill while it still lists the node (a node killed a moment ago may still
+    # be listed): ask again until its port is free, for as long as a stop may take.
+    for _ in range(int(STOP_SECONDS)):
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+            subprocess.run(
+                _in_tree(tree, *ids, "/usr/bin/epmd", "-kill"),
+                env=env,
+                timeout=STOP_SECONDS,
+                capture_output=True,
+                check=False,
+                cwd="/",
+            )
+        if not _listening(EPMD):
+            return
+        time.sleep(1)
+    print(f"  the bench's epmd still listens on {EPMD}: `ERL_EPMD_PORT={EPMD} epmd -kill`")
 
 
 @contextlib.contextmanager
