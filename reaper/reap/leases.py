@@ -78,7 +78,8 @@ class LeaseListing:
 
     async def read_sample(self) -> None:
         """Read :attr:`sample`: the first few moves of each condition (the listing is read
-        until each condition has as many as it counted, or :data:`SAMPLED_MOVES`)."""
+        until each condition has as many as it counted, or :data:`SAMPLED_MOVES`), the longest
+        past its bound first within each, as a person reads them."""
         wanted = {c: min(SAMPLED_MOVES, n) for c, n in self.counts().items()}
         kept: list[RecordedVerdict] = []
         async with contextlib.aclosing(self.__aiter__()) as moves:
@@ -88,6 +89,7 @@ class LeaseListing:
                     kept.append(r)
                 if not any(wanted.values()):
                     break
+        kept.sort(key=lambda r: (r.verdict.condition, -(r.verdict.measured or 0)))
         self.sample = tuple(kept)
 
     def tally(self) -> dict[tuple[Condition, Action], int]:
