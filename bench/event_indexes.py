@@ -31,13 +31,14 @@ until 30 days ago (a hundredth of the ledger). On that seed:
   and again without each index in turn (dropped in a transaction that is rolled back): the
   indexes its plan reads, the pages it touched (shared buffers hit or read, EXPLAIN (ANALYZE,
   BUFFERS)) and its median time over ``--repeat`` runs, each planned for its own values as the
-  CLI's statements are.
+  CLI's statements are. Every connection has the reaper's session settings (``jit`` off, a
+  custom plan for every statement).
 
 Printed at the end: for each non-key index, its append cost at both sizes, and each read whose
 plan uses it with its time and pages with and without the index at both sizes. A read whose
 pages stay flat from the small ledger to the large one with the index and grow tenfold without
 it is one the index is needed for. Nothing is judged here: docs/benchmarks.md holds the decision
-taken from these figures. About 100 s at the defaults on 2 cores, ``--quick`` about 20 s.
+taken from these figures. 80 to 105 s at the defaults on 2 cores, ``--quick`` about 10 s.
 """
 
 from __future__ import annotations
@@ -66,8 +67,13 @@ from _common import ADMIN_DSN, dsn_for, migrated, report_result
 from peers import NOW, REAPER_SEED
 
 from reaper.core.domain import FLEET_PROJECT_ID
+from reaper.jobqueue.database import _SESSION_SETTINGS
 from reaper.jobqueue.lease_reap import BATCH_MAX, FIRST_KEY, statement
 from reaper.jobqueue.sql import QUERIES
+
+#: The reaper's own session settings (``jit`` off, every statement planned for its own values:
+#: ``plan_cache_mode``), on the bench's connections as on the CLI's and the pass's.
+SESSION_SETTINGS = dict(_SESSION_SETTINGS)
 
 #: Every index of ``event`` but its primary key, as migrations 0008 and 0012 make them.
 INDEXES = (
@@ -321,8 +327,7 @@ async def measure_read(conn: asyncpg.Connection, read: Read, n: int, repeat: int
 
 async def measure_reads(dsn: str, n: int, repeat: int) -> dict[str, dict[str, Measured]]:
     """Each read with every index (under ALL) and without each index in turn."""
-    # no statement cache: each run planned for its own values, as the CLI's first is
-    conn = await asyncpg.connect(dsn, statement_cache_size=0)
+    conn = await asyncpg.connect(dsn, server_settings=SESSION_SETTINGS, statement_cache_size=0)
     found: dict[str, dict[str, Measured]] = {}
     try:
         for variant in (ALL, *INDEXES):
@@ -471,7 +476,7 @@ async def measure_size(
         started = time.monotonic()
         reads = await measure_reads(dsn_for(name), events_n, repeat)
         print(f"  reads measured in {time.monotonic() - started:.1f} s", flush=True)
-        conn = await asyncpg.connect(dsn_for(name))
+        conn = await asyncpg.connect(dsn_for(name), server_settings=SESSION_SETTINGS)
         try:
             await appends(conn, (), expired)  # untimed: the caches as warm for every variant
             for r in range(rounds):
