@@ -68,21 +68,15 @@ LISTING_PAGE: Final = 500
 
 _CHOICES: Final = json.dumps(list(DELIVERY_EXHAUSTED_CHOICES))
 
-#: The outbox rows of a dispatch episode, as dispatch_jobs and a batch's requeues write them.
-DISPATCH_OUTBOX: Final = QUERIES["dispatch_outbox"].rstrip()
-
 
 def statement(name: str, dispatch: Dispatch = Dispatch.POLLING) -> str:
-    """The text of ``name`` in ``sql/lease_reap.sql``, its ruling spliced in (and, for
-    ``reap_lease_batch`` with outbox dispatch, the outbox parts)."""
-    rulings = QUERIES["lease_rulings"].rstrip(";")
-    text = QUERIES[name].replace("{lease_rulings}", rulings)
-    text = text.replace("{lease_ruling}", QUERIES["lease_ruling"])
-    text = text.replace("{lease_lane}", QUERIES["lease_lane"].rstrip(";"))
+    """The text of ``name`` in ``sql/lease_reap.sql`` (its ruling spliced in by the loader)
+    and, for ``reap_lease_batch`` with outbox dispatch, the outbox parts."""
+    text = QUERIES[name]
     outbox = dispatch is Dispatch.OUTBOX
     for part in ("bump", "returning", "rows"):
         text = text.replace(f"/*outbox:{part}*/", QUERIES[f"lease_outbox_{part}"] if outbox else "")
-    return text.replace("{dispatch_outbox}", DISPATCH_OUTBOX)
+    return text
 
 
 @dataclass(frozen=True)
