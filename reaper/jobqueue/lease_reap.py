@@ -19,7 +19,6 @@ import json
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Final, Protocol
 from uuid import UUID
 
@@ -45,7 +44,7 @@ from reaper.jobqueue.port import (
 from reaper.jobqueue.rules import DELIVERY_EXHAUSTED_CHOICES
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["FIRST_KEY", "lease_listing", "lease_rulings", "reap_leases", "statement"]
+__all__ = ["FIRST_KEY", "lease_listing", "reap_leases", "statement"]
 
 #: The most and the fewest leases a batch takes, and how long its transaction should hold its
 #: row locks: the next batch of a lane is sized from how long the last one took, to end in
@@ -100,22 +99,6 @@ class _CommitUnknown(Exception):
         super().__init__(str(cause))
         self.leases = leases
         self.cause = cause
-
-
-async def lease_rulings(
-    db: Database,
-    now: datetime,
-    grace: int,
-    after: LeaseKey | None,
-    size: int,
-    project_id: UUID | None = None,
-) -> list[tuple[UUID, UUID, datetime, bool, str, str, str, str]]:
-    """The rulings a batch would give the next ``size`` expired leases after ``after``, read
-    only: (job, project, expiry, poison, payload, digest, gate identity, gate prompt) each."""
-    lane = _Lane(LeaseReapRun(now, grace, project_id, Dispatch.POLLING, False), 0, 1)
-    async with db.session("reading expired leases") as conn:
-        rows = await _rulings(conn, lane, after or FIRST_KEY, size)
-    return [tuple(r) for r in rows]
 
 
 async def _rulings(conn: Connection, lane: _Lane, after: LeaseKey, size: int) -> list[Record]:
