@@ -57,10 +57,16 @@ def judge(measurements: Measurements, thresholds: Thresholds, now: datetime) -> 
         raise ValueError("now must be timezone-aware")
     verdicts: list[Verdict] = []
     notes: list[str] = []
+    # A claimable job unclaimed and a dispatch unsent are both work a worker should have by now.
+    stale = thresholds.stale_ready_seconds
     if measurements.claimable is not None:
-        verdicts.extend(_judge_claimable(measurements.claimable, thresholds, now))
+        verdicts.extend(
+            _waited_too_long(measurements.claimable, Condition.STALE_READY, _unclaimed, stale, now)
+        )
     if measurements.unsent is not None:
-        verdicts.extend(_judge_unsent(measurements.unsent, thresholds, now))
+        verdicts.extend(
+            _waited_too_long(measurements.unsent, Condition.LOST_DISPATCH, _unsent, stale, now)
+        )
     if measurements.queues is not None:
         now_us = (now - _EPOCH) // _MICROSECOND
         observed = measurements.observed
@@ -86,77 +92,63 @@ def judge(measurements: Measurements, thresholds: Thresholds, now: datetime) -> 
 # --------------------------------------------------------------------------- job queue
 
 
-def _oldest_per_project(rows: Iterable[_Row], since: Callable[[_Row], datetime]) -> Iterable[_Row]:
-    """The oldest row of each project (by ``since``, then job id: the same one every time)."""
+def _oldest_per_project(rows: Iterable[_Row]) -> Iterable[_Row]:
+    """The oldest row of each project (by :func:`_since`, then job id: the same one every
+    time). The store promises one claimable head a project; should it break that, the oldest
+    is kept."""
     oldest: dict[UUID, _Row] = {}
     for row in rows:
         kept = oldest.get(row.project_id)
-        if kept is None or (since(row), str(row.job_id)) < (since(kept), str(kept.job_id)):
+        if kept is None or (_since(row), str(row.job_id)) < (_since(kept), str(kept.job_id)):
             oldest[row.project_id] = row
     return oldest.values()
 
 
-def _surfaced(
-    row: ClaimableHead | UnsentDispatch, condition: Condition, age: float, limit: int, detail: str
-) -> Verdict:
-    """A job-queue verdict surfacing a project's oldest ``row``, ``age`` seconds against the
-    threshold ``limit``."""
-    return Verdict(
-        source=Source.JOB_QUEUE,
-        object=str(row.job_id),
-        condition=condition,
-        measured=age,
-        threshold=limit,
-        unit=Unit.SECONDS,
-        action=Action.SURFACE,
-        project_id=row.project_id,
-        detail=detail,
+def _waited_too_long(
+    rows: Iterable[_Row],
+    condition: Condition,
+    wording: Callable[[_Row, float, int], str],
+    limit: int,
+    now: datetime,
+) -> Iterable[Verdict]:
+    """A job-queue verdict surfacing the oldest row of each project (one per project: a
+    project is one sighting), where it has waited more than ``limit`` seconds: its age against
+    ``limit``, said by ``wording``. A time in the future concludes nothing."""
+    for row in _oldest_per_project(rows):
+        age = ceil_seconds(now - _since(row))
+        if age > 0 and age > limit:
+            yield Verdict(
+                source=Source.JOB_QUEUE,
+                object=str(row.job_id),
+                condition=condition,
+                measured=age,
+                threshold=limit,
+                unit=Unit.SECONDS,
+                action=Action.SURFACE,
+                project_id=row.project_id,
+                detail=wording(row, age, limit),
+            )
+
+
+def _since(row: ClaimableHead | UnsentDispatch) -> datetime:
+    """Since when a row's work has waited: claimable, or written to the outbox."""
+    return row.claimable_since if isinstance(row, ClaimableHead) else row.written_at
+
+
+def _unclaimed(head: ClaimableHead, age: float, limit: int) -> str:
+    return (
+        f"oldest claimable {head.kind} job of its project unclaimed for "
+        f"{num(age)}s, more than stale_ready_seconds {limit}"
     )
 
 
-def _over_limit(
-    rows: Iterable[_Row], since: Callable[[_Row], datetime], limit: int, now: datetime
-) -> Iterable[tuple[_Row, float]]:
-    """The oldest row of each project (one per project: a project is one sighting) with its
-    age, where that age is more than ``limit`` seconds. A time in the future concludes
-    nothing."""
-    for row in _oldest_per_project(rows, since):
-        age = ceil_seconds(now - since(row))
-        if age > 0 and age > limit:
-            yield row, age
-
-
-def _judge_claimable(
-    heads: Iterable[ClaimableHead], thresholds: Thresholds, now: datetime
-) -> Iterable[Verdict]:
-    # One head per project is the store's promise; keep the oldest should it break it.
-    limit = thresholds.stale_ready_seconds
-    for head, age in _over_limit(heads, lambda h: h.claimable_since, limit, now):
-        yield _surfaced(
-            head,
-            Condition.STALE_READY,
-            age,
-            limit,
-            f"oldest claimable {head.kind} job of its project unclaimed for "
-            f"{num(age)}s, more than stale_ready_seconds {limit}",
-        )
-
-
-def _judge_unsent(
-    unsent: Iterable[UnsentDispatch], thresholds: Thresholds, now: datetime
-) -> Iterable[Verdict]:
-    limit = thresholds.stale_ready_seconds
-    for row, age in _over_limit(unsent, lambda r: r.written_at, limit, now):
-        yield _surfaced(
-            row,
-            Condition.LOST_DISPATCH,
-            age,
-            limit,
-            f"dispatch {row.dispatch_seq} of a ready {row.kind} job was written to the "
-            f"outbox {num(age)}s ago and never sent, more than stale_ready_seconds "
-            f"{limit}: the host's outbox relay is not publishing, and no worker can "
-            "receive the job until it does",
-        )
+def _unsent(row: UnsentDispatch, age: float, limit: int) -> str:
+    return (
+        f"dispatch {row.dispatch_seq} of a ready {row.kind} job was written to the "
+        f"outbox {num(age)}s ago and never sent, more than stale_ready_seconds "
+        f"{limit}: the host's outbox relay is not publishing, and no worker can "
+        "receive the job until it does"
+    )
 
 
 # --------------------------------------------------------------------------- values

@@ -337,14 +337,17 @@ def _add_shell(commands: Commands) -> None:
 def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     """The options every command takes, before or after its name; given after it, they only
     override (their defaults are the top-level parser's alone)."""
-    keep = {} if defaults else {"default": argparse.SUPPRESS}
     group = parser.add_argument_group("global options")
+
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
     group.add_argument(
         "--config-dir",
         type=Path,
         help="directory of *.toml drop-ins (default: ./conf.d, then /etc/queue-reaper/conf.d; "
         "none: environment only)",
-        **({"default": None} if defaults else keep),
+        default=default(None),
     )
     group.add_argument(
         "-v",
@@ -353,14 +356,14 @@ def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
         help="-v: what the reaper reads (each broker request, each PostgreSQL session, with "
         "what came back and how long it took) and what a pass decided; -vv: the HTTP "
         "client's and asyncio's lines too",
-        **({"default": 0} if defaults else keep),
+        default=default(0),
     )
     group.add_argument(
         "-q",
         "--quiet",
         action="store_true",
         help="warnings and errors only; `reap` prints its status line alone",
-        **({"default": False} if defaults else keep),
+        default=default(False),
     )
 
 

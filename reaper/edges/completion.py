@@ -74,10 +74,8 @@ def _value(action: argparse.Action) -> str | None:
 def script(parser: argparse.ArgumentParser, shell: str) -> str:
     """The completion script for ``shell`` (one of :data:`SHELLS`)."""
     table = list(levels(parser))
-    if shell == "bash":
-        return _bash(table)
-    if shell == "zsh":
-        return _zsh(table)
+    if shell in _POSIX_SHELLS:
+        return _posix(table, _POSIX_SHELLS[shell])
     if shell == "fish":
         return _fish(table)
     raise ValueError(f"no completion for {shell!r}: one of {', '.join(SHELLS)}")
@@ -93,9 +91,47 @@ def _qf(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _posix_walker(table: list[Level]) -> str:
-    """The walker bash and zsh share, with the table's case arms: a known path, its words, an
-    option's value."""
+@dataclass(frozen=True)
+class _PosixShell:
+    """What bash or zsh says in its own words around the walker both share."""
+
+    #: The comment (and any setup) before the walker.
+    head: str
+    #: The body of ``_reaper_files dir|file CURRENT``: the directories or files to offer.
+    files: str
+    #: The lines of ``_reaper``: a line's words given to the walker, its candidates offered.
+    complete: tuple[str, ...]
+    #: The line that makes ``_reaper`` complete ``reaper``.
+    register: str
+
+
+_POSIX_SHELLS: Final = {
+    "bash": _PosixShell(
+        head="# bash completion for reaper: source it, or put it in /etc/bash_completion.d/reaper",
+        files='if [[ $1 == dir ]]; then compgen -d -- "$2"; else compgen -f -- "$2"; fi',
+        complete=(
+            "local IFS=$'\\n'",
+            'COMPREPLY=($(_reaper_candidates "${COMP_WORDS[@]:1:COMP_CWORD}"))',
+        ),
+        register="complete -o filenames -F _reaper reaper",
+    ),
+    "zsh": _PosixShell(
+        head="#compdef reaper\n# zsh completion for reaper: put it on $fpath as _reaper, or "
+        "source it after compinit\nautoload -U +X bashcompinit && bashcompinit",
+        files="if [[ $1 == dir ]]; then print -rl -- $2*(N-/); else print -rl -- $2*(N); fi",
+        complete=(
+            "local -a found",
+            'found=("${(@f)$(_reaper_candidates "${(@)words[2,CURRENT]}")}")',
+            'compadd -f -- "${(@)found:#}"',
+        ),
+        register="compdef _reaper reaper",
+    ),
+}
+
+
+def _posix(table: list[Level], shell: _PosixShell) -> str:
+    """The script of bash or zsh: the walker both share, with the table's case arms (a known
+    path, its words, an option's value), and the shell's own words around it."""
     paths = "|".join(_q(f"{lv.path} {a}") for lv in table for a in lv.actions)
     words = "\n".join(
         f"        {_q(lv.path)}) printf '%s\\n' {' '.join(map(_q, lv.actions + lv.options))} ;;"
@@ -106,10 +142,19 @@ def _posix_walker(table: list[Level]) -> str:
         for option, value in lv.values.items():
             kind = value if value in ("file", "dir") else "words"
             arms.append(f"        {_q(lv.path + '|' + option)}) echo {_q(kind + ':' + value)} ;;")
-    return _POSIX_WALKER.format(paths=paths, words=words, values="\n".join(arms))
+    return _POSIX_SCRIPT.format(
+        head=shell.head,
+        paths=paths,
+        words=words,
+        values="\n".join(arms),
+        files=shell.files,
+        complete="\n".join(f"    {line}" for line in shell.complete),
+        register=shell.register,
+    )
 
 
-_POSIX_WALKER = """\
+_POSIX_SCRIPT = """\
+{head}
 # The command path a line has reached, and the candidates that may follow it.
 _reaper_path() {{
     local path=reaper w
@@ -146,42 +191,14 @@ _reaper_candidates() {{
     fi
     compgen -W "$(_reaper_words "$path")" -- "$cur"
 }}
+_reaper_files() {{
+    {files}
+}}
+_reaper() {{
+{complete}
+}}
+{register}
 """
-
-
-def _bash(table: list[Level]) -> str:
-    return (
-        "# bash completion for reaper: source it, or put it in "
-        "/etc/bash_completion.d/reaper\n"
-        + _posix_walker(table)
-        + """_reaper_files() {
-    if [[ $1 == dir ]]; then compgen -d -- "$2"; else compgen -f -- "$2"; fi
-}
-_reaper() {
-    local IFS=$'\\n'
-    COMPREPLY=($(_reaper_candidates "${COMP_WORDS[@]:1:COMP_CWORD}"))
-}
-complete -o filenames -F _reaper reaper
-"""
-    )
-
-
-def _zsh(table: list[Level]) -> str:
-    return (
-        "#compdef reaper\n# zsh completion for reaper: put it on $fpath as _reaper, or "
-        "source it after compinit\nautoload -U +X bashcompinit && bashcompinit\n"
-        + _posix_walker(table)
-        + """_reaper_files() {
-    if [[ $1 == dir ]]; then print -rl -- $2*(N-/); else print -rl -- $2*(N); fi
-}
-_reaper() {
-    local -a found
-    found=("${(@f)$(_reaper_candidates "${(@)words[2,CURRENT]}")}")
-    compadd -f -- "${(@)found:#}"
-}
-compdef _reaper reaper
-"""
-    )
 
 
 def _fish(table: list[Level]) -> str:

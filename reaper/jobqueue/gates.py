@@ -14,7 +14,6 @@ the database.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final
 from uuid import UUID
 
 from reaper.core.canonical import canonical_json, digest_of
@@ -47,11 +46,6 @@ from reaper.jobqueue.rules import (
 from reaper.jobqueue.sql import QUERIES
 
 __all__ = ["Gates"]
-
-#: A new dispatch episode for jobs made ready, its outbox rows spliced in (``dispatch_outbox``).
-_DISPATCH_JOBS: Final = QUERIES["dispatch_jobs"].replace(
-    "{dispatch_outbox}", QUERIES["dispatch_outbox"].rstrip()
-)
 
 
 class Gates:
@@ -144,7 +138,7 @@ async def _move_parked_job(
         return
     readied = await conn.fetchval(QUERIES["ready_parked_job"], now, job_id)
     if readied is not None and dispatch is Dispatch.OUTBOX:
-        await conn.fetch(_DISPATCH_JOBS, now, [readied])
+        await conn.fetch(QUERIES["dispatch_jobs"], now, [readied])
 
 
 async def _record_answer(

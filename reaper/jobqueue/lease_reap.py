@@ -19,7 +19,6 @@ import json
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Final, Protocol
 from uuid import UUID
 
@@ -45,7 +44,7 @@ from reaper.jobqueue.port import (
 from reaper.jobqueue.rules import DELIVERY_EXHAUSTED_CHOICES
 from reaper.jobqueue.sql import QUERIES
 
-__all__ = ["FIRST_KEY", "lease_listing", "lease_rulings", "reap_leases", "statement"]
+__all__ = ["FIRST_KEY", "lease_listing", "reap_leases", "statement"]
 
 #: The most and the fewest leases a batch takes, and how long its transaction should hold its
 #: row locks: the next batch of a lane is sized from how long the last one took, to end in
@@ -68,21 +67,15 @@ LISTING_PAGE: Final = 500
 
 _CHOICES: Final = json.dumps(list(DELIVERY_EXHAUSTED_CHOICES))
 
-#: The outbox rows of a dispatch episode, as dispatch_jobs and a batch's requeues write them.
-DISPATCH_OUTBOX: Final = QUERIES["dispatch_outbox"].rstrip()
-
 
 def statement(name: str, dispatch: Dispatch = Dispatch.POLLING) -> str:
-    """The text of ``name`` in ``sql/lease_reap.sql``, its ruling spliced in (and, for
-    ``reap_lease_batch`` with outbox dispatch, the outbox parts)."""
-    rulings = QUERIES["lease_rulings"].rstrip(";")
-    text = QUERIES[name].replace("{lease_rulings}", rulings)
-    text = text.replace("{lease_ruling}", QUERIES["lease_ruling"])
-    text = text.replace("{lease_lane}", QUERIES["lease_lane"].rstrip(";"))
+    """The text of ``name`` in ``sql/lease_reap.sql`` (its ruling spliced in by the loader)
+    and, for ``reap_lease_batch`` with outbox dispatch, the outbox parts."""
+    text = QUERIES[name]
     outbox = dispatch is Dispatch.OUTBOX
     for part in ("bump", "returning", "rows"):
         text = text.replace(f"/*outbox:{part}*/", QUERIES[f"lease_outbox_{part}"] if outbox else "")
-    return text.replace("{dispatch_outbox}", DISPATCH_OUTBOX)
+    return text
 
 
 @dataclass(frozen=True)
@@ -106,22 +99,6 @@ class _CommitUnknown(Exception):
         super().__init__(str(cause))
         self.leases = leases
         self.cause = cause
-
-
-async def lease_rulings(
-    db: Database,
-    now: datetime,
-    grace: int,
-    after: LeaseKey | None,
-    size: int,
-    project_id: UUID | None = None,
-) -> list[tuple[UUID, UUID, datetime, bool, str, str, str, str]]:
-    """The rulings a batch would give the next ``size`` expired leases after ``after``, read
-    only: (job, project, expiry, poison, payload, digest, gate identity, gate prompt) each."""
-    lane = _Lane(LeaseReapRun(now, grace, project_id, Dispatch.POLLING, False), 0, 1)
-    async with db.session("reading expired leases") as conn:
-        rows = await _rulings(conn, lane, after or FIRST_KEY, size)
-    return [tuple(r) for r in rows]
 
 
 async def _rulings(conn: Connection, lane: _Lane, after: LeaseKey, size: int) -> list[Record]:

@@ -124,9 +124,7 @@ class Ledger:
     async def read_events(self, chosen: EventFilter) -> list[LedgerEvent]:
         """The newest ``chosen.limit`` events ``chosen`` selects, across streams, oldest first."""
         async with self.database.session("reading the ledger") as conn:
-            rows = await conn.fetch(
-                QUERIES["read_events"], *chosen.values()[:5], chosen.limit, *chosen.values()[5:]
-            )
+            rows = await conn.fetch(QUERIES["read_events"], *chosen.values(), chosen.limit)
         return [LedgerEvent(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows]
 
     async def count_events(self, chosen: EventFilter) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
 
@@ -90,15 +90,8 @@ class PolicyParameters:
         return self.consumer_timeout_seconds * 1000
 
     def placeholders(self) -> dict[str, object]:
-        return {
-            "prefix": self.prefix,
-            "consumer_timeout_ms": self.consumer_timeout_ms,
-            "consumer_timeout_seconds": self.consumer_timeout_seconds,
-            "delivery_limit": self.delivery_limit,
-            "owned_queue_pattern": self.owned_queue_pattern,
-            "dead_letter_queue_pattern": self.dead_letter_queue_pattern,
-            "policy_priority": self.policy_priority,
-        }
+        """Every field by its name, and the consumer timeout in milliseconds."""
+        return {**asdict(self), "consumer_timeout_ms": self.consumer_timeout_ms}
 
 
 _KNOWN_PLACEHOLDERS: Final = frozenset(PolicyParameters().placeholders())

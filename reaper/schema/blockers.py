@@ -12,17 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from types import TracebackType
 from typing import Final
 
 from reaper.errors import StoreUnavailable
 from reaper.jobqueue.database import Connection, Database, Record
 from reaper.schema.sql import MIGRATE
 
-__all__ = ["BlockingSession", "LockWatch"]
+__all__ = ["BlockingSession", "LockWatch", "watching"]
 
 #: The longest pause between two looks at who blocks the migrator.
 LONGEST_POLL_SECONDS: Final = 0.1
@@ -92,26 +91,10 @@ class LockWatch:
         self._pid = pid
         self._interval = min(LONGEST_POLL_SECONDS, lock_timeout / 10)
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
         #: The blockers seen last since :meth:`clear` (empty: none seen).
         self.seen: tuple[BlockingSession, ...] = ()
         #: Why the watch stopped early (its connection failed), if it did.
         self.failed: str | None = None
-
-    async def __aenter__(self) -> LockWatch:
-        self._task = asyncio.create_task(self._watch())
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
 
     def clear(self) -> None:
         self.seen = ()
@@ -143,3 +126,19 @@ class LockWatch:
                     self.seen = tuple(session_of(r) for r in rows)
         except StoreUnavailable as exc:
             self.failed = exc.reason
+
+
+@contextlib.asynccontextmanager
+async def watching(
+    db: Database, conn: Connection, pid: int, lock_timeout: float
+) -> AsyncIterator[LockWatch]:
+    """A :class:`LockWatch` of ``pid`` from ``conn``, looking until the block ends (its task
+    cancelled then)."""
+    watch = LockWatch(db, conn, pid, lock_timeout)
+    task = asyncio.create_task(watch._watch())
+    try:
+        yield watch
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

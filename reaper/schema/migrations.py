@@ -27,7 +27,7 @@ from reaper.jobqueue.database import (
     is_lock_timeout,
     is_row_failure,
 )
-from reaper.schema.blockers import BlockingSession, LockWatch
+from reaper.schema.blockers import BlockingSession, LockWatch, watching
 from reaper.schema.catalog import Catalog, read_catalog
 from reaper.schema.plan import (
     IndexBuild,
@@ -116,7 +116,7 @@ async def migrate(
             pid = await conn.fetchval(
                 MIGRATE["begin_migrating"], f"{_milliseconds(lock_timeout_seconds)}ms", column=3
             )
-            async with LockWatch(db, watcher, pid, lock_timeout_seconds) as watch:
+            async with watching(db, watcher, pid, lock_timeout_seconds) as watch:
                 migrator = _Migrator(db, conn, watch, lock_timeout_seconds, outbox=outbox)
                 return await migrator.run(dry_run)
         finally:

@@ -170,9 +170,9 @@ async def test_the_ledger_is_read_from_its_indexes(
         chosen.get("kind"),
         chosen.get("condition"),
         chosen.get("object"),
+        None,
+        None,
         20,
-        None,
-        None,
     )
     plan = await query(pg_dsn, f"EXPLAIN (FORMAT JSON) {QUERIES['read_events']}", *params)
     text = json.dumps(json.loads(plan[0][0]))

@@ -17,12 +17,13 @@ import pytest
 
 from reaper.config import load_config
 from reaper.edges.report import render_text, to_json, write_json
-from reaper.jobqueue.lease_reap import lease_rulings, statement
+from reaper.jobqueue.lease_reap import statement
 from reaper.jobqueue.postgres import PostgresStore
 from reaper.jobqueue.sql import QUERIES
 from reaper.reap.context import Mode
 from reaper.reap.run import run_pass
 from reaper.reap.sources import Sources
+from tests.support.lease_rulings import lease_rulings
 from tests.support.store import insert_expired_leases
 
 pytestmark = [pytest.mark.postgres]

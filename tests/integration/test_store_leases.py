@@ -26,9 +26,9 @@ from reaper.core.domain import (
     Verdict,
 )
 from reaper.core.judge_leases import judge_lease_page
-from reaper.jobqueue.lease_reap import lease_rulings
 from reaper.jobqueue.port import GateChoice, GateFilter
 from reaper.jobqueue.postgres import PostgresStore
+from tests.support.lease_rulings import lease_rulings
 from tests.support.store import (
     NOW,
     Job,

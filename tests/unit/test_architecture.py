@@ -289,9 +289,6 @@ def test_no_module_is_likely_to_hold_two_concepts() -> None:
 USED_FROM_OUTSIDE = {
     # the in-memory job queue a host's tests, and this project's, run above the store
     "reaper/testing/memory.py: MemoryJobQueue",
-    # the lease reap's rulings read without a write, which only its integration tests ask
-    # (tests/integration/test_store_leases.py, test_lease_pages.py): to leave the package
-    "reaper/jobqueue/lease_reap.py: lease_rulings",
 }
 
 

@@ -4,8 +4,9 @@
 lease reap's batches are in ``lease_reap.sql``; what only a person's answer to a gate or a
 person's read runs is at its end), each
 under a ``-- name: NAME --`` header followed by a one-line description; :data:`QUERIES` maps each
-name to its text. The schema's migrations and the migrator's own queries are in
-:mod:`reaper.schema.sql`, in the same form.
+name to its text, every ``{piece}`` in it replaced by the named piece (a part several queries
+share: a gate row, a lease's ruling, an outbox row), so that each is written once. The schema's
+migrations and the migrator's own queries are in :mod:`reaper.schema.sql`, in the same form.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 from importlib import resources
 
 _HEADER = re.compile(r"^-- name: (?P<name>[a-z_][a-z0-9_]*) --$", re.MULTILINE)
+_PIECE = re.compile(r"\{(?P<name>[a-z_][a-z0-9_]*)\}")
 
 
 def parse_queries(text: str) -> dict[str, str]:
@@ -40,7 +42,19 @@ def _all_queries() -> dict[str, str]:
         if name in queries:
             raise ValueError(f"query {name!r} is defined twice")
         queries[name] = text
-    return queries
+    return {name: _spliced(queries, name) for name in queries}
+
+
+def _spliced(queries: dict[str, str], name: str, within: tuple[str, ...] = ()) -> str:
+    """The text of ``name``, each ``{piece}`` in it replaced by that piece's own text (spliced
+    in turn, without its closing semicolon: it stands inside another statement)."""
+    if name not in queries:
+        raise ValueError(f"no query or piece {name!r} to splice into {within[-1]!r}")
+    if name in within:
+        raise ValueError(f"query {name!r} splices itself in")
+    return _PIECE.sub(
+        lambda m: _spliced(queries, m["name"], (*within, name)).rstrip(";"), queries[name]
+    )
 
 
 QUERIES: dict[str, str] = _all_queries()

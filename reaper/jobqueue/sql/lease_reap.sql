@@ -7,7 +7,8 @@
 -- starts after ($3 expiry, $4 job id).
 --
 -- lease_ruling and the lease_outbox_ parts are not queries but pieces spliced into the
--- statements (reaper/jobqueue/lease_reap.py). lease_ruling is the ruling every statement here
+-- statements (a `{piece}` by the loader, reaper/jobqueue/sql/__init__.py; the outbox parts by
+-- reaper/jobqueue/lease_reap.py for outbox dispatch alone). lease_ruling is the ruling every statement here
 -- shares, over a `candidates` relation of job columns and `past_ms` (how far past its expiry,
 -- in milliseconds, rounded up): reaper/core/judge_leases.py's judge_lease_page and
 -- core/canonical.py's canonical JSON in SQL, held to the same bytes by

@@ -72,6 +72,16 @@ WHERE state = 'leased'
   AND lease_expires_at < $1::timestamptz - $2::int * interval '1 second'
   AND ($3::uuid IS NULL OR project_id = $3::uuid);
 
+-- name: dependencies_of_job --
+-- Not a query: the dependencies of the job `j`, as `d`: when the last of them succeeded, and
+-- whether every one did (NULL: it has none); spliced twice into claimable_heads.
+CROSS JOIN LATERAL (
+    SELECT max(dj.finished_at) AS last_success,
+           bool_and(coalesce(dj.state = 'succeeded', false)) AS all_succeeded
+    FROM job_dependency AS jd LEFT JOIN job AS dj ON dj.id = jd.depends_on
+    WHERE jd.job_id = j.id
+) AS d
+
 -- name: claimable_heads --
 -- Per project with ready work (a skip scan), the claimable job that has waited longest.
 -- Claimable: ready, due, every dependency succeeded, a known phase ($2 empty: any phase).
@@ -94,12 +104,7 @@ FROM projects AS p
 CROSS JOIN LATERAL (
     SELECT j.run_after, greatest(j.run_after, d.last_success) AS claimable_since
     FROM job AS j
-    CROSS JOIN LATERAL (
-        SELECT max(dj.finished_at) AS last_success,
-               bool_and(coalesce(dj.state = 'succeeded', false)) AS all_succeeded
-        FROM job_dependency AS jd LEFT JOIN job AS dj ON dj.id = jd.depends_on
-        WHERE jd.job_id = j.id
-    ) AS d
+    {dependencies_of_job}
     WHERE j.project_id = p.project_id AND j.state = 'ready' AND j.run_after <= $1::timestamptz
       AND (cardinality($2::text[]) = 0 OR j.phase::text = ANY ($2::text[]))
       AND d.all_succeeded IS NOT FALSE
@@ -109,12 +114,7 @@ CROSS JOIN LATERAL (
 CROSS JOIN LATERAL (
     SELECT j.id, j.kind, greatest(j.run_after, d.last_success) AS claimable_since
     FROM job AS j
-    CROSS JOIN LATERAL (
-        SELECT max(dj.finished_at) AS last_success,
-               bool_and(coalesce(dj.state = 'succeeded', false)) AS all_succeeded
-        FROM job_dependency AS jd LEFT JOIN job AS dj ON dj.id = jd.depends_on
-        WHERE jd.job_id = j.id
-    ) AS d
+    {dependencies_of_job}
     WHERE j.project_id = p.project_id AND j.state = 'ready'
       AND j.run_after >= head.run_after AND j.run_after <= head.claimable_since
       AND j.run_after <= $1::timestamptz
@@ -228,29 +228,35 @@ FROM event
 WHERE project_id = $1::uuid
 ORDER BY seq;
 
+-- name: event_filter --
+-- Not a query: the events an event filter selects, since $1, of project $2, kind $3,
+-- condition $4, object $5, action $6, source $7 (each NULL: any); spliced into read_events
+-- and count_events.
+WHERE ($1::timestamptz IS NULL OR created_at >= $1::timestamptz)
+  AND ($2::uuid IS NULL OR project_id = $2::uuid)
+  AND ($3::text IS NULL OR kind = $3::text)
+  AND ($4::text IS NULL OR (payload ->> 'condition') = $4::text)
+  AND ($5::text IS NULL OR (payload ->> 'object') = $5::text)
+  AND ($6::text IS NULL OR (payload ->> 'action') = $6::text)
+  AND ($7::text IS NULL OR (payload ->> 'source') = $7::text)
+
 -- name: read_events --
--- The newest $6 events, oldest first: since $1, of project $2, kind $3, condition $4, object
--- $5, action $7, source $8 (each NULL: any); each narrowing read from its index (0012).
+-- The newest $8 events the filter $1..$7 selects (event_filter), oldest first; each narrowing
+-- read from its index (0012).
 SELECT project_id, seq, kind, payload, digest, trusted, created_at
 FROM (
     SELECT project_id, seq, kind, payload::text AS payload, digest, trusted, created_at
     FROM event
-    WHERE ($1::timestamptz IS NULL OR created_at >= $1::timestamptz)
-      AND ($2::uuid IS NULL OR project_id = $2::uuid)
-      AND ($3::text IS NULL OR kind = $3::text)
-      AND ($4::text IS NULL OR (payload ->> 'condition') = $4::text)
-      AND ($5::text IS NULL OR (payload ->> 'object') = $5::text)
-      AND ($7::text IS NULL OR (payload ->> 'action') = $7::text)
-      AND ($8::text IS NULL OR (payload ->> 'source') = $8::text)
+    {event_filter}
     ORDER BY created_at DESC, project_id DESC, seq DESC
-    LIMIT $6::int
+    LIMIT $8::int
 ) AS newest
 ORDER BY created_at, project_id, seq;
 
--- name: list_gates --
--- Gates, oldest first; only open ones when $1, only one kind when $2, one project when $3,
--- raised before $4 and at or after $5 when given, at most $6 (NULL: all); each with its job's
--- kind and its later gate, if the job was parked again.
+-- name: gate_rows --
+-- Not a query: every gate `g` as a listing reads it, with its job's kind and its later gate
+-- (nullif: none, when it is the job's latest); spliced into list_gates and gates_between,
+-- each of which narrows and orders it for its own index.
 SELECT g.id, g.project_id, g.job_id, g.kind, g.prompt, g.choices::text AS choices, g.answer,
        g.answered_at, g.answered_by, g.identity, g.created_at,
        nullif(l.id, g.id) AS superseded_by, j.kind AS job_kind
@@ -262,6 +268,12 @@ LEFT JOIN LATERAL (
     ORDER BY h.created_at DESC, h.id DESC
     LIMIT 1
 ) AS l ON true
+
+-- name: list_gates --
+-- Gates, oldest first; only open ones when $1, only one kind when $2, one project when $3,
+-- raised before $4 and at or after $5 when given, at most $6 (NULL: all); each a gate row
+-- (gate_rows): with its job's kind and its later gate, if the job was parked again.
+{gate_rows}
 WHERE (NOT $1::bool OR g.answered_at IS NULL)
   AND ($2::text IS NULL OR g.kind = $2::text)
   AND ($3::uuid IS NULL OR g.project_id = $3::uuid)
@@ -272,18 +284,8 @@ LIMIT $6::int;
 
 -- name: gates_between --
 -- The gates whose ids lie between $1 and $2 (a prefix of an id, as its lowest and highest
--- id: a probe of the primary key), at most $3, each with its job's later gate, if any.
-SELECT g.id, g.project_id, g.job_id, g.kind, g.prompt, g.choices::text AS choices, g.answer,
-       g.answered_at, g.answered_by, g.identity, g.created_at,
-       nullif(l.id, g.id) AS superseded_by, j.kind AS job_kind
-FROM human_gate AS g
-LEFT JOIN job AS j ON j.id = g.job_id
-LEFT JOIN LATERAL (
-    SELECT h.id FROM human_gate AS h
-    WHERE h.job_id = g.job_id
-    ORDER BY h.created_at DESC, h.id DESC
-    LIMIT 1
-) AS l ON true
+-- id: a probe of the primary key), at most $3, each a gate row (gate_rows).
+{gate_rows}
 WHERE g.id BETWEEN $1::uuid AND $2::uuid
 ORDER BY g.id
 LIMIT $3::int;
@@ -600,17 +602,11 @@ WHERE id = $2::uuid AND state = 'awaiting_human'
 RETURNING id;
 
 -- name: count_events --
--- How many events read_events' filter selects in all ($1..$5, $6 action, $7 source), so a listing
--- cut at its limit says how many it did not show.
+-- How many events the filter $1..$7 selects in all (event_filter), so a listing cut at its
+-- limit says how many it did not show.
 SELECT count(*)
 FROM event
-WHERE ($1::timestamptz IS NULL OR created_at >= $1::timestamptz)
-  AND ($2::uuid IS NULL OR project_id = $2::uuid)
-  AND ($3::text IS NULL OR kind = $3::text)
-  AND ($4::text IS NULL OR (payload ->> 'condition') = $4::text)
-  AND ($5::text IS NULL OR (payload ->> 'object') = $5::text)
-  AND ($6::text IS NULL OR (payload ->> 'action') = $6::text)
-  AND ($7::text IS NULL OR (payload ->> 'source') = $7::text);
+{event_filter};
 
 -- name: streams_between --
 -- The ledger's streams (projects) whose ids lie between $1 and $2 (a prefix of an id, as its
