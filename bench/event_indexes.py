@@ -214,13 +214,12 @@ def events(name: str, limit: int = 100, count: bool = True, **chosen: Any) -> li
         v = chosen.get(key)
         return v(n) if callable(v) else v
 
-    def read(n: int) -> tuple[Any, ...]:
-        keys = ("since", "project", "kind", "condition", "object")
-        return (*(value(k, n) for k in keys), limit, value("action", n), value("source", n))
-
-    def counted(n: int) -> tuple[Any, ...]:
+    def counted(n: int) -> tuple[Any, ...]:  # the filter, $1..$7 (event_filter)
         keys = ("since", "project", "kind", "condition", "object", "action", "source")
         return tuple(value(k, n) for k in keys)
+
+    def read(n: int) -> tuple[Any, ...]:  # the filter, then the limit ($8)
+        return (*counted(n), limit)
 
     found = [Read(name, QUERIES["read_events"], read)]
     if count:
