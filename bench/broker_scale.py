@@ -154,19 +154,20 @@ def wait_settled(
     what was still missing when the wait gave up ('' when it did not)."""
     started = time.monotonic()
     deadline = started + seconds
-    missing = "nothing read yet"
+    missing = "nothing read yet"  # what the last whole walk found missing
+    broken: list[str] = []  # the walks a page cut short, and why
     while time.monotonic() < deadline:
         try:
             missing = unsettled(admin, vhost, n, policies, deadline)
         except httpx.TimeoutException:
-            # a page the node did not answer in time (seen on 4.0 at 50,000 queues, the node
-            # busy with its quorum queues): the walk is asked again, within the deadline
-            missing = "a page of the listing did not answer in time"
+            # a page the node did not answer in time: the walk is asked again, within the
+            # deadline
+            broken.append("a page did not answer in time")
             continue
         except httpx.TransportError as e:
             # a busy node closes a kept-alive connection as a request goes out (seen on 4.3
             # at 50,000 queues): asked again, within the deadline
-            missing = f"the listing broke off ({type(e).__name__}: {e})"
+            broken.append(f"the listing broke off ({type(e).__name__}: {e})")
             time.sleep(2)
             continue
         if not missing:
@@ -175,9 +176,10 @@ def wait_settled(
     waited = time.monotonic() - started
     if missing:
         what = "statistics and policies" if policies else "statistics"
+        cut = f" ({len(broken)} walk(s) cut short, the last: {broken[-1]})" if broken else ""
         print(
-            f"  gave up waiting for {what} after {waited:.0f} s: {missing}. The figures below "
-            "count such queues as kept; a broker this slow to emit statistics is loaded "
+            f"  gave up waiting for {what} after {waited:.0f} s: {missing}{cut}. The figures "
+            "below count such queues as kept; a broker this slow to emit statistics is loaded "
             "(see uptime) or too small for the size"
         )
     return waited, missing
