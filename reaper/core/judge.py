@@ -31,7 +31,7 @@ from reaper.core.domain import (
     Verdict,
 )
 from reaper.core.head_age import group_head_age_notes
-from reaper.core.judge_queues import judge_held, judge_queue, num
+from reaper.core.judge_queues import judge_held, judge_queue, num, without_statistics
 
 _Row = TypeVar("_Row", ClaimableHead, UnsentDispatch)
 
@@ -82,6 +82,9 @@ def judge(measurements: Measurements, thresholds: Thresholds, now: datetime) -> 
             )
             verdicts.extend(judged.verdicts)
             notes.extend(judged.notes)
+        notes.extend(
+            without_statistics([q.name for q in measurements.queues if not q.counts_known])
+        )
         if observed is not None:
             listed = {q.name for q in measurements.queues}
             verdicts.extend(judge_held(observed.held, listed, thresholds))

@@ -7,7 +7,7 @@ listed; the small value helpers both halves share are here too."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from reaper.core.bounds import (
@@ -36,7 +36,14 @@ from reaper.core.head_age import head_age_unreported, num, num_value, quote
 from reaper.core.observation import Held, Stalled
 from reaper.core.values import count, finite
 
-__all__ = ["QueueJudgement", "judge_held", "judge_queue", "num", "quote"]
+__all__ = [
+    "QueueJudgement",
+    "judge_held",
+    "judge_queue",
+    "num",
+    "quote",
+    "without_statistics",
+]
 
 
 @dataclass(frozen=True)
@@ -62,12 +69,8 @@ def judge_queue(
     dead_letter = is_dead_letter_queue(queue.name, thresholds)
     found, notes = _unbounded(queue, broker, thresholds, owned, dead_letter)
     if not queue.counts_known:
-        # Listed before its statistics arrived: the zeros are not a measurement. On a running
-        # queue that is a new one, or one whose leader just moved (its statistics restart there).
-        notes.append(
-            f"queue {quote(queue.name)} is listed without statistics yet (a new queue, or one "
-            "whose leader just moved); its counts are not measured"
-        )
+        # Listed before its statistics arrived: the zeros are not a measurement. The judge
+        # notes all such queues at once (:func:`without_statistics`).
         return QueueJudgement(tuple(found), tuple(notes))
     unacked = count(queue.messages_unacknowledged)
     if unacked > 0 and count(queue.consumers) == 0:
@@ -94,6 +97,32 @@ def judge_queue(
     else:
         found.extend(_dead_letters(queue, thresholds, owned, unacked))
     return QueueJudgement(tuple(found), tuple(notes))
+
+
+#: How many queues a note on queues listed without statistics names; the rest it counts.
+_NAMED_WITHOUT_STATISTICS = 5
+
+
+def without_statistics(names: Sequence[str]) -> list[str]:
+    """One note on the queues listed without their statistics (their zeros are not a
+    measurement): on a running queue, a new one or one whose leader just moved, whose
+    statistics restart there. It names the first few and counts the rest: a node that lists
+    thousands of queues so (just restarted, or overloaded) is one line of the report."""
+    if not names:
+        return []
+    ordered = sorted(set(names))
+    if len(ordered) == 1:
+        return [
+            f"queue {quote(ordered[0])} is listed without statistics yet (a new queue, or one "
+            "whose leader just moved); its counts are not measured"
+        ]
+    shown = ", ".join(quote(n) for n in ordered[:_NAMED_WITHOUT_STATISTICS])
+    rest = len(ordered) - _NAMED_WITHOUT_STATISTICS
+    among = f"{shown} and {rest} more" if rest > 0 else shown
+    return [
+        f"{len(ordered)} queues are listed without statistics yet (new queues, or ones whose "
+        f"leader just moved): {among}; their counts are not measured"
+    ]
 
 
 def _unbounded(

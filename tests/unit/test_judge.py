@@ -782,6 +782,35 @@ def test_a_queue_listed_without_statistics_is_not_measured_and_noted() -> None:
     ]
 
 
+def test_queues_listed_without_statistics_are_one_note_naming_the_first_five() -> None:
+    fresh = [
+        replace(queue(f"tenant.work.{i:02d}", ready=0, unacked=0, consumers=0), counts_known=False)
+        for i in (7, 3, 1, 6, 2, 5, 4)
+    ]
+    measured = queue("tenant.work.00", ready=3, unacked=0, consumers=1)
+    verdicts, notes = on_broker(*fresh, measured, broker=RABBITMQ_40)
+    assert verdicts == []
+    assert notes == [
+        "7 queues are listed without statistics yet (new queues, or ones whose leader just "
+        "moved): 'tenant.work.01', 'tenant.work.02', 'tenant.work.03', 'tenant.work.04', "
+        "'tenant.work.05' and 2 more; their counts are not measured"
+    ]
+    _, two = on_broker(*fresh[:2], broker=RABBITMQ_40)
+    assert two == [
+        "2 queues are listed without statistics yet (new queues, or ones whose leader just "
+        "moved): 'tenant.work.03', 'tenant.work.07'; their counts are not measured"
+    ]
+
+
+def test_a_hostile_name_listed_without_statistics_is_quoted_in_the_note() -> None:
+    names = ["evil\x1b[2Jname", "other\x00name"]
+    fresh = [replace(queue(n, ready=0, unacked=0, consumers=0), counts_known=False) for n in names]
+    _, notes = on_broker(*fresh, broker=RABBITMQ_40)
+    (note,) = notes
+    assert "\x1b" not in note and "\x00" not in note
+    assert "'evil\\x1b[2Jname', 'other\\x00name'" in note
+
+
 def test_a_missing_bound_is_still_found_on_a_queue_without_statistics() -> None:
     fresh = replace(queue("vibey.jobs.p1", type="quorum", policy=TIMEOUT), counts_known=False)
     verdicts, _ = on_broker(fresh, broker=RABBITMQ_310)
