@@ -340,6 +340,9 @@ class Measurements:
     #: What was measured across passes (held deliveries, stalled queues); None when it could
     #: not be (the broker or the store unread), and then nothing is concluded from it.
     observed: Observed | None = None
+    #: Queues listed without their statistics that the listing did not keep (nothing else to
+    #: say of them), by name: judged only as one note with those kept.
+    without_statistics: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- verdicts

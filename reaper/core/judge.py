@@ -82,9 +82,8 @@ def judge(measurements: Measurements, thresholds: Thresholds, now: datetime) -> 
             )
             verdicts.extend(judged.verdicts)
             notes.extend(judged.notes)
-        notes.extend(
-            without_statistics([q.name for q in measurements.queues if not q.counts_known])
-        )
+        unmeasured = [q.name for q in measurements.queues if not q.counts_known]
+        notes.extend(without_statistics([*unmeasured, *measurements.without_statistics]))
         if observed is not None:
             listed = {q.name for q in measurements.queues}
             verdicts.extend(judge_held(observed.held, listed, thresholds))

@@ -51,9 +51,17 @@ def queue_section(result: PassResult) -> list[str]:
     verdicts = _verdicts_by_queue(result)
     lines = ["<h2>Owned queues</h2>"]
     quiet = result.quiet.owned
+    unmeasured = sum(
+        thresholds is None or is_owned_queue(name, thresholds)
+        for name in result.quiet.without_statistics
+    )
     if not owned:
-        said = f"{quiet} owned queue(s), each quiet: nothing held, no consumer to watch"
-        return [*lines, f"<p>{said if quiet else 'None read in the last pass.'}</p>"]
+        said = []
+        if quiet:
+            said.append(f"{quiet} owned queue(s), each quiet: nothing held, no consumer to watch")
+        if unmeasured:
+            said.append(f"{unmeasured} listed without statistics yet")
+        return [*lines, f"<p>{'; '.join(said) or 'None read in the last pass.'}</p>"]
     lines.append(
         "<table><tr><th>queue</th><th>type</th><th class=num>ready</th>"
         "<th class=num>unacked</th><th class=num>consumers</th><th>bound in force</th>"
@@ -78,6 +86,7 @@ def queue_section(result: PassResult) -> list[str]:
     rest = len(owned) - QUEUES_SHOWN
     tail = [f"{rest} more kept (reaper reap -o wide lists each)"] if rest > 0 else []
     tail += [f"{quiet} quiet (nothing held, bounds in force)"] if quiet else []
+    tail += [f"{unmeasured} listed without statistics yet"] if unmeasured else []
     if tail:
         lines.append(f"<p class=muted>And {'; '.join(tail)}.</p>")
     return lines

@@ -1,14 +1,14 @@
 """The vhost's queues as a pass keeps them: read, judged and dropped a page at a time.
 
-So a pass's memory does not grow with the number of queues (SPEC §8).
-
-A queue survives its page when anything downstream may need it: it is unavailable, its counts
-or policy are not known yet, it holds or lists anything (messages, deliveries, consumers), a
-consumer of the vhost names it, the judge says anything of it, or a declared policy fails on it
-or would withhold a delivery limit for it. Every other queue is *quiet*: it is counted (owned,
-foreign, dead-letter) and, per declared policy, counted as verified, and then forgotten. The
-judgement of the kept queues plus the quiet counts equals the judgement of the whole listing
-(held so by a property test).
+So a pass's memory does not grow with the number of queues (SPEC §8). A queue survives its
+page when anything downstream may need it: it is unavailable, its policy is not known yet, it
+holds or lists anything (messages, deliveries, consumers), a consumer of the vhost names it,
+the judge says anything of it, or a declared policy fails on it or would withhold a delivery
+limit for it. Every other queue is *quiet*: it is counted (owned, foreign, dead-letter) and,
+per declared policy, counted as verified, then forgotten; one listed without its statistics
+(not a measurement: a node just restarted lists thousands so) is forgotten but for its name.
+The kept queues, the counts and those names judge as the whole listing does (held so by a
+property test).
 """
 
 from __future__ import annotations
@@ -37,8 +37,11 @@ class QuietQueues:
     foreign: int = 0
     dead_letter: int = 0
     #: Per declared policy (by name), the quiet queues it is declared for that showed its
-    #: bounds in force.
+    #: bounds in force (those listed without statistics among them).
     verified: Mapping[str, int] = field(default_factory=dict)
+    #: The queues listed without their statistics and dropped (nothing else to say of them):
+    #: not quiet, not counted above, named so that no finding on them is cleared.
+    without_statistics: tuple[str, ...] = ()
 
     @property
     def count(self) -> int:
@@ -68,10 +71,17 @@ class _Fold:
     foreign: int = 0
     dead_letter: int = 0
     verified: dict[str, int] = field(default_factory=dict)
+    without_statistics: list[str] = field(default_factory=list)
     pages: int = 0
 
     def listing(self) -> Listing:
-        quiet = QuietQueues(self.owned, self.foreign, self.dead_letter, dict(self.verified))
+        quiet = QuietQueues(
+            self.owned,
+            self.foreign,
+            self.dead_letter,
+            dict(self.verified),
+            tuple(self.without_statistics),
+        )
         return Listing(tuple(self.kept), tuple(self.unavailable), quiet, self.pages)
 
 
@@ -87,21 +97,28 @@ def _fold_page(fold: _Fold, page: Sequence[QueueStats]) -> None:
         if verified is None:
             fold.kept.append(queue)
             continue
+        for name in verified:
+            fold.verified[name] = fold.verified.get(name, 0) + 1
+        if not queue.counts_known:
+            fold.without_statistics.append(queue.name)
+            continue
         owned = is_owned_queue(queue.name, fold.thresholds)
         fold.owned += owned
         fold.foreign += not owned
         fold.dead_letter += is_dead_letter_queue(queue.name, fold.thresholds)
-        for name in verified:
-            fold.verified[name] = fold.verified.get(name, 0) + 1
 
 
 def _quiet(queue: QueueStats, fold: _Fold) -> list[str] | None:
-    """The declared policies verified on ``queue`` if it is quiet, else None (keep it)."""
-    if not (queue.counts_known and queue.policy_known) or queue.name in fold.watched:
+    """The declared policies verified on ``queue`` if it is quiet (or listed without its
+    statistics, with nothing else to say), else None (keep it)."""
+    if not queue.policy_known or queue.name in fold.watched:
         return None
-    if queue.messages_ready != 0 or queue.messages_unacknowledged != 0 or queue.consumers != 0:
+    if queue.counts_known and (
+        queue.messages_ready != 0 or queue.messages_unacknowledged != 0 or queue.consumers != 0
+    ):
         return None
-    # An empty queue's verdicts do not depend on the clock (no head to age).
+    # An empty queue's verdicts do not depend on the clock (no head to age), nor do those of
+    # a queue without its statistics (only its bounds are judged).
     judged = judge_queue(queue, fold.facts, fold.thresholds, 0, observed=True)
     if judged.verdicts or judged.notes:
         return None

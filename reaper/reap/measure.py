@@ -65,8 +65,10 @@ class BrokerReading:
     def unmeasured(self) -> frozenset[str]:
         """Queues about which this pass concludes nothing, not even that a finding cleared:
         those unavailable, and those listed without their statistics."""
-        return frozenset(q.name for q, _ in self.unavailable) | frozenset(
-            q.name for q in self.queues if not q.counts_known
+        return (
+            frozenset(q.name for q, _ in self.unavailable)
+            | frozenset(q.name for q in self.queues if not q.counts_known)
+            | frozenset(self.quiet.without_statistics)
         )
 
 
@@ -90,6 +92,7 @@ class Reading:
             queues=br.queues if br else None,
             broker=br.facts if br else None,
             unsent=jq.unsent if jq else None,
+            without_statistics=br.quiet.without_statistics if br else (),
         )
 
 
@@ -143,8 +146,12 @@ async def _owned_elsewhere(client: Broker, config: PassConfig, listing: Listing)
     vhost reads nothing of ours and would otherwise say so only as a count of 0. A broker
     that will not say (the user may not read other vhosts) names none."""
     thresholds = config.thresholds
-    listed = [*listing.queues, *(q for q, _ in listing.unavailable)]
-    if listing.quiet.owned or any(is_owned_queue(q.name, thresholds) for q in listed):
+    listed = [
+        *(q.name for q in listing.queues),
+        *(q.name for q, _ in listing.unavailable),
+        *listing.quiet.without_statistics,
+    ]
+    if listing.quiet.owned or any(is_owned_queue(name, thresholds) for name in listed):
         return QueuesByVhost({})
     try:
         found = await client.queues_by_vhost(thresholds.owned_queue_pattern)

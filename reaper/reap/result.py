@@ -5,6 +5,7 @@ logs, and the one list of what made it not ok."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -167,7 +168,8 @@ class PassResult:
     notes: tuple[str, ...] = ()
     #: Queues as measured and kept, for metrics (bounded labels) and the report.
     queues: tuple[QueueStats, ...] = ()
-    #: The queues listed and not kept (judged with nothing to say), as counts.
+    #: The queues listed and not kept (judged with nothing to say), as counts; those listed
+    #: without their statistics by name.
     quiet: QuietQueues = field(default_factory=QuietQueues)
     #: The oldest claimable job of every project measured, for the per-project age gauge.
     claimable: tuple[ClaimableHead, ...] = ()
@@ -225,10 +227,10 @@ class PassResult:
     def inventory(self) -> Inventory:
         """What the pass read, as counted from its own measurements."""
         owned, foreign, dead = self.quiet.owned, self.quiet.foreign, self.quiet.dead_letter
-        for q in self.queues:
-            mine = self.thresholds is None or is_owned_queue(q.name, self.thresholds)
+        for name in itertools.chain((q.name for q in self.queues), self.quiet.without_statistics):
+            mine = self.thresholds is None or is_owned_queue(name, self.thresholds)
             owned, foreign = owned + mine, foreign + (not mine)
-            dead += self.thresholds is not None and is_dead_letter_queue(q.name, self.thresholds)
+            dead += self.thresholds is not None and is_dead_letter_queue(name, self.thresholds)
         expired = self.leases.expired
         read = expired is not None
         return Inventory(

@@ -361,6 +361,43 @@ async def test_a_pass_concludes_nothing_about_a_queue_whose_node_is_down() -> No
     assert "Nodes:       qr1@h running, qr2@h NOT running, qr3@h running" in text
 
 
+async def test_queues_whose_statistics_restart_are_dropped_by_name_and_clear_nothing() -> None:
+    # A node restarted, or overloaded (measured: a 4.0 node of 50,000 queues listed 106 of them
+    # so for as long as it ran): queues listed running without statistics are not kept whole,
+    # yet each is named, no finding on one is cleared, and the report says so in one note.
+    store = MemoryJobQueue(clock=lambda: NOW)
+    broker = FakeBroker(version="4.3.6", nodes=UP)
+    old = int((NOW - timedelta(hours=1)).timestamp())
+    names = [f"work.{i}" for i in range(7)]
+    for name in names:
+        broker.declare(name, "classic", ready=3)
+        broker.queues[name] = replace(
+            broker.queues[name], state="running", node="qr1@h", head_message_timestamp=old
+        )
+    first = await run_pass(pass_settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
+    assert {r.verdict.queue for r in first.verdicts if r.recorded} == set(names)
+
+    for name in names[1:]:
+        broker.queues[name] = replace(
+            broker.queues[name], messages_ready=0, head_message_timestamp=None, counts_known=False
+        )
+    broker.queues[names[0]] = replace(broker.queues[names[0]], messages_ready=0)
+    second = await run_pass(pass_settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
+
+    assert second.ok, second.problems()
+    assert [q.name for q in second.queues] == []
+    assert sorted(second.quiet.without_statistics) == names[1:]
+    assert second.inventory().queues_foreign == len(names)
+    cleared = [r.verdict.queue for r in second.verdicts if r.verdict.action is Action.CLEARED]
+    assert cleared == [names[0]]  # the others' sightings stay open
+    assert [n for n in second.notes if "without statistics" in n] == [
+        "6 queues are listed without statistics yet (new queues, or ones whose leader just "
+        "moved): 'work.1', 'work.2', 'work.3', 'work.4', 'work.5' and 1 more; their counts are "
+        "not measured"
+    ]
+    validate_report(to_json(second))
+
+
 # --------------------------------------------------------------------------- configuration
 
 
