@@ -7,19 +7,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TypeAlias
 
 from reaper.edges import doctor, gate_commands, production
 from reaper.edges.completion import SHELLS
 from reaper.edges.logs import LOG_FORMATS
-from reaper.edges.options import add_output, add_project
+from reaper.edges.options import Commands, add_actions, add_output, add_project
 from reaper.edges.serve import ListenError, parse_listen
 from reaper.version import __version__
 
 __all__ = ["build_parser"]
-
-#: The parser's table of commands, which each command's module adds itself to.
-Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 DESCRIPTION = """\
 queue-reaper: measures what a job queue holds in PostgreSQL and RabbitMQ against declared
@@ -196,12 +192,12 @@ def _add_reap(commands: Commands) -> None:
 
 def _add_config(commands: Commands) -> None:
     """``reaper config check`` and ``reaper config show``."""
-    config = commands.add_parser(
+    config_commands = add_actions(
+        commands,
         "config",
         help="check or show the effective configuration",
         description="Check or show the effective configuration.",
     )
-    config_commands = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
     config_commands.add_parser(
         "check",
         help="validate; exit 2 naming every problem, 0 when valid",
@@ -224,10 +220,9 @@ def _add_config(commands: Commands) -> None:
 
 def _add_db(commands: Commands) -> Commands:
     """``reaper db migrate``; the table of ``db`` actions the others join."""
-    db = commands.add_parser(
-        "db", help="the PostgreSQL schema", description="The reaper's PostgreSQL schema."
+    db_commands = add_actions(
+        commands, "db", help="the PostgreSQL schema", description="The reaper's PostgreSQL schema."
     )
-    db_commands = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     migrate = db_commands.add_parser(
         "migrate",
         help="bring the schema up to date, online: only what is missing, never a long lock",
@@ -251,13 +246,11 @@ def _add_db(commands: Commands) -> Commands:
 
 def _add_policies(commands: Commands) -> None:
     """``reaper policies plan``."""
-    policies = commands.add_parser(
+    policy_commands = add_actions(
+        commands,
         "policies",
         help="the declared broker policies",
         description="The declared broker policies (policies/*.json).",
-    )
-    policy_commands = policies.add_subparsers(
-        dest="policies_command", required=True, metavar="ACTION"
     )
     plan = policy_commands.add_parser(
         "plan",

@@ -13,7 +13,7 @@ from typing import Any, Final
 from reaper.config import LoadedConfig
 from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED
 from reaper.edges import events, gate_bulk
-from reaper.edges.options import add_output, add_project, default_answerer, output_of
+from reaper.edges.options import add_actions, add_output, add_project, default_answerer, output_of
 from reaper.gates.answering import answer_gate, preview_answer
 from reaper.gates.ids import argument, find_gate, gate_kind
 from reaper.gates.selection import Selection, select
@@ -58,14 +58,16 @@ nothing."""
 
 def add_parsers(commands: Any) -> None:
     """Add ``gates`` and ``events`` to the CLI's subcommands."""
-    gates = commands.add_parser(
+    # not required: ``reaper gates`` alone prints its actions (GATE_ACTIONS)
+    gate_commands = add_actions(
+        commands,
         "gates",
         help="what waits for a person",
         description="What waits for a person: poison jobs (delivery_exhausted) and dead "
         "letters (bus_dead_lettered) parked as gates. Nothing is deleted; each answer is a "
         "GateAnswered event on the ledger.",
+        required=False,
     )
-    gate_commands = gates.add_subparsers(dest="gates_command", metavar="ACTION")
     listing = gate_commands.add_parser(
         "list",
         help="open gates, oldest first, with the command for each answer",

@@ -2,7 +2,8 @@
 
 The options several commands share: the output form (``-o/--output`` with the forms the
 command offers, ``--json`` for ``-o json``), ``--project``, and who answers a gate when
-``--by`` is not given."""
+``--by`` is not given; and the parser's table of commands, which each command's module adds
+itself to, with the one way a command made of actions (``reaper db migrate``) is added."""
 
 from __future__ import annotations
 
@@ -10,15 +11,29 @@ import argparse
 import getpass
 import socket
 from collections.abc import Sequence
+from typing import TypeAlias
 
 from reaper.gates.ids import argument, project_text
 
-__all__ = ["add_output", "add_project", "default_answerer", "output_of"]
+__all__ = ["Commands", "add_actions", "add_output", "add_project", "default_answerer", "output_of"]
 
 #: A command's parser, or a group of its options.
 Options = argparse.ArgumentParser | argparse._ArgumentGroup
 
+#: The parser's table of commands (or of one command's actions), which each command's module
+#: adds itself to.
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
 JSON_HELP = "the same as -o json"
+
+
+def add_actions(
+    commands: Commands, name: str, *, help: str, description: str, required: bool = True
+) -> Commands:
+    """Add the command ``name``, made of actions (``reaper NAME ACTION``), and return its table
+    of actions; the action given is ``args.<name>_command`` (None when not ``required``)."""
+    command = commands.add_parser(name, help=help, description=description)
+    return command.add_subparsers(dest=f"{name}_command", required=required, metavar="ACTION")
 
 
 def add_output(
