@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable
 
 from reaper.core.domain import BrokerFacts, QueueStats
+from reaper.core.found import split_found
 from reaper.core.observation import Stalled
 
 __all__ = [
@@ -73,13 +74,9 @@ def group_head_age_notes(notes: Iterable[str]) -> list[str]:
     """The head-age notes that give one reason for several queues, as one note naming them all
     (a report says a reason once); every other note as it is."""
     grouped: dict[tuple[str, str], list[str]] = {}
-    others: list[str] = []
-    for note in notes:
-        found = _HEAD_AGE_NOTE.match(note)
-        if found is None:
-            others.append(note)
-        else:
-            grouped.setdefault((found[1], found[3]), []).append(found[2])
+    matched, others = split_found(notes, _HEAD_AGE_NOTE.match)
+    for _, found in matched:
+        grouped.setdefault((found[1], found[3]), []).append(found[2])
     for (what, reason), listed_names in grouped.items():
         names = sorted(set(listed_names))
         if len(names) == 1:

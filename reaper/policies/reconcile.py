@@ -20,6 +20,7 @@ from typing import Final
 from reaper.broker.port import Broker, BrokerPolicy
 from reaper.core.cluster import queue_unavailable
 from reaper.core.domain import QueueStats
+from reaper.core.found import split_found
 from reaper.core.values import normalized
 from reaper.errors import BrokerRefused, BrokerUnavailable
 from reaper.policies.outcome import PolicyOutcome, PolicyState, compact, outcome, to_delete
@@ -188,14 +189,8 @@ def _whole_listing(client: Broker, vhost: str | None) -> ReadQueues:
         # A queue that cannot be read now (its node down, no majority) shows no policy fields
         # at all: it is not checked (the pass names it unreadable) and not waited for.
         nodes = desired[0].facts.nodes if desired else None
-        queues: list[QueueStats] = []
-        unreadable: list[tuple[QueueStats, str]] = []
-        for q in await client.list_queues(vhost):
-            why = queue_unavailable(q, nodes)
-            if why is None:
-                queues.append(q)
-            else:
-                unreadable.append((q, why))
+        listed = await client.list_queues(vhost)
+        unreadable, queues = split_found(listed, lambda q: queue_unavailable(q, nodes))
         return QueuesRead(queues, unreadable)
 
     return read

@@ -22,6 +22,7 @@ from reaper.broker.port import Broker
 from reaper.core import dead_letters
 from reaper.core.dead_letters import DispatchPointer
 from reaper.core.domain import Action, BrokerFacts, DeadLetter, Dispatch, QueueStats, Verdict
+from reaper.core.found import split_found
 from reaper.errors import SourceUnreadable
 from reaper.jobqueue.port import DeadLetterParks, JobQueue, ParkRules
 from reaper.reap.context import Pass
@@ -361,12 +362,4 @@ def _split_pointers(
     and the rest; otherwise every letter is a plain one."""
     if dispatch is not Dispatch.OUTBOX:
         return [], list(letters)
-    pointers: list[tuple[DeadLetter, DispatchPointer]] = []
-    plain: list[DeadLetter] = []
-    for letter in letters:
-        pointer = dead_letters.dispatch_pointer(letter)
-        if pointer is None:
-            plain.append(letter)
-        else:
-            pointers.append((letter, pointer))
-    return pointers, plain
+    return split_found(letters, dead_letters.dispatch_pointer)
