@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlencode
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from reaper.config.fields import SECTION, bounded, refused, split_url
+from reaper.config.fields import SECTION, bounded, cross_field, refused, split_url
 
 __all__ = ["DSN_TLS_KEYS", "BusSettings", "DatabaseSettings", "read_secret_file"]
 
@@ -27,7 +27,7 @@ SslMode = Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-
 
 def _problem(text: str) -> PydanticCustomError:
     """A problem spanning keys, reported as written (it names the keys itself)."""
-    return PydanticCustomError("reaper_cross_field", "{text}", {"text": text})
+    return cross_field("{text}", text=text)
 
 
 def read_secret_file(path: str, key: str = "the secret file") -> str:

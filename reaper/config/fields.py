@@ -1,7 +1,8 @@
 """The pieces every section of the configuration's model is built from.
 
 The pieces every section of the configuration's model is built from: a bounded key with the
-reasons for its bounds beside it, a refusal, and the strictness every section shares."""
+reasons for its bounds beside it, a refusal, a problem spanning keys, and the strictness every
+section shares."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ from urllib.parse import SplitResult, urlsplit
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
-__all__ = ["MAX_COUNT", "SECTION", "YEAR", "bound_reasons", "bounded", "refused", "split_url"]
+__all__ = [
+    "MAX_COUNT",
+    "SECTION",
+    "YEAR",
+    "bound_reasons",
+    "bounded",
+    "cross_field",
+    "refused",
+    "split_url",
+]
 
 #: Longest period accepted where the SPEC names no maximum: a year is already a typo.
 YEAR: Final = 365 * 24 * 3600
@@ -58,6 +68,12 @@ def bound_reasons(model: type[BaseModel], name: str) -> tuple[str, str]:
 def refused(reason: str) -> PydanticCustomError:
     """A value refused for ``reason`` (the problem text names the key and the value)."""
     return PydanticCustomError("reaper_refused", "{reason}", {"reason": reason})
+
+
+def cross_field(template: str, **values: object) -> PydanticCustomError:
+    """A problem spanning keys, reported as written: ``template`` names the keys itself, its
+    ``{name}`` fields filled from ``values``."""
+    return PydanticCustomError("reaper_cross_field", template, values)
 
 
 def split_url(url: str) -> SplitResult | None:

@@ -19,11 +19,18 @@ import warnings
 from typing import Final, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
-from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from reaper.config.connections import BusSettings, DatabaseSettings
-from reaper.config.fields import MAX_COUNT, SECTION, YEAR, bound_reasons, bounded, refused
+from reaper.config.fields import (
+    MAX_COUNT,
+    SECTION,
+    YEAR,
+    bound_reasons,
+    bounded,
+    cross_field,
+    refused,
+)
 from reaper.config.sources import ENV_DELIMITER, ENV_PREFIX, EnvironSource
 from reaper.core.domain import Thresholds
 
@@ -228,13 +235,14 @@ class QueueReapSettings(BaseModel):
         # interval_seconds comes first: it is in info.data only when valid itself.
         interval = info.data.get("interval_seconds")
         if isinstance(interval, int) and wait * 2 > interval:
-            raise PydanticCustomError(
-                "reaper_cross_field",
+            raise cross_field(
                 "queue.reap.policy_verify_wait_seconds = {wait} is more than half of "
                 "queue.reap.interval_seconds = {interval}: a pass is cut at its interval, so "
                 "a pass that writes a policy and waits this long could be cut before it verifies "
                 "or parks anything; lower the wait to at most {most} or raise the interval",
-                {"wait": wait, "interval": interval, "most": interval / 2},
+                wait=wait,
+                interval=interval,
+                most=interval / 2,
             )
         return wait
 
@@ -248,13 +256,13 @@ class QueueReapSettings(BaseModel):
         if budget is None:
             return interval / 2
         if budget > interval:
-            raise PydanticCustomError(
-                "reaper_cross_field",
+            raise cross_field(
                 "queue.reap.lease_reap_budget_seconds = {budget} is more than "
                 "queue.reap.interval_seconds = {interval}: a pass is cut at its interval, so "
                 "the lease reap would be cut before its budget is spent and before it reports "
                 "what remains; lower the budget to at most {interval} or raise the interval",
-                {"budget": budget, "interval": interval},
+                budget=budget,
+                interval=interval,
             )
         return budget
 
@@ -277,12 +285,12 @@ class QueueReapSettings(BaseModel):
         # only when it is valid itself, so this runs beside every other key's problems.
         lease = info.data.get("longest_lease_seconds")
         if isinstance(lease, int) and timeout < lease:
-            raise PydanticCustomError(
-                "reaper_cross_field",
+            raise cross_field(
                 "queue.reap.consumer_timeout_seconds = {timeout} is below "
                 "queue.reap.longest_lease_seconds = {lease}: the broker would cancel a "
                 "consumer still inside its lease",
-                {"timeout": timeout, "lease": lease},
+                timeout=timeout,
+                lease=lease,
             )
         return timeout
 
