@@ -178,9 +178,11 @@ def wait_settled(
         what = "statistics and policies" if policies else "statistics"
         cut = f" ({len(broken)} walk(s) cut short, the last: {broken[-1]})" if broken else ""
         print(
-            f"  gave up waiting for {what} after {waited:.0f} s: {missing}{cut}. The figures "
-            "below count such queues as kept; a broker this slow to emit statistics is loaded "
-            "(see uptime) or too small for the size"
+            f"  gave up waiting for {what} after {waited:.0f} s: {missing}{cut}. The passes "
+            "below judge fewer queues than a settled broker's would (one listed without "
+            "statistics is named, not judged); a broker this slow to emit them is loaded (see "
+            "uptime) or too small for the size (4.0.5 at 50,000 queues: a few dozen to a "
+            "hundred never listed them)"
         )
     return waited, missing
 
