@@ -398,6 +398,30 @@ async def test_queues_whose_statistics_restart_are_dropped_by_name_and_clear_not
     validate_report(to_json(second))
 
 
+async def test_owned_queues_dropped_without_statistics_still_count_as_this_vhosts() -> None:
+    # All of the vhost's owned queues listed without statistics (a node just restarted): none
+    # is kept whole, yet the vhost still holds ours, so no other vhost is named in its place.
+    store = MemoryJobQueue(clock=lambda: NOW)
+    broker = FakeBroker(version="4.3.6", nodes=UP)
+    names = ["vibey.jobs.p1", "vibey.jobs.p2"]
+    for name in names:
+        broker.declare(name, "quorum")
+        broker.queues[name] = replace(
+            broker.queues[name], arguments={"x-dead-letter-exchange": "vibey.dlx"}
+        )
+    broker.elsewhere = {"other": ["vibey.jobs.p9"]}
+    first = await run_pass(pass_settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
+    assert first.ok, first.problems()
+    for name in names:
+        broker.queues[name] = replace(broker.queues[name], counts_known=False)
+    second = await run_pass(pass_settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
+
+    assert sorted(second.quiet.without_statistics) == names
+    assert second.queues == ()
+    assert second.inventory().queues_owned == 2
+    assert second.owned_elsewhere.counts == {}
+
+
 # --------------------------------------------------------------------------- configuration
 
 
