@@ -250,6 +250,10 @@ def _bound_problem(
         )
     where = f" ({source})" if source is not None else ""
     carried = d.writable and key in d.definition
+    # Just written and no argument of the queue's own in the way, a limit in force other than
+    # the policy's is the queue that has not applied it yet: a 4.0 quorum queue lists the new
+    # policy before the limit it resolves from it (an unlimited one included).
+    catching_up = carried and written and f"x-{key}" not in mapping(q.arguments)
     if carried and normalized(q.effective_policy.get(key)) != normalized(d.definition[key]):
         # the policy's own value is not shown yet: statistics lag behind a write
         return replace(
@@ -267,16 +271,16 @@ def _bound_problem(
                 "requeueing read spends one delivery, and the broker drops the message "
                 "once it is spent"
             ),
+            pending=catching_up,
         )
     # the policy holds, but a queue argument (or an operator policy) overrides it; or the
-    # key cannot be a policy key here and the fallback is not what was declared. Just written
-    # and no argument of the queue's own in the way, it is the queue that has not applied it
-    # yet: a 4.0 quorum queue lists the new policy before the limit it resolves from it.
+    # key cannot be a policy key here and the fallback is not what was declared; or the queue
+    # is catching up.
     return replace(
         base,
         reason=PolicyReason.NOT_IN_FORCE if carried else PolicyReason.FALLBACK_UNPROVEN,
         problem=f"{q.name} has {key} {shown} in force{where}, declared {wanted}",
-        pending=carried and written and f"x-{key}" not in mapping(q.arguments),
+        pending=catching_up,
     )
 
 

@@ -584,3 +584,28 @@ def test_a_limit_the_queue_has_not_applied_yet_is_pending_only_just_after_the_wr
     argued = replace(lagging, arguments={"x-delivery-limit": 100})
     [overridden] = check_queues(desired, [argued], just_written=written)
     assert (overridden.reason, overridden.pending) == (PolicyReason.NOT_IN_FORCE, False)
+
+
+def test_an_unlimited_limit_the_queue_has_not_applied_yet_is_pending_only_just_after_the_write(
+    declarations: list[Declaration],
+) -> None:
+    """The same on a dead-letter queue: listed with the policy just written and its unlimited
+    limit (-1), still reporting the 4.x default it resolved before (20). Just written: pending,
+    not a finite limit concluded within a second of the write (4.0 under the whole suite's
+    load failed the dead-letter policy so, before any wait, once in a CI run). Written by no
+    one this pass, or with the queue's own argument in the way, the finite limit is in force."""
+    desired = render(declarations, PARAMS, RABBIT_40)
+    lagging = q(
+        "vibey.jobs.dead",
+        policy="vibey-reap-dead-letter",
+        effective={"delivery-limit": -1},
+        reported_delivery_limit=20,
+    )
+    written = frozenset({"vibey-reap-dead-letter"})
+    [check] = check_queues(desired, [lagging], just_written=written)
+    assert (check.reason, check.pending) == (PolicyReason.FINITE_DELIVERY_LIMIT, True)
+    [settled] = check_queues(desired, [lagging])
+    assert (settled.reason, settled.pending) == (PolicyReason.FINITE_DELIVERY_LIMIT, False)
+    argued = replace(lagging, arguments={"x-delivery-limit": 20})
+    [overridden] = check_queues(desired, [argued], just_written=written)
+    assert overridden.pending is False
