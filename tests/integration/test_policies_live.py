@@ -366,7 +366,8 @@ async def test_a_queue_under_someone_elses_higher_priority_policy_is_named(
     assert shadowed.queues_failing == ("vibey.jobs.p1",)
     assert "carries policy 'hog' instead of vibey-reap-quorum" in shadowed.detail
     assert "priority 10" in shadowed.detail
-    assert outcomes["vibey-reap-dead-letter"].verified is True
+    dead = outcomes["vibey-reap-dead-letter"]
+    assert dead.verified is True, (dead.reason, dead.queues_failing, dead.detail)
     assert outcomes["vibey-reap-classic"].verified is classic_enforced(broker)
 
 
