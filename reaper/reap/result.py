@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
@@ -23,6 +23,7 @@ from reaper.core.domain import (
     QueueStats,
     Thresholds,
 )
+from reaper.core.head_age import quote
 from reaper.jobqueue.dispatch import DispatchInForce
 from reaper.reap.dead_letters import DeadLettersOutcome
 from reaper.reap.leases import LeaseReapOutcome
@@ -63,6 +64,34 @@ class Problem:
 
     def line(self) -> str:
         return f"{self.label:<11} {self.subject}: {self.detail}"
+
+
+#: How many queues a problem shared by several names; the rest it counts.
+_NAMED_QUEUES: Final = 5
+
+
+def _unreadable_problems(unreadable: Sequence[Unreadable]) -> list[Problem]:
+    """A problem for each source not read, and one for each reason queues could not be
+    measured: several queues on one stopped node are one line that counts them and names
+    the first few, not a line a queue (a node of thousands of queues would flood the report;
+    the JSON's ``unreadable`` still lists each)."""
+    queues: dict[tuple[str, str], list[str]] = {}
+    found: list[Problem] = []
+    for u in unreadable:
+        if u.queue is None:
+            fix = SLOW_READ_FIX if u.source == "broker" and "timed out after" in u.error else ""
+            found.append(Problem("unreadable", u.source, u.error, fix))
+        else:
+            queues.setdefault((u.source, u.error), []).append(u.queue)
+    for (_, error), names in queues.items():
+        if len(names) == 1:
+            found.append(Problem("unreadable", f"queue {names[0]!r}", error))
+            continue
+        shown = ", ".join(quote(n) for n in names[:_NAMED_QUEUES])
+        rest = len(names) - _NAMED_QUEUES
+        each = f"{shown} and {rest:,} more" if rest > 0 else shown
+        found.append(Problem("unreadable", f"{len(names):,} queues", f"each of {each}: {error}"))
+    return found
 
 
 @dataclass(frozen=True)
@@ -204,8 +233,16 @@ class PassResult:
         """``OK``, ``OK, N findings`` or ``NOT OK: <why>``, as the header says it."""
         problems = self.problems()
         if problems:
-            kinds = Counter(_counted(kind, subject) for kind, subject in _once(problems))
-            why = ", ".join(f"{n} {_WHY.get(k, (k, k))[n != 1]}" for k, n in kinds.items())
+            # the unreadable counted from what was unreadable (several queues may be one
+            # problem line), each source and each queue once
+            kinds = Counter(
+                {
+                    "unreadable": len({u.source for u in self.unreadable if u.queue is None}),
+                    "unreadable_queue": len({u.queue for u in self.unreadable if u.queue}),
+                }
+            )
+            kinds.update(kind for kind, _ in _once(problems) if kind != "unreadable")
+            why = ", ".join(f"{n} {_WHY.get(k, (k, k))[n != 1]}" for k, n in kinds.items() if n > 0)
             return f"NOT OK: {why}"
         n = len(self.findings()) + len(self.target_findings())
         return "OK" if not n else f"OK, {n} finding{'s' if n != 1 else ''}"
@@ -262,15 +299,7 @@ class PassResult:
         sources (and broker queues) it could not read, the writes it could not make, the
         policies not in force, the dead-letter queues it could not read safely. Empty: the pass
         is ok."""
-        found = [
-            Problem(
-                "unreadable",
-                u.source if u.queue is None else f"queue {u.queue!r}",
-                u.error,
-                SLOW_READ_FIX if u.source == "broker" and "timed out after" in u.error else "",
-            )
-            for u in self.unreadable
-        ]
+        found = _unreadable_problems(self.unreadable)
         found += [
             Problem("outcome_unknown" if r.unknown else "row_not_moved", r.subject, r.reason, r.fix)
             for r in self.not_moved
@@ -340,11 +369,6 @@ class PassResult:
 def _once(problems: list[Problem]) -> dict[tuple[str, str], None]:
     """Each (kind, subject) once: a source whose reads failed twice is one source unreadable."""
     return dict.fromkeys((p.kind, p.subject) for p in problems)
-
-
-def _counted(kind: str, subject: str) -> str:
-    """How a problem is counted in the header: an unreadable queue is not a source."""
-    return "unreadable_queue" if kind == "unreadable" and subject.startswith("queue ") else kind
 
 
 def _fix(detail: str) -> tuple[str, str]:

@@ -422,6 +422,34 @@ async def test_owned_queues_dropped_without_statistics_still_count_as_this_vhost
     assert second.owned_elsewhere.counts == {}
 
 
+async def test_queues_on_a_stopped_node_are_one_problem_line_and_each_stays_in_the_json() -> None:
+    store = MemoryJobQueue(clock=lambda: NOW)
+    broker = FakeBroker(version="4.3.6", nodes=QR2_DOWN)
+    down = [f"work.on-qr2.{i}" for i in range(7)]
+    for name in [*down, "work.on-qr1"]:
+        broker.declare(name, "classic")
+        node = "qr1@h" if name == "work.on-qr1" else "qr2@h"
+        broker.queues[name] = replace(broker.queues[name], state="running", node=node)
+    for name in down:
+        broker.queues[name] = replace(
+            broker.queues[name], state="down", counts_known=False, policy_known=False
+        )
+    result = await run_pass(pass_settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
+
+    assert [(p.kind, p.subject) for p in result.problems()] == [("unreadable", "7 queues")]
+    assert result.status() == "NOT OK: 7 queues unreadable"
+    (line,) = [p.line() for p in result.problems()]
+    assert line.startswith(
+        "UNREADABLE  7 queues: each of 'work.on-qr2.0', 'work.on-qr2.1', 'work.on-qr2.2', "
+        "'work.on-qr2.3', 'work.on-qr2.4' and 2 more: listed 'down' on node qr2@h, which is "
+        "not running: not measured"
+    ), line
+    report = to_json(result)
+    validate_report(report)
+    assert sorted(u["queue"] for u in report["unreadable"]) == down
+    assert render_text(result).count("UNREADABLE") == 1
+
+
 # --------------------------------------------------------------------------- configuration
 
 
