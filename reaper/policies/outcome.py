@@ -19,6 +19,8 @@ from reaper.policies.verify import PolicyReason, QueueCheck
 __all__ = ["PolicyOutcome", "PolicyState", "compact", "outcome", "to_delete"]
 
 _SHOWN: Final = 5  # queue problems spelled out in one outcome's detail
+#: Queues named in a note on those a policy could not be checked on for one reason.
+_SHOWN_UNCHECKED: Final = 5
 
 #: When several problems hold, the outcome's reason is the first of these that does.
 _PROBLEM_ORDER: Final = (
@@ -212,11 +214,20 @@ def _notes(
     notes = [u.detail for u in d.unsupported if u.fallback_in_force and u.key != "apply-to"]
     if not any(c.reason is PolicyReason.NOT_ENFORCED for c in mine):
         notes.extend(u.detail for u in d.unenforced)  # no queue said it: say it once here
-    notes.extend(
-        f"not checked on {q.name}, which cannot be read now ({why})"
-        for q, why in unreadable
-        if d.selects(q)
-    )
+    unchecked: dict[str, list[str]] = {}
+    for q, why in unreadable:
+        if d.selects(q):
+            unchecked.setdefault(why, []).append(q.name)
+    for why, names in unchecked.items():
+        if len(names) == 1:
+            notes.append(f"not checked on {names[0]}, which cannot be read now ({why})")
+            continue
+        # a stopped node's thousands of queues are one note: counted, the first few named
+        rest = len(names) - _SHOWN_UNCHECKED
+        named = ", ".join(names[:_SHOWN_UNCHECKED]) + (f" and {rest:,} more" if rest > 0 else "")
+        notes.append(
+            f"not checked on {len(names):,} queues, which cannot be read now ({why}): {named}"
+        )
     return notes
 
 

@@ -450,6 +450,31 @@ async def test_queues_on_a_stopped_node_are_one_problem_line_and_each_stays_in_t
     assert render_text(result).count("UNREADABLE") == 1
 
 
+async def test_owned_queues_on_a_stopped_node_are_one_note_of_each_policy() -> None:
+    store = MemoryJobQueue(clock=lambda: NOW)
+    broker = FakeBroker(version="4.3.6", nodes=QR2_DOWN)
+    down = [f"vibey.jobs.p{i}" for i in range(7)]
+    for name in down:
+        broker.declare(name, "quorum")
+        broker.queues[name] = replace(
+            broker.queues[name],
+            state="down",
+            node="qr2@h",
+            counts_known=False,
+            policy_known=False,
+            arguments={"x-dead-letter-exchange": "vibey.dlx"},
+        )
+    result = await run_pass(pass_settings(), Sources(store=store, broker=broker), clock=lambda: NOW)
+
+    (quorum,) = [o for o in result.policies.outcomes if o.name == "vibey-reap-quorum"]
+    assert quorum.detail.count("not checked on") == 1, quorum.detail
+    assert (
+        "not checked on 7 queues, which cannot be read now (listed 'down' on node qr2@h, which "
+        "is not running): vibey.jobs.p0, vibey.jobs.p1, vibey.jobs.p2, vibey.jobs.p3, "
+        "vibey.jobs.p4 and 2 more"
+    ) in quorum.detail
+
+
 # --------------------------------------------------------------------------- configuration
 
 
