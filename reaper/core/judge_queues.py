@@ -118,9 +118,9 @@ def without_statistics(names: Sequence[str]) -> list[str]:
         ]
     shown = ", ".join(quote(n) for n in ordered[:_NAMED_WITHOUT_STATISTICS])
     rest = len(ordered) - _NAMED_WITHOUT_STATISTICS
-    among = f"{shown} and {rest} more" if rest > 0 else shown
+    among = f"{shown} and {rest:,} more" if rest > 0 else shown
     return [
-        f"{len(ordered)} queues are listed without statistics yet (new queues, or ones whose "
+        f"{len(ordered):,} queues are listed without statistics yet (new queues, or ones whose "
         f"leader just moved): {among}; their counts are not measured"
     ]
 
