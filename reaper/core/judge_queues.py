@@ -34,6 +34,7 @@ from reaper.core.domain import (
 )
 from reaper.core.head_age import head_age_unreported, num, num_value, quote
 from reaper.core.observation import Held, Stalled
+from reaper.core.terminal import first_few
 from reaper.core.values import count, finite
 
 __all__ = [
@@ -99,10 +100,6 @@ def judge_queue(
     return QueueJudgement(tuple(found), tuple(notes))
 
 
-#: How many queues a note on queues listed without statistics names; the rest it counts.
-_NAMED_WITHOUT_STATISTICS = 5
-
-
 def without_statistics(names: Sequence[str]) -> list[str]:
     """One note on the queues listed without their statistics (their zeros are not a
     measurement): on a running queue, a new one or one whose leader just moved, whose
@@ -116,9 +113,7 @@ def without_statistics(names: Sequence[str]) -> list[str]:
             f"queue {quote(ordered[0])} is listed without statistics yet (a new queue, or one "
             "whose leader just moved); its counts are not measured"
         ]
-    shown = ", ".join(quote(n) for n in ordered[:_NAMED_WITHOUT_STATISTICS])
-    rest = len(ordered) - _NAMED_WITHOUT_STATISTICS
-    among = f"{shown} and {rest:,} more" if rest > 0 else shown
+    among = first_few(ordered, quote)
     return [
         f"{len(ordered):,} queues are listed without statistics yet (new queues, or ones whose "
         f"leader just moved): {among}; their counts are not measured"

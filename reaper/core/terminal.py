@@ -13,16 +13,29 @@ into one of them.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Final, TypeVar
 
-__all__ = ["for_terminal", "one_line", "table"]
+__all__ = ["first_few", "for_terminal", "one_line", "table"]
 
 #: C0 controls but the newline that ends a line, DEL and C1, the bidi embeddings, overrides
 #: and isolates (U+202A to U+202E, U+2066 to U+2069), and lone surrogates.
 _DRIVES_THE_TERMINAL: Final = re.compile(
     "[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
+
+
+T = TypeVar("T")
+
+#: How many items a line names before it counts the rest.
+FEW: Final = 5
+
+
+def first_few(items: Sequence[T], show: Callable[[T], str] = str, shown: int = FEW) -> str:
+    """The first ``shown`` of ``items``, each as ``show`` writes it, comma-separated, then how
+    many more: a line that names a few of thousands (a stopped node's queues) stays one line."""
+    rest = len(items) - shown
+    return ", ".join(show(i) for i in items[:shown]) + (f" and {rest:,} more" if rest > 0 else "")
 
 
 def for_terminal(text: str) -> str:

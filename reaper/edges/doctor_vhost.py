@@ -10,6 +10,7 @@ from typing import Literal
 
 from reaper.broker.client import ManagementClient
 from reaper.config import Settings
+from reaper.core.terminal import first_few
 from reaper.errors import ReaperError
 
 __all__ = ["owned_queues"]
@@ -41,12 +42,11 @@ async def owned_queues(client: ManagementClient, settings: Settings) -> Said:
             "declare the queues, or set [queue.reap] owned_queue_pattern to match their names "
             f"(rabbitmqctl list_queues -p {vhost} name)",
         )
-    named = ", ".join(f"{v!r} ({n})" for v, n in others[:5])
-    more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+    named = first_few(others, lambda held: f"{held[0]!r} ({held[1]})")
     best = others[0][0]
     return (
         "warn",
-        f"no queue on {vhost!r} matches the owned pattern '{pattern}'; {named}{more} hold such "
+        f"no queue on {vhost!r} matches the owned pattern '{pattern}'; {named} hold such "
         f"queues: a pass on {vhost!r} watches none of them",
         f"if the reaper is meant for them, point it there: REAPER_BUS__VHOST={best} "
         f'(or [bus] vhost = "{best}")',

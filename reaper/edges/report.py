@@ -18,7 +18,7 @@ from typing import Final
 
 from reaper.core.cluster import node_summary
 from reaper.core.domain import Action
-from reaper.core.terminal import one_line
+from reaper.core.terminal import first_few, one_line
 from reaper.edges.report_findings import finding_lines
 from reaper.edges.report_json import to_json, verdict_json, write_json
 from reaper.edges.report_moves import LISTED_MOVES, LeaseMoves, acted_lines, raised_since
@@ -204,7 +204,7 @@ def _grouped(problems: Sequence[Problem], wide: bool) -> list[tuple[str, str, st
 
 
 def _jobs(ids: Sequence[str]) -> str:
-    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    shown = first_few(ids)
     return f"job {shown}" if len(ids) == 1 else f"{len(ids)} jobs ({shown})"
 
 

@@ -12,6 +12,7 @@ from typing import Final
 
 from reaper.broker.port import BrokerPolicy
 from reaper.core.domain import QueueStats
+from reaper.core.terminal import first_few
 from reaper.core.values import normalized
 from reaper.policies.render import DesiredPolicy
 from reaper.policies.verify import PolicyReason, QueueCheck
@@ -19,8 +20,6 @@ from reaper.policies.verify import PolicyReason, QueueCheck
 __all__ = ["PolicyOutcome", "PolicyState", "compact", "outcome", "to_delete"]
 
 _SHOWN: Final = 5  # queue problems spelled out in one outcome's detail
-#: Queues named in a note on those a policy could not be checked on for one reason.
-_SHOWN_UNCHECKED: Final = 5
 
 #: When several problems hold, the outcome's reason is the first of these that does.
 _PROBLEM_ORDER: Final = (
@@ -223,10 +222,9 @@ def _notes(
             notes.append(f"not checked on {names[0]}, which cannot be read now ({why})")
             continue
         # a stopped node's thousands of queues are one note: counted, the first few named
-        rest = len(names) - _SHOWN_UNCHECKED
-        named = ", ".join(names[:_SHOWN_UNCHECKED]) + (f" and {rest:,} more" if rest > 0 else "")
         notes.append(
-            f"not checked on {len(names):,} queues, which cannot be read now ({why}): {named}"
+            f"not checked on {len(names):,} queues, which cannot be read now ({why}): "
+            + first_few(names)
         )
     return notes
 

@@ -21,6 +21,7 @@ from reaper.broker.port import policy_body
 from reaper.core.bounds import dead_letter_exchange_in_force
 from reaper.core.domain import BrokerFacts, QueueStats
 from reaper.core.enforcement import TimeoutSetting
+from reaper.core.terminal import first_few
 from reaper.core.values import is_unlimited
 from reaper.errors import ConfigError
 from reaper.policies.declarations import (
@@ -72,9 +73,7 @@ class Withheld:
 
     @property
     def detail(self) -> str:
-        shown = ", ".join(self.queues[:5]) + (
-            f" and {len(self.queues) - 5} more" if len(self.queues) > 5 else ""
-        )
+        shown = first_few(self.queues)
         return (
             f"{self.key} {self.declared} withheld: {shown} "
             f"{'has' if len(self.queues) == 1 else 'have'} no dead-letter target in force (no "

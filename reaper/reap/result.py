@@ -24,6 +24,7 @@ from reaper.core.domain import (
     Thresholds,
 )
 from reaper.core.head_age import quote
+from reaper.core.terminal import first_few
 from reaper.jobqueue.dispatch import DispatchInForce
 from reaper.reap.dead_letters import DeadLettersOutcome
 from reaper.reap.leases import LeaseReapOutcome
@@ -66,10 +67,6 @@ class Problem:
         return f"{self.label:<11} {self.subject}: {self.detail}"
 
 
-#: How many queues a problem shared by several names; the rest it counts.
-_NAMED_QUEUES: Final = 5
-
-
 def _unreadable_problems(unreadable: Sequence[Unreadable]) -> list[Problem]:
     """A problem for each source not read, and one for each reason queues could not be
     measured: several queues on one stopped node are one line that counts them and names
@@ -87,9 +84,7 @@ def _unreadable_problems(unreadable: Sequence[Unreadable]) -> list[Problem]:
         if len(names) == 1:
             found.append(Problem("unreadable", f"queue {names[0]!r}", error))
             continue
-        shown = ", ".join(quote(n) for n in names[:_NAMED_QUEUES])
-        rest = len(names) - _NAMED_QUEUES
-        each = f"{shown} and {rest:,} more" if rest > 0 else shown
+        each = first_few(names, quote)
         found.append(Problem("unreadable", f"{len(names):,} queues", f"each of {each}: {error}"))
     return found
 
@@ -348,9 +343,8 @@ class PassResult:
         if len(ranked) == 1:
             held = f"vhost {ranked[0][0]!r} holds {ranked[0][1]}"
         else:
-            named = ", ".join(f"{v!r} ({n})" for v, n in ranked[:5])
-            more = f" and {len(ranked) - 5} more" if len(ranked) > 5 else ""
-            held = f"vhosts {named}{more} hold them"
+            named = first_few(ranked, lambda held: f"{held[0]!r} ({held[1]})")
+            held = f"vhosts {named} hold them"
         if not self.owned_elsewhere.complete:
             held += " (a count cut short: not every vhost was counted)"
         best = ranked[0][0]

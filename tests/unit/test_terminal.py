@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from uuid import uuid4
 
 from reaper.core.records import LedgerEvent
-from reaper.core.terminal import for_terminal, one_line
+from reaper.core.terminal import first_few, for_terminal, one_line
 from reaper.edges.events import event_line
 from reaper.edges.logs import TextFormatter
 from reaper.edges.status_queues import escape
@@ -55,3 +55,12 @@ def test_a_serve_log_message_carrying_a_newline_is_one_line() -> None:
 
 def test_the_status_page_shows_a_newline_in_a_name_escaped() -> None:
     assert escape(f"<q>\n{FORGED}") == f"&lt;q&gt;\\n{FORGED}"
+
+
+def test_first_few_names_five_and_counts_the_rest() -> None:
+    assert first_few([]) == ""
+    assert first_few(["a", "b"]) == "a, b"
+    assert first_few([str(i) for i in range(5)]) == "0, 1, 2, 3, 4"
+    assert (
+        first_few([str(i) for i in range(1_006)], repr) == "'0', '1', '2', '3', '4' and 1,001 more"
+    )
