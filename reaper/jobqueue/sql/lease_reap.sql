@@ -59,6 +59,7 @@ CROSS JOIN LATERAL (
                        c.kind, h.held, h.past, $2::int, c.attempts, c.max_attempts)),
         h.past || CASE WHEN c.past_ms % 1000 = 0 THEN '.0' ELSE '' END, c.id, $2::int)
     END AS payload
+    OFFSET 0  -- built once: pulled up, the payload would be built again inside its digest
 ) AS p
 WHERE c.past_ms > $2::int * 1000
 
