@@ -44,7 +44,7 @@ def finding_lines(findings: Sequence[RecordedVerdict], state: State, *, wide: bo
         group = groups.get((v.condition, step, standing), [])
         if len(group) > 1:
             if group[0] is r:  # the group's line, where its worst finding stands
-                lines.append(_group_line(group, step, standing))
+                lines.append(_group_line(group, standing))
                 said.add(step)
             continue
         # a next step, and a condition's threshold, said once: on the first that has it
@@ -62,7 +62,7 @@ def finding_lines(findings: Sequence[RecordedVerdict], state: State, *, wide: bo
     return lines
 
 
-def _group_line(group: Sequence[RecordedVerdict], step: str, standing: str) -> str:
+def _group_line(group: Sequence[RecordedVerdict], standing: str) -> str:
     """Findings of one condition, next step and standing: the count, each name with its
     measurement, the threshold and the step once."""
     verdicts = [r.verdict for r in group]
@@ -80,6 +80,7 @@ def _group_line(group: Sequence[RecordedVerdict], step: str, standing: str) -> s
         f" and {more} more (-o wide lists each)" if more > 0 else ""
     )
     head = f"  {verdicts[0].condition.value:<12} {len(group)} {what}: {listed}{threshold}"
+    step = next_step(verdicts[0], many=True)  # the same step, said of them all
     line = f"{head}; {step}  [{standing}]"
     if len(line) <= _WIDTH:
         return line

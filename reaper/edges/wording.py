@@ -82,37 +82,59 @@ def where(verdict: Verdict, *, wide: bool = False) -> str:
     return f"job {job} (project {project})"
 
 
-def next_step(verdict: Verdict) -> str:
-    """What a person does about a finding, in a few words."""
+def next_step(verdict: Verdict, *, many: bool = False) -> str:
+    """What a person does about a finding, in a few words; ``many``: as the line that names
+    several findings sharing it says it."""
     c = verdict.condition
     d = verdict.detail
+
+    def say(one: str, several: str) -> str:
+        return several if many else one
+
     if c is Condition.STALE_READY:
         if verdict.queue and d.startswith("wedged"):
-            return "its consumers take nothing: check them (a blocked channel, a full prefetch)"
+            return say("its consumers", "their consumers") + (
+                " take nothing: check them (a blocked channel, a full prefetch)"
+            )
         if verdict.queue:
-            return "no consumer takes it: start the queue's consumer"
-        return "no worker claims it: check the project's workers"
+            return say(
+                "no consumer takes it: start the queue's consumer",
+                "no consumer takes them: start each queue's consumer",
+            )
+        return say(
+            "no worker claims it: check the project's workers",
+            "no worker claims them: check each project's workers",
+        )
     if c is Condition.DEAD_LETTER:
         if "foreign" in d:
-            return "foreign: never read; tell the queue's owner"
+            return "foreign: never read; tell " + say("the queue's owner", "each queue's owner")
         if "not parked" in d and "past the read limit" not in d:
             # its read is blocked: no later pass parks them until the queue is made safe
-            return "not read, so never parked: make reading it safe (the fix is under NOT OK)"
+            return (
+                f"not read, so never parked: make reading {say('it', 'them')} safe "
+                "(the fix is under NOT OK)"
+            )
         return "not parked yet: the next pass parks more"
     if c is Condition.HOLDER_GONE:
         return "held with no consumer: find the channel holding them"
     if c is Condition.HUNG_HANDLER:
-        return "a consumer holds deliveries without acking: restart its handler"
+        return say(
+            "a consumer holds deliveries without acking: restart its handler",
+            "consumers hold deliveries without acking: restart their handlers",
+        )
     if c is Condition.UNBOUNDED:
         if "; fix: " in d:  # only the queue's own declaration can bound it (LavinMQ)
             return d.split("; fix: ", 1)[1].split(" (", 1)[0]
         if any(w in d for w in ("cannot be in force", "enforces no consumer", "never pinned")):
-            return "the broker cannot bound it here; the reaper watches for a hung consumer"
+            return (
+                f"the broker cannot bound {say('it', 'them')} here; the reaper watches for a "
+                "hung consumer"
+            )
         if "poison is unbounded" in d:
             return "declare a delivery limit with a dead-letter exchange"
         if "no consumer timeout is in force" in d:
             return "ship the broker-wide consumer_timeout (conf.d/rabbitmq/20-vibey-reap.conf)"
-        return "declare the missing bound"
+        return say("declare the missing bound", "declare the missing bounds")
     return ""
 
 

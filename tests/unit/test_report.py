@@ -327,7 +327,7 @@ def test_text_and_json_list_the_same_findings_worst_first_and_a_drop_is_not_ok()
     assert lines[start + 1].split()[2].rstrip(":") == "vibey.c"
     assert lines[start + 2] == (
         "  stale_ready  2 queues: vibey.b 1 h 23 m, vibey.a 16 m (threshold 15 m); no consumer "
-        "takes it: start the queue's consumer  [not recorded]"
+        "takes them: start each queue's consumer  [not recorded]"
     )
     wide = render_text(r, wide=True).splitlines()
     listed = [line.split()[2].rstrip(":") for line in wide if line.startswith("  stale_ready")]
@@ -336,6 +336,32 @@ def test_text_and_json_list_the_same_findings_worst_first_and_a_drop_is_not_ok()
         "  WOULD DROP  queue vibey.jobs.main: a delivery limit of 20 would drop, not dead-letter"
     ) in lines
     assert "              fix: declare it" in lines
+
+
+def test_a_line_of_several_findings_says_its_next_step_of_them_all() -> None:
+    # one finding's step speaks of it; the line that names several says "them", "each"
+    one = render_text(result(verdicts=(RecordedVerdict(stale_job(UUID(int=1)), True),)))
+    assert "no worker claims it: check the project's workers" in one
+    jobs = tuple(RecordedVerdict(stale_job(UUID(int=n), f"job-{n}"), True) for n in (1, 2))
+    queues = tuple(
+        RecordedVerdict(
+            broker_finding(f"vibey.{n}", Condition.HUNG_HANDLER, 2, action=Action.SURFACE), True
+        )
+        for n in (1, 2)
+    )
+    lines = render_text(result(verdicts=jobs + queues)).splitlines()
+
+    def step_of(group: str) -> str:  # on the group's line, or alone on the next when long
+        [at] = [n for n, line in enumerate(lines) if line.startswith(group)]
+        return lines[at] if "; " in lines[at] else lines[at + 1].strip()
+
+    assert "no worker claims them: check each project's workers" in step_of(
+        "  stale_ready  2 findings"
+    )
+    assert "consumers hold deliveries without acking: restart their handlers" in step_of(
+        "  hung_handler 2 queues"
+    )
+    assert not [line for line in lines if " it:" in line or "restart its" in line], lines
 
 
 def test_the_header_counts_what_it_says() -> None:
