@@ -7,8 +7,9 @@ each as it stands under the lock, exactly as
 a requeue's outbox row, and appends its event with the canonical payload and digest built by
 PostgreSQL. Python sends bounds and thresholds, never a lease, and keeps counts and the runs of
 event numbers each batch appended, by which :func:`lease_listing` reads the moves back. Lanes
-(projects split by a hash of their id: no two share a stream) run at once; a batch a row spoils
-is cut down to that row, which is named and stepped over.
+(projects split by a hash of their id: no two share a stream) run at once, and a lane that runs
+out takes half of a busy lane's projects; a batch a row spoils is cut down to that row, which is
+named and stepped over.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def statement(name: str, dispatch: Dispatch = Dispatch.POLLING) -> str:
 
 @dataclass(frozen=True)
 class _Lane:
+    """The projects whose id hashes to ``lane`` modulo ``lanes``: no two lanes share one."""
+
     run: LeaseReapRun
     lane: int
     lanes: int
@@ -90,6 +93,67 @@ class _Lane:
 
     def batch_args(self, after: LeaseKey, size: int) -> list[object]:
         return [*self.pick_args(after, size), _CHOICES]
+
+    def halves(self) -> tuple[_Lane, _Lane]:
+        """This lane's projects in two lanes: those it keeps and those it gives away."""
+        return (
+            _Lane(self.run, self.lane, 2 * self.lanes),
+            _Lane(self.run, self.lane + self.lanes, 2 * self.lanes),
+        )
+
+
+#: A lane asks for half of a busy lane's projects when it runs out, until lanes are this
+#: narrow: each lane's batch walks every expired lease of the index to find its own, and a
+#: lane of one eighth walks eight for one.
+NARROWEST: Final = 8
+
+
+class _Lanes:
+    """The lanes of one lease reap, at work or out of it. A lane that runs out while others
+    work waits for a busy lane to give it half of its projects, from the key the busy lane
+    has reached (every lease of those projects before it is behind them both): on two cores,
+    a lane that had the fewer expired leases does not leave its core idle while the other
+    works alone. A busy lane gives only between its batches, after a commit, so no lease is
+    in two lanes' hands; a dry run's lanes keep their projects (its listing asks each lane
+    again from the start)."""
+
+    def __init__(self, working: int, *, share: bool) -> None:
+        self.working = working
+        self.share = share
+        self.idle: list[asyncio.Future[tuple[_Lane, LeaseKey] | None]] = []
+
+    def give(self, lane: _Lane, after: LeaseKey) -> _Lane:
+        """Between ``lane``'s batches (at ``after``): the lane it goes on as, having given half
+        of its projects to a lane that waits, if one does."""
+        while self.share and self.idle and lane.lanes < NARROWEST:
+            waiting = self.idle.pop(0)
+            if waiting.done():  # its lane was cancelled
+                continue
+            kept, given = lane.halves()
+            self.working += 1
+            waiting.set_result((given, after))
+            return kept
+        return lane
+
+    async def more(self) -> tuple[_Lane, LeaseKey] | None:
+        """A lane that ran out: the lane it takes next and the key to start after, once a busy
+        lane gives one; None once no lane is at work."""
+        self.working -= 1
+        if self.working <= 0 or not self.share:
+            self.stop()
+            return None
+        waiting: asyncio.Future[tuple[_Lane, LeaseKey] | None]
+        waiting = asyncio.get_running_loop().create_future()
+        self.idle.append(waiting)
+        return await waiting
+
+    def stop(self) -> None:
+        """No lane gives any more (all ran out, or one failed or was stopped)."""
+        self.share = False
+        for waiting in self.idle:
+            if not waiting.done():
+                waiting.set_result(None)
+        self.idle.clear()
 
 
 class _CommitUnknown(Exception):
@@ -113,7 +177,8 @@ class _Store(Protocol):
 
 async def reap_leases(self: _Store, run: LeaseReapRun) -> LeaseReap:
     """:meth:`~reaper.jobqueue.port.JobQueue.reap_leases`: batches on :data:`LANES` lanes at
-    once (one for one project), until none is left, the deadline has passed or
+    once (one for one project; :class:`_Lanes` shares them out), until none is left, the
+    deadline has passed or
     ``run.stopping()`` (asked after each batch: the batch in flight commits or rolls back
     first). The store's method as it is (:class:`~reaper.jobqueue.leases.Leases`)."""
     db = self.database
@@ -121,8 +186,9 @@ async def reap_leases(self: _Store, run: LeaseReapRun) -> LeaseReap:
     reap = LeaseReap()
     try:
         async with db.seam("reaping expired leases" if run.write else "ruling on expired leases"):
+            lanes = _Lanes(count, share=run.write)
             done = await asyncio.gather(
-                *(_reap_lane(db, _Lane(run, n, count), reap) for n in range(count)),
+                *(_reap_lanes(db, _Lane(run, n, count), lanes, reap) for n in range(count)),
                 return_exceptions=True,
             )
             for result in done:
@@ -187,43 +253,65 @@ def next_batch_size(size: int, seconds: float) -> int:
     return min(BATCH_MAX, max(BATCH_MIN, min(2 * size, int(paced))))
 
 
-async def _reap_lane(db: Database, lane: _Lane, reap: LeaseReap) -> None:
-    """A lane's batches, one after another, each at least one lease past the last; a batch a
-    row spoils is halved until that row is alone, named, and stepped over."""
-    after = FIRST_KEY
-    size = BATCH_FIRST
+async def _reap_lanes(db: Database, first: _Lane, lanes: _Lanes, reap: LeaseReap) -> None:
+    """One connection's lanes: ``first``, then each lane a busy lane gives it, until none is
+    left; the batch size it reached carries over."""
+    lane: _Lane | None = first
+    after, size = FIRST_KEY, BATCH_FIRST
+    try:
+        async with db.connection() as conn:
+            if first.run.write:
+                await _prepare(conn, first)
+            while lane is not None:
+                size = await _reap_lane(conn, db, lane, after, size, lanes, reap)
+                handed = None if reap.stopped else await lanes.more()
+                lane, after = handed if handed else (None, after)
+    finally:
+        lanes.stop()  # a lane that stopped or failed leaves none waiting for it
+
+
+async def _reap_lane(
+    conn: Connection,
+    db: Database,
+    lane: _Lane,
+    after: LeaseKey,
+    size: int,
+    lanes: _Lanes,
+    reap: LeaseReap,
+) -> int:
+    """A lane's batches from ``after``, one after another, each at least one lease past the
+    last, giving half of its projects to a lane that waits between them; a batch a row spoils
+    is halved until that row is alone, named, and stepped over. Returns the batch size."""
     cut = 0  # how many times the batch at `after` was halved for a row that spoils it
     run = lane.run
-    async with db.connection() as conn:
-        if run.write:
-            await _prepare(conn, lane)
-        while True:
-            began = time.monotonic()
-            try:
-                key = await _batch(conn, lane, after, max(1, size >> cut), reap)
-            except _CommitUnknown as exc:
-                reap.unknown += exc.leases
+    while True:
+        began = time.monotonic()
+        try:
+            key = await _batch(conn, lane, after, max(1, size >> cut), reap)
+        except _CommitUnknown as exc:
+            reap.unknown += exc.leases
+            raise
+        except PostgresError as exc:
+            if not is_row_failure(exc):
                 raise
-            except PostgresError as exc:
-                if not is_row_failure(exc):
-                    raise
-                if size >> cut > 1:
-                    cut += 1
-                    continue
-                failed, key = await _bad_row(conn, lane, after)
-                if key is None:  # no expired lease is left after it (a reaper moved it)
-                    return
-                reap.failed.append((failed, db.row_reason(exc)))
-            else:
-                if key is None:
-                    return
-                if not cut:
-                    size = next_batch_size(size, time.monotonic() - began)
-            cut = max(0, cut - 1)
-            after = key
-            if run.monotonic() >= run.deadline or run.stopping():
-                reap.stopped = True
-                return
+            if size >> cut > 1:
+                cut += 1
+                continue
+            failed, key = await _bad_row(conn, lane, after)
+            if key is None:  # no expired lease is left after it (a reaper moved it)
+                return size
+            reap.failed.append((failed, db.row_reason(exc)))
+        else:
+            if key is None:
+                return size
+            if not cut:
+                size = next_batch_size(size, time.monotonic() - began)
+        cut = max(0, cut - 1)
+        after = key
+        if run.monotonic() >= run.deadline or run.stopping():
+            reap.stopped = True
+            return size
+        lane = lanes.give(lane, after)
 
 
 async def _prepare(conn: Connection, lane: _Lane) -> None:

@@ -151,6 +151,57 @@ async def test_a_spent_budget_stops_after_the_batch_it_is_in(
     assert await store.count_expired_leases(NOW, 0) == 150
 
 
+async def test_a_lane_that_runs_out_takes_half_of_a_busy_lanes_projects(
+    pg_dsn: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every expired lease in the projects of lane 0 of 2: lane 1 runs out at once, and takes
+    # half of lane 0's projects from where lane 0 has got to
+    candidates = [uuid.uuid4() for _ in range(64)]
+    rows = await query(
+        pg_dsn,
+        "SELECT id FROM unnest($1::uuid[]) AS id WHERE (hashtext(id::text) & 2147483647) % 2 = 0",
+        candidates,
+    )
+    projects = [r["id"] for r in rows][:12]
+    rng = random.Random(40)
+    jobs = [
+        leased(rng.choice(projects), expired_seconds_ago=n + 1, attempts=7 if n % 9 == 0 else 1)
+        for n in range(1500)
+    ]
+    await insert_jobs(pg_dsn, jobs)
+    monkeypatch.setattr(lease_reap, "BATCH_FIRST", 100)
+    monkeypatch.setattr(lease_reap, "BATCH_MAX", 100)
+    batches: list[tuple[int, int, int]] = []
+    batch = lease_reap._batch
+
+    async def counted(conn: object, lane: lease_reap._Lane, *args: object) -> object:
+        key = await batch(conn, lane, *args)  # type: ignore[arg-type]
+        batches.append((lane.lane, lane.lanes, id(conn)))
+        return key
+
+    monkeypatch.setattr(lease_reap, "_batch", counted)
+    done = await reap(store)
+    assert done.moved == len(jobs) and not done.failed
+    # lane 1 found nothing, then worked on its own connection in the half it was given
+    assert {(lane, lanes) for lane, lanes, _ in batches} >= {(0, 2), (1, 2), (2, 4)}
+    given = {conn for lane, lanes, conn in batches if (lane, lanes) == (2, 4)}
+    kept = {conn for lane, lanes, conn in batches if (lane, lanes) == (0, 4)}
+    assert given and kept and given.isdisjoint(kept)
+    rows = await query(
+        pg_dsn,
+        "SELECT payload ->> 'object' AS job, count(*) AS n FROM event"
+        " WHERE kind = 'QueueReaped' GROUP BY 1",
+    )
+    assert len(rows) == len(jobs) and {r["n"] for r in rows} == {1}
+    streams = await query(
+        pg_dsn, "SELECT project_id, array_agg(seq ORDER BY seq) AS seqs FROM event GROUP BY 1"
+    )
+    for stream in streams:
+        assert stream["seqs"] == list(range(1, len(stream["seqs"]) + 1))
+    left = await query(pg_dsn, "SELECT count(*) AS n FROM job WHERE state = 'leased'")
+    assert left[0]["n"] == 0
+
+
 async def test_eight_reapers_beside_a_host_writer_move_each_lease_once_with_one_event(
     pg_dsn: str,
 ) -> None:
