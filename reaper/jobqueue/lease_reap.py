@@ -2,14 +2,13 @@
 
 A batch is one transaction of one statement (``sql/lease_reap.sql``): it locks a lane's next
 expired leases by the leased-expiry index's key (``SKIP LOCKED``) and their streams, rules on
-each as it stands under the lock, exactly as
-:func:`~reaper.core.judge_leases.judge_lease_page` does, moves it, raises a park's gate, writes
-a requeue's outbox row, and appends its event with the canonical payload and digest built by
-PostgreSQL. Python sends bounds and thresholds, never a lease, and keeps counts and the runs of
-event numbers each batch appended, by which :func:`lease_listing` reads the moves back. Lanes
-(projects split by a hash of their id: no two share a stream) run at once, and a lane that runs
-out takes half of a busy lane's projects; a batch a row spoils is cut down to that row, which is
-named and stepped over.
+each under the lock exactly as :func:`~reaper.core.judge_leases.judge_lease_page` does, moves
+it, raises a park's gate, writes a requeue's outbox row, and appends its event with the
+canonical payload and digest built by PostgreSQL. Python sends bounds and thresholds, never a
+lease, and keeps counts and the runs of event numbers each batch appended, by which
+:func:`lease_listing` reads the moves back. Lanes (projects split by a hash of their id: no two
+share a stream) run at once, a lane that runs out takes half of a busy one's projects, and a
+batch a row spoils is cut down to that row, which is named and stepped over.
 """
 
 from __future__ import annotations

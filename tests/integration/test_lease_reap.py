@@ -53,6 +53,24 @@ async def reap(
     return done
 
 
+async def each_moved_once_with_one_event(pg_dsn: str, jobs: int) -> None:
+    """Every one of ``jobs`` leases moved, each with exactly one event, every stream gapless
+    (whoever wrote to it), and none left leased."""
+    rows = await query(
+        pg_dsn,
+        "SELECT payload ->> 'object' AS job, count(*) AS n FROM event"
+        " WHERE kind = 'QueueReaped' GROUP BY 1",
+    )
+    assert len(rows) == jobs and {r["n"] for r in rows} == {1}
+    streams = await query(
+        pg_dsn, "SELECT project_id, array_agg(seq ORDER BY seq) AS seqs FROM event GROUP BY 1"
+    )
+    for stream in streams:
+        assert stream["seqs"] == list(range(1, len(stream["seqs"]) + 1))
+    left = await query(pg_dsn, "SELECT count(*) AS n FROM job WHERE state = 'leased'")
+    assert left[0]["n"] == 0
+
+
 async def test_requeues_and_parks_each_with_one_event_and_one_gate_per_episode(
     pg_dsn: str, store: PostgresStore
 ) -> None:
@@ -187,19 +205,7 @@ async def test_a_lane_that_runs_out_takes_half_of_a_busy_lanes_projects(
     given = {conn for lane, lanes, conn in batches if (lane, lanes) == (2, 4)}
     kept = {conn for lane, lanes, conn in batches if (lane, lanes) == (0, 4)}
     assert given and kept and given.isdisjoint(kept)
-    rows = await query(
-        pg_dsn,
-        "SELECT payload ->> 'object' AS job, count(*) AS n FROM event"
-        " WHERE kind = 'QueueReaped' GROUP BY 1",
-    )
-    assert len(rows) == len(jobs) and {r["n"] for r in rows} == {1}
-    streams = await query(
-        pg_dsn, "SELECT project_id, array_agg(seq ORDER BY seq) AS seqs FROM event GROUP BY 1"
-    )
-    for stream in streams:
-        assert stream["seqs"] == list(range(1, len(stream["seqs"]) + 1))
-    left = await query(pg_dsn, "SELECT count(*) AS n FROM job WHERE state = 'leased'")
-    assert left[0]["n"] == 0
+    await each_moved_once_with_one_event(pg_dsn, len(jobs))
 
 
 async def test_eight_reapers_beside_a_host_writer_move_each_lease_once_with_one_event(
@@ -234,17 +240,5 @@ async def test_eight_reapers_beside_a_host_writer_move_each_lease_once_with_one_
         host = json.loads((await asyncio.wait_for(writer.communicate(), 30))[0])
     assert sum(d.moved for d in done) == len(jobs)
     assert not [d.failed for d in done if d.failed]
-    rows = await query(
-        pg_dsn,
-        "SELECT payload ->> 'object' AS job, count(*) AS n FROM event"
-        " WHERE kind = 'QueueReaped' GROUP BY 1",
-    )
-    assert len(rows) == len(jobs) and {r["n"] for r in rows} == {1}
-    streams = await query(
-        pg_dsn, "SELECT project_id, array_agg(seq ORDER BY seq) AS seqs FROM event GROUP BY 1"
-    )
-    for s in streams:  # gapless, whoever wrote them
-        assert s["seqs"] == list(range(1, len(s["seqs"]) + 1))
+    await each_moved_once_with_one_event(pg_dsn, len(jobs))
     assert host["appended"] > 0
-    left = await query(pg_dsn, "SELECT count(*) AS n FROM job WHERE state = 'leased'")
-    assert left[0]["n"] == 0
