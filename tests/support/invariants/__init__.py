@@ -82,6 +82,7 @@ from tests.support.invariants.seed_database import (
     seed_expired_leases,
     seed_scenario,
     seed_stale_ready,
+    streams_held,
     wait_for_no_reaper_backends,
 )
 
@@ -126,6 +127,7 @@ __all__ = [
     "seed_scenario",
     "seed_stale_ready",
     "sighting_key",
+    "streams_held",
     "wait_for_depth",
     "wait_for_depths",
     "wait_for_no_reaper_backends",

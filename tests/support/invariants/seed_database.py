@@ -4,10 +4,11 @@ jobs, and reads of what a test's reapers left (their backends, the expired lease
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -254,3 +255,43 @@ async def wait_for_no_reaper_backends(dsn: str, seconds: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"reaper sessions still open on {dsn} after {seconds} s")
         await asyncio.sleep(0.1)
+
+
+#: What a reaper's session waiting for a ledger stream's lock looks like.
+_WAITING_FOR_STREAMS = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND application_name = 'queue-reaper'
+  AND wait_event_type = 'Lock' AND wait_event = 'advisory'
+"""
+
+
+@contextlib.asynccontextmanager
+async def streams_held(dsn: str, waiters: int, seconds: float = 20.0) -> AsyncIterator[None]:
+    """Every project's ledger stream locked (the lock each writer of a stream takes, in stream
+    order) while the body starts its reapers, and let go once ``waiters`` reaper sessions wait
+    for it (or ``seconds`` have passed, within the reapers' statement timeout). A lease batch
+    locks its leases before its streams, so by then each waiting batch holds leases of its
+    own: the reapers move leases together, not one after another as they happen to start."""
+    conn = await asyncpg.connect(dsn)
+    await conn.execute(
+        "SELECT count(pg_advisory_lock(1818584167, hashtext(p::text)))"
+        " FROM (SELECT DISTINCT project_id AS p FROM job ORDER BY 1) AS s"
+    )
+
+    async def let_go() -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if await conn.fetchval(_WAITING_FOR_STREAMS) >= waiters:
+                break
+            await asyncio.sleep(0.05)
+        await conn.execute("SELECT pg_advisory_unlock_all()")
+
+    going = asyncio.create_task(let_go())
+    try:
+        yield
+    finally:
+        if not going.done():
+            going.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await going
+        await conn.close()
