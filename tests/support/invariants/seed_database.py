@@ -16,6 +16,7 @@ import asyncpg
 
 from reaper.config import Settings
 from reaper.demo.scenario import Scenario
+from reaper.jobqueue.sql import QUERIES
 from tests.support.invariants.expectation import Episode, Seeded
 from tests.support.services import BrokerUnderTest
 from tests.support.store import Job, insert_jobs, query
@@ -273,18 +274,20 @@ async def streams_held(dsn: str, waiters: int, seconds: float = 20.0) -> AsyncIt
     locks its leases before its streams, so by then each waiting batch holds leases of its
     own: the reapers move leases together, not one after another as they happen to start."""
     conn = await asyncpg.connect(dsn)
-    await conn.execute(
-        "SELECT count(pg_advisory_lock(1818584167, hashtext(p::text)))"
-        " FROM (SELECT DISTINCT project_id AS p FROM job ORDER BY 1) AS s"
-    )
+    held = conn.transaction()
+    await held.start()
+    projects = [r["project_id"] for r in await conn.fetch("SELECT DISTINCT project_id FROM job")]
+    await conn.fetchval(QUERIES["lock_streams"], projects)  # the lock every stream's writer takes
 
     async def let_go() -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
+            # a transaction sees pg_stat_activity as it first read it, unless told to read again
+            await conn.execute("SELECT pg_stat_clear_snapshot()")
             if await conn.fetchval(_WAITING_FOR_STREAMS) >= waiters:
                 break
             await asyncio.sleep(0.05)
-        await conn.execute("SELECT pg_advisory_unlock_all()")
+        await held.rollback()
 
     going = asyncio.create_task(let_go())
     try:
