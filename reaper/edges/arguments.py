@@ -1,127 +1,33 @@
 """The ``reaper`` command line's arguments: every command's options and help.
 
 The ``reaper`` command line's arguments: every command's options and help, and the global
-options every command takes before or after its name. :mod:`reaper.edges.cli` runs them."""
+options every command takes before or after its name; their paragraphs are in
+:mod:`reaper.edges.help_text`. :mod:`reaper.edges.cli` runs them."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 
-from reaper.edges import doctor, gate_commands, production
+from reaper.core.domain import GATE_BUS_DEAD_LETTERED, GATE_DELIVERY_EXHAUSTED
+from reaper.edges import gate_bulk
 from reaper.edges.completion import SHELLS
+from reaper.edges.events import OUTPUTS as EVENT_OUTPUTS
+from reaper.edges.help_text import (
+    ANSWER_DESCRIPTION,
+    DESCRIPTION,
+    EPILOG,
+    MIGRATE_DESCRIPTION,
+    REAP_EPILOG,
+)
 from reaper.edges.logs import LOG_FORMATS
 from reaper.edges.options import Commands, add_actions, add_output, add_project
 from reaper.edges.serve import ListenError, parse_listen
+from reaper.gates.ids import VOCABULARY, argument, choose, gate_kind
 from reaper.version import __version__
 
 __all__ = ["build_parser"]
-
-DESCRIPTION = """\
-queue-reaper: measures what a job queue holds in PostgreSQL and RabbitMQ against declared
-thresholds, requeues expired leases, parks poison jobs and dead letters as human gates (it
-never deletes anything), reconciles the declared broker policies, and records every verdict
-in an append-only ledger and as Prometheus metrics.
-
-Configuration comes from conf.d/*.toml drop-ins (--config-dir, default ./conf.d, then
-/etc/queue-reaper/conf.d) overlaid by REAPER_* environment variables, e.g.
-REAPER_QUEUE__REAP__STALE_READY_SECONDS=600. `reaper config show` prints what is in force.
-"""
-
-EPILOG = """\
-examples:
-  reaper reap --dry-run          judge everything, write nothing, print the report
-  reaper reap --json             one real pass, the report as JSON (exit 0/1/2)
-  reaper gates list              what waits for a person, oldest first, with each command
-  reaper gates answer 1a2b3c4d --choice retry
-  reaper events --since 1h       the ledger, newest last
-  reaper db migrate --dry-run    the schema statements a migration would run, none run
-  reaper policies plan           desired broker policies against what is in force
-  reaper serve                   a pass every interval_seconds, /metrics on 127.0.0.1:9464
-  reaper demo                    a realistic pass against the local services
-
-exit codes:
-  0  the pass is ok: every source read, every write committed, every declared policy the
-     broker accepts and enforces in force, no queue of ours that would drop a message
-     (the report may still list findings: "OK, 3 findings")
-  1  the pass ran but is NOT OK: the header says why (a source unreadable, a write not done,
-     a policy not in force, a queue that would drop messages, a dead-letter queue not read)
-  2  usage or configuration error: nothing was run
-
-the report: see the README's "Reading the report" for every status, heading and code
-(KeyUnsupported, InSync, NotEnforced, DeliveryLimitWithheld, [new], [seen], ...).
-"""
-
-#: The report's codes, as `reaper reap --help` explains them.
-REAP_EPILOG = """the report, top to bottom:
-  status       OK | OK, N findings | NOT OK: <why>; exit 0, 0, 1
-  Database, Broker, Read   the target (host:port/database, vhost, management URLs that
-               answered, dispatch) and what was read (leases, projects, owned/foreign/
-               dead-letter queues): a pass against the wrong vhost shows it here
-  NOT OK       what made the pass not ok, each with its fix: UNREADABLE (a source, or a queue
-               on a node that is down), NOT DONE (a write the database refused: its reason and
-               the privilege needed), UNKNOWN (a commit with no answer), POLICY (a policy not
-               in force), DEAD LETTER (a queue not read safely), WOULD DROP (a queue of ours
-               whose delivery limit would delete messages: declare x-dead-letter-exchange)
-  Findings     what the pass found, worst first, one line each: the measurement against its
-               threshold, the next step, and the sighting: [new] recorded now, [seen since
-               HH:MMZ] open in the ledger since then (a dry run reads it too), [would
-               record] in a dry run, not on record yet, [not recorded] ledger not written.
-               Nothing is moved for a finding; unbounded = no bound the broker enforces
-               (the reaper's own observation is the guard)
-  Done / Would do   what committed (a dry run: what it would do): moves, parks and policy
-               writes; each park names its gate and the command that answers it (past 10:
-               the first five, and the one command that lists every gate the pass raised
-               and the one that answers them all; -o wide: every park, its gate whole)
-  Policies     one line each: action (unchanged, created, updated, deleted, refused,
-               unsupported, planned), in force or not, and the reason code: InSync, Created,
-               Updated, Deleted, WouldCreate, WouldUpdate, WouldDelete, KeyUnsupported (the
-               version refuses a key; the fallback in force is said once), NoOwnedQueues,
-               NotEnforced (accepted, not enforced on that queue type: the queue is an
-               unbounded finding), DeliveryLimitWithheld (a queue has no dead-letter target),
-               Refused, DefinitionRejected, ReadBackMismatch, ShadowedBy, FiniteDeliveryLimit,
-               NotInForce, QueueNotCarrying, CarriedOutsideScope, StalePolicy, FallbackUnproven
-  -o wide      every detail in full; --json (or -o json) every verdict, with applied
-"""
-
-
-MIGRATE_DESCRIPTION = """\
-Bring the reaper's schema up to date on a live database without stalling the host's traffic.
-
-It reads the catalog first and runs only what is missing: a table, a column, an index that
-is absent or invalid, a function or trigger that is not the shipped one. On a database whose
-schema is in place it takes no lock on any of the host's tables. Each migration is recorded
-in reaper_migration once every step of it is in place; migrators take turns on an advisory
-lock.
-
-lock_timeout: a statement that needs a lock on a live table (adding a column takes ACCESS
-  EXCLUSIVE, however briefly) waits for it at most [database] lock_timeout_seconds (default
-  2 s; REAPER_DATABASE__LOCK_TIMEOUT_SECONDS), because the host's traffic queues behind it
-  while it waits. A lock that cannot be had is tried again after a short pause, unless the
-  transaction holding it is still open: then the migration stops and names the blocking
-  session (pid, application_name, user, state, how long its transaction has been open, its
-  query) and exits 1. It changes nothing half-way: the transactional steps of one migration
-  run in one transaction, which is rolled back.
-
-CONCURRENTLY: indexes are built with CREATE INDEX CONCURRENTLY, outside a transaction, so
-  writes go on during the build. A build that is cut short drops the index it began, or
-  leaves it invalid (PostgreSQL does not use it); the next run drops and rebuilds an invalid
-  index.
-
---dry-run: prints, as SQL, exactly the statements a run would execute now, with why each is
-  needed, and runs none (exit 0; exit 1 where a run would stop before running anything).
-
---outbox: also the schema of a host that dispatches through RabbitMQ (job.dispatch_seq,
-  job.dispatched_at, job_outbox and an index of its unsent rows), for a fresh install that
-  wants outbox dispatch; only what is missing. Never without the flag: with these in place,
-  [queue.reap] dispatch = "auto" finds outbox dispatch in force, and every requeue and gate
-  answer then writes an outbox row for the host's relay to publish.
-
-Where job.project_id (or human_gate's, or event's) references a project table, the fleet's
-reserved project row (00000000-0000-0000-0000-000000000000) is created in it; if that table
-has NOT NULL columns without a default, it says which and how to create the row by hand
-(exit 1). Exit codes: 0 done (or nothing to do), 1 stopped.
-"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,13 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_reap(commands)
     _add_config(commands)
-    db_commands = _add_db(commands)
-    # Running in production: least privileges and the doctor.
-    production.add_db_commands(db_commands)
-    doctor.add_command(commands)
+    _add_db(commands)
+    _add_doctor(commands)
     _add_policies(commands)
-    # what waits for a person, and the ledger (reaper.edges.gate_commands)
-    gate_commands.add_parsers(commands)
+    _add_gates(commands)
+    _add_events(commands)
     _add_serve(commands)
     _add_demo(commands)
     _add_shell(commands)
@@ -218,8 +122,8 @@ def _add_config(commands: Commands) -> None:
     )
 
 
-def _add_db(commands: Commands) -> Commands:
-    """``reaper db migrate``; the table of ``db`` actions the others join."""
+def _add_db(commands: Commands) -> None:
+    """``reaper db migrate`` and ``reaper db grants``."""
     db_commands = add_actions(
         commands, "db", help="the PostgreSQL schema", description="The reaper's PostgreSQL schema."
     )
@@ -241,7 +145,34 @@ def _add_db(commands: Commands) -> Commands:
         help="also create the outbox dispatch schema (job.dispatch_seq, job.dispatched_at, "
         "job_outbox) where it is missing",
     )
-    return db_commands
+    grants = db_commands.add_parser(
+        "grants",
+        help="the GRANTs a role needs to run the reaper, and no more (--apply runs them)",
+        description="Print the GRANT statements that give ROLE exactly the privileges the "
+        "reaper needs on the tables it reads and writes in this database, each with why; "
+        "nothing on the ledger beyond SELECT and INSERT. Run as the tables' owner; --apply runs "
+        "them in one transaction.",
+    )
+    grants.add_argument("role", metavar="ROLE", help="the role the reaper connects as")
+    grants.add_argument("--apply", action="store_true", help="run the GRANTs")
+
+
+def _add_doctor(commands: Commands) -> None:
+    """``reaper doctor``."""
+    doctor = commands.add_parser(
+        "doctor",
+        help="check every precondition of a pass, one line each with the fix",
+        description="Check the configuration, PostgreSQL (reachable, TLS, schema, privileges, "
+        "clock) and every management URL (reachable, TLS, vhost, tags, permissions, policy "
+        "rights, the conf.d snippet on every node), and the dispatch mode. Exit 0 when all "
+        "pass, 1 otherwise.",
+    )
+    add_output(
+        doctor,
+        ("text", "wide", "json"),
+        "text (default: one line each, the fix after it), wide (the fix on a line of its "
+        "own under each) or json",
+    )
 
 
 def _add_policies(commands: Commands) -> None:
@@ -263,6 +194,104 @@ def _add_policies(commands: Commands) -> None:
         ("text", "wide", "json", "name"),
         "text (default), wide (each policy's desired and actual definitions too), json, "
         "or name (the declared policies' names)",
+    )
+
+
+def _add_gates(commands: Commands) -> None:
+    """``reaper gates list|show|answer``."""
+    # not required: ``reaper gates`` alone prints its actions (GATE_ACTIONS)
+    gate_commands = add_actions(
+        commands,
+        "gates",
+        help="what waits for a person",
+        description="What waits for a person: poison jobs (delivery_exhausted) and dead "
+        "letters (bus_dead_lettered) parked as gates. Nothing is deleted; each answer is a "
+        "GateAnswered event on the ledger.",
+        required=False,
+    )
+    listing = gate_commands.add_parser(
+        "list",
+        help="open gates, oldest first, with the command for each answer",
+        description="The open gates, oldest first: short id, age, project, kind, job kind, "
+        "and the exact command for each answer really possible.",
+    )
+    add_output(
+        listing,
+        ("text", "wide", "json", "name"),
+        "text (default: a table, short ids), wide (whole ids), json, or name (one whole "
+        "gate id a line, for xargs)",
+    )
+    listing.add_argument("--all", action="store_true", help="include answered gates")
+    listing.add_argument(
+        "--kind",
+        type=argument(gate_kind),
+        metavar="KIND",
+        help=f"only gates of this kind: {GATE_DELIVERY_EXHAUSTED} (or poison), "
+        f"{GATE_BUS_DEAD_LETTERED} (or dead_letter)",
+    )
+    add_project(listing, "only this project's gates (id, prefix or fleet)")
+    listing.add_argument(
+        "--older-than", metavar="AGE", help="only gates raised longer ago than AGE (e.g. 1h)"
+    )
+    listing.add_argument(
+        "--since",
+        metavar="AGE|ISO",
+        help="only gates raised at or after: 1h, or 2026-12-01T09:00Z (a report's parks: the "
+        "time it prints)",
+    )
+    show = gate_commands.add_parser(
+        "show",
+        help="one gate, whole",
+        description="One gate, whole: for a dead letter its quoted (untrusted) headers, its "
+        "origin, the body's first bytes and whether replay is possible.",
+    )
+    show.add_argument("gate", metavar="GATE", help="the gate's id or a unique prefix of it")
+    show.add_argument("--json", action="store_true", help="print it as JSON")
+    answer = gate_commands.add_parser(
+        "answer",
+        help="answer a gate",
+        description=ANSWER_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    answer.add_argument(
+        "gate", metavar="GATE", nargs="?", help="the gate's id or a unique prefix of it"
+    )
+    answer.add_argument("--choice", required=True, help="one of the gate's answers")
+    answer.add_argument("--by", metavar="NAME", help="who answers (default: OS user@host)")
+    answer.add_argument("--reason", metavar="TEXT", help="why, kept on the ledger")
+    answer.add_argument(
+        "--dry-run", action="store_true", help="say what it would do; write nothing"
+    )
+    gate_bulk.add_selection(answer, (GATE_DELIVERY_EXHAUSTED, GATE_BUS_DEAD_LETTERED))
+
+
+def _add_events(commands: Commands) -> None:
+    """``reaper events``."""
+    events = commands.add_parser(
+        "events",
+        help="the ledger, newest last, one line per event (read from its indexes)",
+        description="The append-only ledger, newest last, one line per event: every verdict "
+        "(QueueReaped) and every gate answer (GateAnswered). Ids are taken as the outputs "
+        "print them: any unique prefix, and `fleet` for the fleet's own stream.",
+    )
+    events.add_argument("--since", metavar="AGE|ISO", help="e.g. 1h, or 2026-12-01T09:00Z")
+    add_project(events, "only this project's stream (id, prefix or fleet)")
+    events.add_argument("--kind", metavar="KIND", help="QueueReaped or GateAnswered")
+    for word, example in (("condition", "poison"), ("action", "park"), ("source", "broker")):
+        events.add_argument(
+            f"--{word}",
+            type=argument(functools.partial(choose, word, known=VOCABULARY[word])),
+            metavar=word.upper(),
+            help=f"one of {', '.join(VOCABULARY[word])} (e.g. {example})",
+        )
+    events.add_argument("--object", metavar="ID", help="a job (id or prefix) or a queue name")
+    add_output(
+        events,
+        EVENT_OUTPUTS,
+        "text (default: short ids), wide (whole ids), json, or name (PROJECT#SEQ)",
+    )
+    events.add_argument(
+        "--limit", type=_positive, default=100, help="the newest N (default %(default)s)"
     )
 
 
@@ -377,3 +406,9 @@ def _listen(value: str) -> str:
     except ListenError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return value
+
+
+def _positive(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"not a positive whole number: {value!r}")
+    return int(value)

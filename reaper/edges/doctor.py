@@ -13,7 +13,6 @@ the same thing.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -31,7 +30,6 @@ from reaper.edges import colour
 from reaper.edges.commands import dispatch_of
 from reaper.edges.doctor_fixes import broker_fix, database_fix, vhost_fix
 from reaper.edges.doctor_vhost import owned_queues
-from reaper.edges.options import add_output
 from reaper.edges.production import open_database
 from reaper.errors import BrokerUnavailable, ReaperError
 from reaper.jobqueue.database import Database
@@ -40,7 +38,7 @@ from reaper.schema.catalog import applied_migrations
 from reaper.schema.grants import grants_for, privileges_held
 from reaper.schema.steps import shipped_migrations
 
-__all__ = ["Check", "add_command", "checks", "reachable", "run", "snippet_check"]
+__all__ = ["Check", "checks", "reachable", "run", "snippet_check"]
 
 #: The broker's conf.d snippet every node must load (the broker-wide consumer timeout).
 SNIPPET: Final = "20-vibey-reap.conf"
@@ -60,23 +58,6 @@ class Check:
     detail: str
     #: What to do: never empty on a check that is not ok (the doctor's own test holds it).
     fix: str = ""
-
-
-def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    doctor = commands.add_parser(
-        "doctor",
-        help="check every precondition of a pass, one line each with the fix",
-        description="Check the configuration, PostgreSQL (reachable, TLS, schema, privileges, "
-        "clock) and every management URL (reachable, TLS, vhost, tags, permissions, policy "
-        "rights, the conf.d snippet on every node), and the dispatch mode. Exit 0 when all "
-        "pass, 1 otherwise.",
-    )
-    add_output(
-        doctor,
-        ("text", "wide", "json"),
-        "text (default: one line each, the fix after it), wide (the fix on a line of its "
-        "own under each) or json",
-    )
 
 
 async def run(loaded: LoadedConfig, *, output: str = "text") -> int:

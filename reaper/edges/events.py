@@ -8,9 +8,8 @@ says how many it did not show and how to see them."""
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-from typing import Any, Final
+from typing import Final
 from uuid import UUID
 
 from reaper.config import LoadedConfig
@@ -18,11 +17,9 @@ from reaper.core.dead_letters import quote_untrusted
 from reaper.core.domain import EVENT_KIND
 from reaper.core.records import LedgerEvent
 from reaper.core.terminal import one_line
-from reaper.edges.options import add_output, add_project, output_of
+from reaper.edges.options import output_of
 from reaper.edges.wording import utc
 from reaper.gates.ids import (
-    VOCABULARY,
-    argument,
     choose,
     project_name,
     resolve_object,
@@ -32,7 +29,7 @@ from reaper.gates.views import parse_since
 from reaper.jobqueue.port import EventFilter, JobQueue
 from reaper.reap.sources import store_sources
 
-__all__ = ["OUTPUTS", "add_parser", "event_json", "event_line", "run"]
+__all__ = ["OUTPUTS", "event_json", "event_line", "run"]
 
 #: The reaper's own event kinds; a host's own kinds are taken where the ledger holds them.
 KINDS: Final = (EVENT_KIND, "GateAnswered")
@@ -41,34 +38,6 @@ KINDS: Final = (EVENT_KIND, "GateAnswered")
 OUTPUTS: Final = ("text", "wide", "json", "name")
 
 _EXIT_OK = 0
-
-
-def add_parser(commands: Any) -> None:
-    """Add ``events`` to the CLI's subcommands."""
-    events = commands.add_parser(
-        "events",
-        help="the ledger, newest last, one line per event (read from its indexes)",
-        description="The append-only ledger, newest last, one line per event: every verdict "
-        "(QueueReaped) and every gate answer (GateAnswered). Ids are taken as the outputs "
-        "print them: any unique prefix, and `fleet` for the fleet's own stream.",
-    )
-    events.add_argument("--since", metavar="AGE|ISO", help="e.g. 1h, or 2026-12-01T09:00Z")
-    add_project(events, "only this project's stream (id, prefix or fleet)")
-    events.add_argument("--kind", metavar="KIND", help="QueueReaped or GateAnswered")
-    for word, example in (("condition", "poison"), ("action", "park"), ("source", "broker")):
-        events.add_argument(
-            f"--{word}",
-            type=argument(functools.partial(choose, word, known=VOCABULARY[word])),
-            metavar=word.upper(),
-            help=f"one of {', '.join(VOCABULARY[word])} (e.g. {example})",
-        )
-    events.add_argument("--object", metavar="ID", help="a job (id or prefix) or a queue name")
-    add_output(
-        events, OUTPUTS, "text (default: short ids), wide (whole ids), json, or name (PROJECT#SEQ)"
-    )
-    events.add_argument(
-        "--limit", type=_positive, default=100, help="the newest N (default %(default)s)"
-    )
 
 
 async def run(args: argparse.Namespace, loaded: LoadedConfig) -> int:
@@ -182,9 +151,3 @@ def _id(value: object, wide: bool) -> str:
 def _plain(value: object) -> str:
     """A value the reaper or an operator wrote (an answer's ``--by``), kept on its line."""
     return "-" if value is None else one_line(str(value))
-
-
-def _positive(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"not a positive whole number: {value!r}")
-    return int(value)

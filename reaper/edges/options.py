@@ -2,8 +2,8 @@
 
 The options several commands share: the output form (``-o/--output`` with the forms the
 command offers, ``--json`` for ``-o json``), ``--project``, and who answers a gate when
-``--by`` is not given; and the parser's table of commands, which each command's module adds
-itself to, with the one way a command made of actions (``reaper db migrate``) is added."""
+``--by`` is not given; and the parser's table of commands, with the one way a command made of
+actions (``reaper db migrate``) is added to it (:mod:`reaper.edges.arguments` adds them all)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,7 @@ __all__ = ["Commands", "add_actions", "add_output", "add_project", "default_answ
 #: A command's parser, or a group of its options.
 Options = argparse.ArgumentParser | argparse._ArgumentGroup
 
-#: The parser's table of commands (or of one command's actions), which each command's module
-#: adds itself to.
+#: The parser's table of commands (or of one command's actions).
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 JSON_HELP = "the same as -o json"

@@ -5,7 +5,6 @@ PostgreSQL privileges, printed or applied) and ``reaper doctor`` (:mod:`reaper.e
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from reaper.config import LoadedConfig
@@ -13,22 +12,9 @@ from reaper.errors import ReaperError
 from reaper.jobqueue.database import Database
 from reaper.schema.grants import apply_grants, check_role, grants_for, role_exists
 
-__all__ = ["add_db_commands", "grants"]
+__all__ = ["grants"]
 
 EXIT_OK, EXIT_NOT_OK, EXIT_USAGE = 0, 1, 2
-
-
-def add_db_commands(db_commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    grants_parser = db_commands.add_parser(
-        "grants",
-        help="the GRANTs a role needs to run the reaper, and no more (--apply runs them)",
-        description="Print the GRANT statements that give ROLE exactly the privileges the "
-        "reaper needs on the tables it reads and writes in this database, each with why; "
-        "nothing on the ledger beyond SELECT and INSERT. Run as the tables' owner; --apply runs "
-        "them in one transaction.",
-    )
-    grants_parser.add_argument("role", metavar="ROLE", help="the role the reaper connects as")
-    grants_parser.add_argument("--apply", action="store_true", help="run the GRANTs")
 
 
 async def open_database(loaded: LoadedConfig) -> Database:
