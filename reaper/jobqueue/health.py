@@ -16,11 +16,18 @@ __all__ = ["SessionFacts", "session_facts"]
 
 @dataclass(frozen=True)
 class SessionFacts:
+    """What the doctor's own session is, as PostgreSQL answers it."""
+
+    #: The role it connected as (``current_user``).
     role: str
+    #: The server's version (``server_version``).
     version: str
+    #: The database's clock (``clock_timestamp()``), against which the doctor checks skew.
     now: datetime
+    #: Whether the session is encrypted, and with which TLS version (None without TLS).
     ssl: bool
     tls_version: str | None
+    #: Whether ``reaper_migration`` exists here (the schema is the reaper's, recorded).
     recorded: bool
 
 
