@@ -21,7 +21,7 @@ from typing import Final
 
 from reaper.broker.capabilities import capabilities_for, product_and_version
 from reaper.broker.evidence import broker_wide_consumer_timeout, live_consumer_timeout, read_nodes
-from reaper.broker.http import BrokerTls, ManagementApi, Transport, Turn, segment
+from reaper.broker.http import BrokerTls, ManagementApi, Transport, Turn, api_path
 from reaper.broker.port import BrokerPolicy, ManagementEndpoint, QueuesByVhost, RawMessage
 from reaper.broker.records import (
     CHANNEL_COLUMNS,
@@ -198,7 +198,7 @@ class ManagementClient:
         a few queues: a queue seen on two neighbouring pages is yielded once, and a queue
         missed is seen by the next pass."""
         vhost = self.vhost if vhost is None else vhost
-        path = f"/api/queues/{segment(vhost)}"
+        path = api_path("queues", vhost)
         first = await self.api.request("GET", path, params=self._page_params(1))
         if isinstance(first, list):
             yield self._queues(first, vhost, path, frozenset())
@@ -258,7 +258,7 @@ class ManagementClient:
         """One queue, column-projected (for verification). A missing queue is a
         ``BrokerUnavailable`` with status 404."""
         vhost = self.vhost if vhost is None else vhost
-        path = f"/api/queues/{segment(vhost)}/{segment(name)}"
+        path = api_path("queues", vhost, name)
         body = await self.api.request(
             "GET",
             path,
@@ -279,7 +279,7 @@ class ManagementClient:
         """Every channel of the vhost, with its unacknowledged deliveries and acknowledgements
         so far (column-projected; one request)."""
         vhost = self.vhost if vhost is None else vhost
-        path = f"/api/vhosts/{segment(vhost)}/channels"
+        path = api_path("vhosts", vhost, "channels")
         answer = await self.api.request(
             "GET", path, params={"columns": self.dialect.columns(CHANNEL_COLUMNS)}
         )
@@ -290,7 +290,7 @@ class ManagementClient:
         """Every consumer of the vhost: its queue and its channel (column-projected; one
         request)."""
         vhost = self.vhost if vhost is None else vhost
-        path = f"/api/consumers/{segment(vhost)}"
+        path = api_path("consumers", vhost)
         answer = await self.api.request(
             "GET", path, params={"columns": self.dialect.columns(CONSUMER_COLUMNS)}
         )
@@ -313,7 +313,7 @@ class ManagementClient:
         if count < 1:
             raise ValueError(f"count must be at least 1, not {count}")
         vhost = self.vhost if vhost is None else vhost
-        path = f"/api/queues/{segment(vhost)}/{segment(queue)}/get"
+        path = api_path("queues", vhost, queue, "get")
         body: dict[str, object] = {
             "count": count,
             "ackmode": REQUEUEING_ACKMODE,
@@ -337,7 +337,7 @@ class ManagementClient:
     ) -> bool:
         """Publish ``body`` to ``queue`` through the default exchange; True if it was routed."""
         vhost = self.vhost if vhost is None else vhost
-        path = f"/api/exchanges/{segment(vhost)}/amq.default/publish"
+        path = api_path("exchanges", vhost, "amq.default", "publish")
         answer = await self.api.request(
             "POST",
             path,
@@ -356,7 +356,7 @@ class ManagementClient:
         """Every policy of the vhost. One listing: measured on 3.10, 4.0 and 4.3, a user without
         the policymaker tag may list a vhost's policies but not GET one by name (401)."""
         vhost = self.vhost if vhost is None else vhost
-        path = f"/api/policies/{segment(vhost)}"
+        path = api_path("policies", vhost)
         answer = await self.api.request("GET", path)
         policies = [policy_of(p) for p in answer] if isinstance(answer, list) else [None]
         found = [p for p in policies if p is not None]
@@ -380,7 +380,7 @@ class ManagementClient:
         vhost = self.vhost if vhost is None else vhost
         await self.api.request(
             "PUT",
-            f"/api/policies/{segment(vhost)}/{segment(name)}",
+            api_path("policies", vhost, name),
             json={
                 "pattern": pattern,
                 "definition": dict(definition),
@@ -393,7 +393,7 @@ class ManagementClient:
         """Delete a policy by name: only ever one of the reaper's own, whose every key this
         broker can no longer be given safely (a withheld delivery limit)."""
         vhost = self.vhost if vhost is None else vhost
-        await self.api.request("DELETE", f"/api/policies/{segment(vhost)}/{segment(name)}")
+        await self.api.request("DELETE", api_path("policies", vhost, name))
 
 
 class _PagesAhead:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from reaper.broker.http import ManagementApi, segment
+from reaper.broker.http import ManagementApi, api_path
 from reaper.broker.records import QUEUE_COLUMNS, queue_of
 from reaper.core.domain import BrokerNode
 from reaper.core.values import mapping, whole
@@ -149,7 +149,7 @@ async def live_consumer_timeout(api: ManagementApi, vhost: str) -> tuple[int, st
     neither the consumer (``x-consumer-timeout``), the queue's arguments nor its policy
     override it."""
     try:
-        consumers = await api.request("GET", f"/api/consumers/{segment(vhost)}")
+        consumers = await api.request("GET", api_path("consumers", vhost))
     except BrokerUnavailable as exc:
         if exc.status in (401, 403, 404):
             return None
@@ -169,7 +169,7 @@ async def live_consumer_timeout(api: ManagementApi, vhost: str) -> tuple[int, st
             continue
         inspected += 1
         where = str(queue.get("vhost", vhost))
-        path = f"/api/queues/{segment(where)}/{segment(name)}"
+        path = api_path("queues", where, name)
         try:
             body = await api.request(
                 "GET", path, params={"columns": ",".join(QUEUE_COLUMNS)}, missing=f"queue {name!r}"

@@ -30,7 +30,7 @@ __all__ = [
     "BrokerTls",
     "ManagementApi",
     "Transport",
-    "segment",
+    "api_path",
     "tags_fix",
     "tls_context",
 ]
@@ -99,10 +99,11 @@ class BrokerRejected(BrokerUnavailable):
     ``apply-to`` value this version does not know. ``reason`` carries the broker's words."""
 
 
-def segment(value: str) -> str:
-    """One path segment, percent-encoded: the vhost ``/`` is ``%2F``; a lone surrogate (a
-    hostile answer's, never a real name) is sent as its bytes, not raised."""
-    return quote(value, safe="", errors="surrogatepass")
+def api_path(*segments: str) -> str:
+    """The management API's path of ``segments`` (``"queues", vhost, name``), each one
+    percent-encoded whole: the vhost ``/`` is ``%2F``, and a name never reaches past its own
+    segment. A lone surrogate (a hostile answer's, never a real name) is sent as its bytes."""
+    return "/api/" + "/".join(quote(s, safe="", errors="surrogatepass") for s in segments)
 
 
 class ManagementApi:

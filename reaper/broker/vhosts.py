@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from reaper.broker.http import ManagementApi, segment
+from reaper.broker.http import ManagementApi, api_path
 from reaper.broker.port import QueuesByVhost
 from reaper.core.values import whole
 from reaper.errors import BrokerUnavailable
@@ -81,7 +81,7 @@ async def _count_in(
     api: ManagementApi, vhost: str, matches: Callable[[str], object], pattern: str
 ) -> tuple[int, bool]:
     """The queues of ``vhost`` whose names match, and whether every one was counted."""
-    path = f"/api/queues/{segment(vhost)}"
+    path = api_path("queues", vhost)
     params: dict[str, str | int] = {
         "page": 1,
         "page_size": 100,  # the count is the broker's filtered_count: names to check

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from reaper.broker.client import ManagementClient
-from reaper.broker.http import segment
+from reaper.broker.http import api_path
 from reaper.errors import BrokerUnavailable
 from reaper.jobqueue.database import Record, execute_once
 from reaper.jobqueue.postgres import PostgresStore
@@ -69,10 +69,10 @@ async def run_scenario_query(store: PostgresStore, name: str, *args: object) -> 
 async def create_vhost(client: ManagementClient, name: str) -> None:
     """Create the vhost ``name`` (idempotent) and give the client's user every permission on
     it."""
-    await client.api.request("PUT", f"/api/vhosts/{segment(name)}", json={})
+    await client.api.request("PUT", api_path("vhosts", name), json={})
     await client.api.request(
         "PUT",
-        f"/api/permissions/{segment(name)}/{segment(client.username)}",
+        api_path("permissions", name, client.username),
         json={"configure": ".*", "write": ".*", "read": ".*"},
     )
 
@@ -81,9 +81,7 @@ async def delete_vhost(client: ManagementClient, name: str) -> None:
     """Delete the vhost ``name`` with everything in it: only ever a vhost the demo or a test
     created for itself. A vhost already gone is not an error."""
     try:
-        await client.api.request(
-            "DELETE", f"/api/vhosts/{segment(name)}", missing=f"vhost {name!r}"
-        )
+        await client.api.request("DELETE", api_path("vhosts", name), missing=f"vhost {name!r}")
     except BrokerUnavailable as exc:
         if exc.status != 404:
             raise
@@ -99,13 +97,10 @@ async def declare_queue(
 ) -> None:
     """Declare a durable queue of ``queue_type`` with ``arguments`` (idempotent when the
     queue exists with the same ones; a 400 otherwise)."""
-    vhost = client.vhost if vhost is None else vhost
-    await client.api.request(
-        "PUT",
-        f"/api/queues/{segment(vhost)}/{segment(name)}",
-        json={
-            "durable": True,
-            "auto_delete": False,
-            "arguments": {"x-queue-type": queue_type, **dict(arguments or {})},
-        },
-    )
+    queue = {
+        "durable": True,
+        "auto_delete": False,
+        "arguments": {"x-queue-type": queue_type, **dict(arguments or {})},
+    }
+    path = api_path("queues", client.vhost if vhost is None else vhost, name)
+    await client.api.request("PUT", path, json=queue)

@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Final
 
 from reaper.broker.client import ManagementClient
-from reaper.broker.http import segment
+from reaper.broker.http import api_path
 from reaper.config import Settings
 from reaper.core.domain import Condition
 from reaper.demo.admin import declare_queue, run_scenario_query
@@ -113,7 +113,7 @@ async def _relay(store: PostgresStore, client: ManagementClient) -> AsyncIterato
 async def _take(client: ManagementClient, *, requeue: bool) -> dict[str, object]:
     """One dispatch message off the work queue, as a worker receives it: put back (a worker
     that dies before its ack), or acknowledged (a worker that handled it, run or dropped)."""
-    path = f"/api/queues/{segment(client.vhost)}/{segment(WORK_QUEUE)}/get"
+    path = api_path("queues", client.vhost, WORK_QUEUE, "get")
     ackmode = "reject_requeue_true" if requeue else "ack_requeue_false"
     for _ in range(40):  # a message just published may take a moment to be ready
         answer = await client.api.request(

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from reaper.broker.capabilities import capabilities_for, product_and_version
 from reaper.broker.client import ManagementClient
-from reaper.broker.http import BrokerTls, segment, tags_fix
+from reaper.broker.http import BrokerTls, api_path, tags_fix
 from reaper.config import LoadedConfig, Settings
 from reaper.core.domain import BrokerFacts
 from reaper.core.enforcement import TimeoutSetting
@@ -266,7 +266,7 @@ async def _broker_checks(
         # The pass's own first request of the vhost (an administrator alone may read
         # /api/vhosts/NAME), so a missing vhost is said in the pass's words.
         await _get(
-            client, f"/api/queues/{segment(vhost)}", {"page": 1, "page_size": 1, "columns": "name"}
+            client, api_path("queues", vhost), {"page": 1, "page_size": 1, "columns": "name"}
         )
         found.append(Check(f"{name} vhost", "ok", f"{vhost!r} exists"))
         found.append(Check(f"{name} queues", *await owned_queues(client, settings)))
@@ -340,7 +340,7 @@ async def _permissions(
         "(read: every queue; write: the default exchange, for replays)"
     )
     try:
-        permissions = await _get(client, f"/api/permissions/{segment(vhost)}/{segment(user)}")
+        permissions = await _get(client, api_path("permissions", vhost, user))
     except BrokerUnavailable as exc:
         if exc.status == 404:
             return Check(

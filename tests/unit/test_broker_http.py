@@ -9,14 +9,17 @@ import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import pytest
 import respx
+from hypothesis import given
+from hypothesis import strategies as st
 
 from reaper.broker.capabilities import capabilities_for
 from reaper.broker.client import PAGE_CONCURRENCY, REQUEUEING_ACKMODE, ManagementClient
-from reaper.broker.http import BrokerRejected
+from reaper.broker.http import BrokerRejected, api_path
 from reaper.broker.records import QUEUE_COLUMNS
 from reaper.core.domain import BrokerFacts
 from reaper.core.values import normalized
@@ -84,6 +87,23 @@ def assert_no_password(exc: BaseException) -> None:
 
 
 # --------------------------------------------------------------------------- failure shapes
+
+
+@given(st.lists(st.text(), min_size=1, max_size=4))
+def test_each_name_in_a_management_path_stays_one_segment(names: list[str]) -> None:
+    """A queue name with a slash, a dot-dot, a percent or a lone surrogate is one segment of
+    the path, and decodes back to itself: it cannot address another object."""
+    path = api_path("queues", *names)
+    assert path.startswith("/api/queues/")
+    parts = path.removeprefix("/api/queues/").split("/")
+    assert [unquote(p, errors="surrogatepass") for p in parts] == names
+    assert path.isascii()
+
+
+def test_the_default_vhost_is_percent_encoded() -> None:
+    assert api_path("exchanges", "/", "amq.default", "publish") == (
+        "/api/exchanges/%2F/amq.default/publish"
+    )
 
 
 async def test_timeout_is_unavailable_and_names_the_timeout(
