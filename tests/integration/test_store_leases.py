@@ -11,18 +11,13 @@ from datetime import timedelta
 import asyncpg
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
 import reaper.jobqueue.lease_reap as lease_reap
 from reaper.core.canonical import canonical_json
 from reaper.core.domain import (
     EVENT_KIND,
     GATE_DELIVERY_EXHAUSTED,
-    Action,
-    Condition,
-    Source,
     Thresholds,
-    Unit,
     Verdict,
 )
 from reaper.core.judge_leases import judge_lease_page
@@ -42,6 +37,7 @@ from tests.support.store import (
     refuse_updates_of,
     settling,
 )
+from tests.support.verdicts import verdicts
 
 pytestmark = pytest.mark.postgres
 
@@ -244,48 +240,8 @@ async def test_moves_span_batches_and_projects_with_gapless_streams(
     assert rows[0]["n"] == 40
 
 
-_text = st.text(max_size=30)
-_number = st.one_of(
-    st.none(),
-    st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.booleans(),
-)
-
-
-@given(
-    obj=_text,
-    queue=st.one_of(st.none(), _text),
-    detail=_text,
-    measured=_number,
-    threshold=_number,
-    source=st.sampled_from(Source),
-    condition=st.sampled_from(Condition),
-    unit=st.sampled_from(Unit),
-    action=st.sampled_from(Action),
-)
-def test_a_verdicts_canonical_json_is_its_payload_sorted_and_compact(
-    obj: str,
-    queue: str | None,
-    detail: str,
-    measured: float | None,
-    threshold: float | None,
-    source: Source,
-    condition: Condition,
-    unit: Unit,
-    action: Action,
-) -> None:
-    verdict = Verdict(
-        source=source,
-        object=obj,
-        condition=condition,
-        measured=measured,
-        threshold=threshold,
-        unit=unit,
-        action=action,
-        queue=queue,
-        detail=detail,
-    )
+@given(verdict=verdicts())
+def test_a_verdicts_canonical_json_is_its_payload_sorted_and_compact(verdict: Verdict) -> None:
     expected = json.dumps(
         verdict.payload(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
