@@ -123,6 +123,9 @@ async def _dry_run_agrees(
         statement("lease_rulings"), NOW, grace, *FIRST_KEY, None, 0, 1, len(leases)
     )
     assert [r["id"] for r in rows] == list(verdicts)  # the same leases ruled, in key order
+    # a quiet pass's question: any lease at all, exactly when the judge rules on one
+    probe = statement("any_expired_lease")
+    assert await conn.fetchval(probe, NOW, grace, *FIRST_KEY, None, 0, 1, 1) is bool(verdicts)
     by_id = {lease.job_id: lease for lease in leases}
     for row in rows:
         verdict = verdicts[row["id"]]

@@ -193,6 +193,11 @@ FROM (SELECT 1) AS one
 LEFT JOIN (SELECT lease_expires_at, id FROM candidates ORDER BY lease_expires_at DESC, id DESC
            LIMIT 1) AS last ON true;
 
+-- name: any_expired_lease --
+-- Whether reap_lease_batch would find any lease to take at all ($1 to $8 as lease_lane's, for
+-- every lane from the first key): a quiet pass asks this on one connection and opens no lane.
+SELECT EXISTS (SELECT 1 {lease_lane}) AS any_expired;
+
 -- name: lease_rulings --
 -- The dry run's question, read-only: the rulings reap_lease_batch would give the expired leases
 -- after the key ($5 to $8 as lease_lane's), one row each, none of them locked or moved.
