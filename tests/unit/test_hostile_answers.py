@@ -22,6 +22,7 @@ import respx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from reaper.broker import bounded as bounded_module
 from reaper.broker.bounded import CUT_PREFIX, INFLATE_STEP, BoundedAnswer, decoded, read_answer
 from reaper.broker.client import ManagementClient
 from reaper.config import load_config
@@ -291,6 +292,55 @@ def test_a_bounded_read_keeps_what_is_within_bounds(value: Any, chunk: int) -> N
     for at in range(0, len(data), chunk):
         bounded.feed(data[at : at + chunk])
     assert decoded(bounded.kept()) == json.loads(data)
+
+
+#: Pieces an answer is drawn from: the bytes the read treats apart (brackets, quotes,
+#: backslashes), whole strings with escapes, and filler.
+_PIECES = st.sampled_from(
+    [
+        b"[",
+        b"]",
+        b"{",
+        b"}",
+        b'"',
+        b"\\",
+        b'\\"',
+        b'"ab"',
+        b'"a\\"b"',
+        b'"}"',
+        b"x",
+        b",",
+        b":",
+        b"1",
+    ]
+)
+
+
+def _fed(data: bytes, chunk: int, text_cap: int) -> tuple[bytes, int]:
+    bounded = BoundedAnswer(text_cap=text_cap)
+    for at in range(0, len(data), chunk):
+        bounded.feed(data[at : at + chunk])
+    return bounded.kept(), bounded.cuts
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.integers(0, 40),
+    st.lists(_PIECES, max_size=200).map(b"".join),
+    st.integers(0, 40),
+    st.integers(1, 70),
+    st.integers(1, 40),
+)
+def test_the_fast_read_keeps_exactly_what_the_read_token_by_token_keeps(
+    opened: int, middle: bytes, closed: int, chunk: int, text_cap: int
+) -> None:
+    """Whatever the bytes (deep, unbalanced, strings past the cap, escapes across chunks),
+    taking in whole strings and structure at once keeps the same bytes and cuts the same
+    values as reading them a token at a time."""
+    data = b"[" * opened + middle + b"]" * closed
+    fast = _fed(data, chunk, text_cap)
+    with patch.object(bounded_module, "WINDOW", 0):
+        assert _fed(data, chunk, text_cap) == fast
 
 
 # ------------------------------------------------------------------------ compressed answers
