@@ -33,6 +33,8 @@ LONG = 2**63
 
 def finite(value: object) -> float | int | None:
     """A number the broker could have sent: not a bool, finite, within a signed 64-bit long."""
+    if type(value) is int:  # most of what an answer holds: asked first
+        return value if -LONG < value < LONG else None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     if isinstance(value, float) and not math.isfinite(value):
@@ -93,12 +95,14 @@ def scalar(value: object) -> str | int | float | None:
 def mapping(value: object) -> Mapping[str, object]:
     """A table as a mapping: the management API renders an empty one as ``[]``; anything that
     is not a table reads as empty."""
-    return value if isinstance(value, Mapping) else {}
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def normalized(value: object) -> object:
     """``value`` with every integral float made an int, recursively: a definition read back
     from the broker (which may answer ``20.0``) compares equal to the declared one."""
+    if type(value) is str or type(value) is int:  # most of what a table holds: asked first
+        return value
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
