@@ -83,7 +83,7 @@ def verdicts(
     return st.builds(
         Verdict,
         source=st.sampled_from(Source),
-        object=st.text(min_size=1, max_size=30),
+        object=text,
         condition=st.sampled_from(Condition),
         measured=numbers,
         threshold=numbers,

@@ -115,7 +115,11 @@ def test_observed_records_come_first_in_order_then_clears() -> None:
     assert records == [b, a, cleared(old)]
 
 
-@given(v=verdicts(st.sampled_from((Action.SURFACE, Action.CLEARED)), MEASURES))
+@given(
+    v=verdicts(
+        st.sampled_from((Action.SURFACE, Action.CLEARED)), MEASURES | st.floats(allow_nan=False)
+    )
+)
 def test_a_stored_record_rebuilds_to_the_same_ref(v: Verdict) -> None:
     rebuilt = verdict_from_record(v.stream, v.payload(), v.trusted)
     assert ref_of(rebuilt) == ref_of(v)
