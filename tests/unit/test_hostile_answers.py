@@ -23,7 +23,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reaper.broker import bounded as bounded_module
-from reaper.broker.bounded import CUT_PREFIX, INFLATE_STEP, BoundedAnswer, decoded, read_answer
+from reaper.broker.bounded import (
+    CUT_PREFIX,
+    INFLATE_STEP,
+    MAX_TEXT_BYTES,
+    BoundedAnswer,
+    decoded,
+    read_answer,
+)
 from reaper.broker.client import ManagementClient
 from reaper.config import load_config
 from reaper.core.dead_letters.decode import CUT_PREFIX as CORE_CUT_PREFIX
@@ -279,6 +286,14 @@ async def test_no_answer_ends_a_pass(
     json.dumps(to_json(result))
 
 
+def _fed(data: bytes, chunk: int, text_cap: int = MAX_TEXT_BYTES) -> tuple[bytes, int]:
+    """What a bounded read of ``data``, fed ``chunk`` bytes at a time, keeps, and its cuts."""
+    bounded = BoundedAnswer(text_cap=text_cap)
+    for at in range(0, len(data), chunk):
+        bounded.feed(data[at : at + chunk])
+    return bounded.kept(), bounded.cuts
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     st.recursive(
@@ -288,10 +303,8 @@ async def test_no_answer_ends_a_pass(
 )
 def test_a_bounded_read_keeps_what_is_within_bounds(value: Any, chunk: int) -> None:
     data = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    bounded = BoundedAnswer()
-    for at in range(0, len(data), chunk):
-        bounded.feed(data[at : at + chunk])
-    assert decoded(bounded.kept()) == json.loads(data)
+    kept, _ = _fed(data, chunk)
+    assert decoded(kept) == json.loads(data)
 
 
 #: Pieces an answer is drawn from: the bytes the read treats apart (brackets, quotes,
@@ -314,13 +327,6 @@ _PIECES = st.sampled_from(
         b"1",
     ]
 )
-
-
-def _fed(data: bytes, chunk: int, text_cap: int) -> tuple[bytes, int]:
-    bounded = BoundedAnswer(text_cap=text_cap)
-    for at in range(0, len(data), chunk):
-        bounded.feed(data[at : at + chunk])
-    return bounded.kept(), bounded.cuts
 
 
 @settings(max_examples=400, deadline=None)
