@@ -28,14 +28,14 @@ _DRIVES_THE_TERMINAL: Final = re.compile(
 T = TypeVar("T")
 
 #: How many items a line names before it counts the rest.
-FEW: Final = 5
+_FEW: Final = 5
 
 
-def first_few(items: Sequence[T], show: Callable[[T], str] = str, shown: int = FEW) -> str:
-    """The first ``shown`` of ``items``, each as ``show`` writes it, comma-separated, then how
-    many more: a line that names a few of thousands (a stopped node's queues) stays one line."""
-    rest = len(items) - shown
-    return ", ".join(show(i) for i in items[:shown]) + (f" and {rest:,} more" if rest > 0 else "")
+def first_few(items: Sequence[T], show: Callable[[T], str] = str) -> str:
+    """The first five of ``items``, each as ``show`` writes it, comma-separated, then how many
+    more: a line that names a few of thousands (a stopped node's queues) stays one line."""
+    rest = len(items) - _FEW
+    return ", ".join(show(i) for i in items[:_FEW]) + (f" and {rest:,} more" if rest > 0 else "")
 
 
 def for_terminal(text: str) -> str:
