@@ -182,11 +182,13 @@ class BoundedAnswer:
         limit = min(len(chunk), at + min(WINDOW, self._text_cap))
         brace = chunk.rfind(b"}", at, limit)  # most likely a value's end, outside any string
         end = brace + 1 if brace >= at else limit
-        outside = _STRINGS.sub(b"", chunk[at:end])
+        run = chunk[at:end]
+        outside = _STRINGS.sub(b"", run)
         if b'"' in outside:  # it was not: up to the string it leaves open
             end = _WHOLE.match(chunk, at, limit).end()  # type: ignore[union-attr]
-            outside = _STRINGS.sub(b"", chunk[at:end])
-        if end == at:
+            run = chunk[at:end]
+            outside = _STRINGS.sub(b"", run)
+        if not run:
             return end, False
         steps = array("b", outside.translate(_DEPTH_STEPS, _NOT_BRACKETS))
         if steps:
@@ -194,7 +196,7 @@ class BoundedAnswer:
             if max(depths) > MAX_DEPTH or min(depths) < 0:
                 return end, False
             self._depth = depths[-1]
-        self._out += chunk[at:end]
+        self._out += run
         return end, True
 
     def _keep(self, data: bytes) -> None:
